@@ -1,0 +1,51 @@
+// pycollect._C: the only door into the C++ engine. One register_* function per area.
+#include "bindings/register.h"
+#include "common/error.h"
+#include "common/types.h"
+#include "reduce/reduce.h"
+
+namespace py = pybind11;
+
+namespace pycollect {
+
+void registerErrors(py::module_& m) {
+  // Python-side hierarchy: PyCollectError(RuntimeError) and its subclasses; the
+  // timeout also derives from TimeoutError so `except TimeoutError` catches it.
+  static py::exception<Error> base(m, "PyCollectError", PyExc_RuntimeError);
+  static py::exception<InvalidArgument> invalid(m, "InvalidArgumentError", PyExc_ValueError);
+  py::object timeoutBases = py::make_tuple(base, py::handle(PyExc_TimeoutError));
+  static py::exception<TimeoutError> timeout(m, "CollectiveTimeoutError", timeoutBases.ptr());
+  static py::exception<PeerLostError> lost(m, "PeerLostError", base.ptr());
+  static py::exception<MismatchError> mismatch(m, "MismatchError", base.ptr());
+  static py::exception<GroupFailedError> groupFailed(m, "GroupFailedError", base.ptr());
+  py::register_exception_translator([](std::exception_ptr p) {
+    try {
+      if (p) std::rethrow_exception(p);
+    } catch (const InvalidArgument& e) {
+      py::set_error(invalid, e.what());
+    } catch (const TimeoutError& e) {
+      py::set_error(timeout, e.what());
+    } catch (const PeerLostError& e) {
+      py::set_error(lost, e.what());
+    } catch (const MismatchError& e) {
+      py::set_error(mismatch, e.what());
+    } catch (const GroupFailedError& e) {
+      py::set_error(groupFailed, e.what());
+    } catch (const Error& e) {
+      py::set_error(base, e.what());
+    }
+  });
+}
+
+}  // namespace pycollect
+
+PYBIND11_MODULE(_C, m) {
+  m.doc() = "pycollect's C++ engine: TCP ring collectives (private; use the pycollect package)";
+  pycollect::registerErrors(m);
+  pycollect::registerCommunicator(m);
+  m.def("dtype_size", [](int d) { return pycollect::dtypeSize(pycollect::checkedDType(d)); });
+  // Exposed for tests of the 16-bit rounding used by the reduction kernels.
+  m.def("half_round_trip", [](float f) { return pycollect::halfToFloat(pycollect::floatToHalf(f)); });
+  m.def("bfloat16_round_trip",
+        [](float f) { return pycollect::bfloat16ToFloat(pycollect::floatToBFloat16(f)); });
+}

@@ -1,0 +1,100 @@
+// Bindings of Communicator and Work. Buffers arrive as integer addresses; the
+// Python layer validated them (dtype, size, contiguity, device) and keeps the
+// owning objects alive until the Work completes.
+#include <pybind11/stl.h>
+
+#include "bindings/register.h"
+#include "comm/communicator.h"
+#include "common/error.h"
+#include "transport/tcp/address.h"
+
+namespace py = pybind11;
+
+namespace pycollect {
+namespace {
+
+void* ptr(uintptr_t address) { return reinterpret_cast<void*>(address); }
+
+}  // namespace
+
+void registerCommunicator(py::module_& m) {
+  py::class_<Work, std::shared_ptr<Work>>(m, "Work")
+      // Safe to release the GIL: Work only touches its own mutex and condition variable.
+      .def("wait", &Work::wait, py::arg("timeout") = -1.0, py::call_guard<py::gil_scoped_release>())
+      .def("is_completed", &Work::isCompleted)
+      .def("failed", &Work::failed)
+      .def_property_readonly("what", &Work::what);
+
+  py::class_<CommOptions>(m, "CommOptions")
+      .def(py::init<>())
+      .def_readwrite("timeout", &CommOptions::timeoutSec)
+      .def_property(
+          "segment_bytes", [](const CommOptions& o) { return o.tunables.segmentBytes; },
+          [](CommOptions& o, size_t v) { o.tunables.segmentBytes = v; })
+      .def_property(
+          "inflight", [](const CommOptions& o) { return o.tunables.inflight; },
+          [](CommOptions& o, int v) { o.tunables.inflight = v; })
+      .def_readwrite("direct_max_bytes", &CommOptions::directMaxBytes)
+      .def_readwrite("direct_max_ranks", &CommOptions::directMaxRanks)
+      .def_readwrite("socket_buffer", &CommOptions::socketBuffer);
+
+  // Every method that may block or take the queue lock releases the GIL: the
+  // communicator never calls back into Python, and the buffers are raw memory.
+  using R = py::call_guard<py::gil_scoped_release>;
+  py::class_<Communicator>(m, "Communicator")
+      .def(py::init<int, int, CommOptions>(), py::arg("rank"), py::arg("size"), py::arg("options"))
+      .def_property_readonly("rank", &Communicator::rank)
+      .def_property_readonly("size", &Communicator::size)
+      .def("listen", &Communicator::listen, py::arg("host"), R())
+      .def("connect", &Communicator::connect, py::arg("hosts"), py::arg("ports"), py::arg("token"), R())
+      .def(
+          "all_reduce",
+          [](Communicator& c, uintptr_t data, size_t count, int dtype, int op, const std::string& algo) {
+            return c.allReduce(ptr(data), count, checkedDType(dtype), checkedReduceOp(op), algo);
+          },
+          py::arg("data"), py::arg("count"), py::arg("dtype"), py::arg("op"), py::arg("algo") = "", R())
+      .def(
+          "all_gather",
+          [](Communicator& c, uintptr_t in, uintptr_t out, size_t count, int dtype) {
+            return c.allGather(ptr(in), ptr(out), count, checkedDType(dtype));
+          },
+          R())
+      .def(
+          "reduce_scatter",
+          [](Communicator& c, uintptr_t in, uintptr_t out, size_t count, int dtype, int op) {
+            return c.reduceScatter(ptr(in), ptr(out), count, checkedDType(dtype), checkedReduceOp(op));
+          },
+          R())
+      .def(
+          "broadcast",
+          [](Communicator& c, uintptr_t data, size_t count, int dtype, int root) {
+            return c.broadcast(ptr(data), count, checkedDType(dtype), root);
+          },
+          R())
+      .def("barrier", &Communicator::barrier, R())
+      .def(
+          "send",
+          [](Communicator& c, uintptr_t data, size_t count, int dtype, int peer, int tag) {
+            return c.send(ptr(data), count, checkedDType(dtype), peer, tag);
+          },
+          R())
+      .def(
+          "recv",
+          [](Communicator& c, uintptr_t data, size_t count, int dtype, int peer, int tag) {
+            return c.recv(ptr(data), count, checkedDType(dtype), peer, tag);
+          },
+          R())
+      .def("shutdown", &Communicator::shutdown, R())
+      .def("failed", &Communicator::failed)
+      .def("failure", &Communicator::failure)
+      .def("counters", &Communicator::counters)
+      .def("choose_allreduce", &Communicator::chooseAllreduce)
+      .def("set_timeout", &Communicator::setTimeout);
+
+  m.def(
+      "interface_address",
+      [](const std::string& name, int family) { return tcp::interfaceAddress(name, family); },
+      py::arg("name"), py::arg("family") = 0);
+}
+
+}  // namespace pycollect

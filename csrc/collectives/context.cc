@@ -1,0 +1,109 @@
+#include "collectives/context.h"
+
+#include <algorithm>
+#include <cstdio>
+
+#include "common/error.h"
+
+namespace pycollect {
+
+std::string describeCall(const WireHeader& h) {
+  auto kind = static_cast<OpKind>(h.kind);
+  std::string s = opKindName(kind);
+  s += "(count=" + std::to_string(h.count);
+  if (kind != OpKind::kBarrier) s += std::string(", ") + dtypeName(static_cast<DType>(h.dtype));
+  if (kind == OpKind::kAllReduce || kind == OpKind::kReduceScatter) {
+    s += std::string(", ") + reduceOpName(static_cast<ReduceOp>(h.redop));
+  }
+  if (kind == OpKind::kBroadcast) s += ", root=" + std::to_string(h.root);
+  if (kind == OpKind::kSend) s += ", tag=" + std::to_string(h.root);
+  s += ")";
+  return s;
+}
+
+Context::Context(int rank, int size, const std::vector<Link*>& links, const WireHeader& call,
+                 Clock::time_point deadline, const Tunables& tunables,
+                 std::vector<char>& scratch)
+    : rank(rank), size(size), call(call), tunables(tunables), links_(links),
+      deadline_(deadline), start_(Clock::now()), scratch_(scratch) {
+  for (Link* l : links_) {
+    if (l != nullptr) active_.push_back(l);
+  }
+}
+
+std::vector<int> Context::ringPeers() const {
+  std::vector<int> peers;
+  if (size > 1) peers.push_back(left());
+  if (size > 2) peers.push_back(right());
+  return peers;
+}
+
+void Context::exchangeHeaders(const std::vector<int>& peers) {
+  setStep("header exchange", 0, 1);
+  std::vector<WireHeader> theirs(peers.size());
+  std::vector<uint64_t> tickets(peers.size());
+  for (int p : peers) link(p).postSend(&call, sizeof(call));
+  for (size_t i = 0; i < peers.size(); ++i) {
+    tickets[i] = link(peers[i]).postRecv(&theirs[i], sizeof(WireHeader));
+  }
+  for (size_t i = 0; i < peers.size(); ++i) {
+    waitRecv(link(peers[i]), tickets[i]);
+    const WireHeader& h = theirs[i];
+    if (h.magic != call.magic) {
+      throw MismatchError("rank " + std::to_string(rank) + " expected a call header from rank " +
+                          std::to_string(peers[i]) + " for its " + describeCall(call) +
+                          " but received unrelated bytes (the peer is out of step)");
+    }
+    bool same = h.kind == call.kind && h.dtype == call.dtype && h.redop == call.redop &&
+                h.seq == call.seq && h.count == call.count && h.root == call.root;
+    if (!same) {
+      throw MismatchError("mismatched collectives: rank " + std::to_string(rank) + " called " +
+                          describeCall(call) + " as call #" + std::to_string(call.seq) +
+                          " but rank " + std::to_string(h.rank) + " called " + describeCall(h) +
+                          " as call #" + std::to_string(h.seq));
+    }
+  }
+}
+
+std::string Context::describeWait(const Link& l, const char* what) const {
+  double waited = std::chrono::duration<double>(Clock::now() - start_).count();
+  char buf[64];
+  std::snprintf(buf, sizeof(buf), "%.1f", waited);
+  return std::string(opKindName(static_cast<OpKind>(call.kind))) + " (call #" +
+         std::to_string(call.seq) + ") on rank " + std::to_string(rank) + " timed out after " +
+         buf + " s in " + phase_ + " step " + std::to_string(step_ + 1) + "/" +
+         std::to_string(std::max(steps_, 1)) + " waiting to " + what + " rank " +
+         std::to_string(l.peer());
+}
+
+void Context::wait(Link& l, const std::function<bool()>& done, const char* what) {
+  waitUntil(active_, done, deadline_, [&] { return describeWait(l, what); });
+}
+
+void Context::waitRecv(Link& l, uint64_t ticket) {
+  if (l.received(ticket)) return;
+  wait(l, [&] { return l.received(ticket); }, "receive from");
+}
+
+void Context::waitSend(Link& l, uint64_t ticket) {
+  if (l.sent(ticket)) return;
+  wait(l, [&] { return l.sent(ticket); }, "send to");
+}
+
+void Context::drainSends() {
+  for (Link* l : active_) {
+    if (!l->sendPending()) continue;
+    wait(*l, [l] { return !l->sendPending(); }, "send to");
+  }
+}
+
+char* Context::scratch(size_t bytes) {
+  if (scratch_.size() < bytes) {
+    scratch_.clear();
+    scratch_.shrink_to_fit();
+    scratch_.resize(bytes);
+  }
+  return scratch_.data();
+}
+
+}  // namespace pycollect

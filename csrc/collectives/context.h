@@ -1,0 +1,108 @@
+// What an algorithm sees of its group: its rank, the links to its peers, a
+// deadline, tunables and scratch memory. It never sees a socket.
+//
+// Every collective starts with a header exchange: each rank sends a 32-byte
+// WireHeader (sequence number, kind, dtype, op, count, root) to the peers it will
+// talk to and checks theirs. Ranks that disagree raise MismatchError naming both
+// calls before any payload is read.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "common/types.h"
+#include "transport/link.h"
+#include "transport/poller.h"
+
+namespace pycollect {
+
+struct WireHeader {
+  uint32_t magic = 0x5244'4850;  // "PHDR"
+  uint8_t kind = 0;
+  uint8_t dtype = 0;
+  uint8_t redop = 0;
+  uint8_t reserved = 0;
+  uint64_t seq = 0;
+  uint64_t count = 0;
+  int32_t root = -1;  // broadcast root, or the tag of a send/recv
+  int32_t rank = -1;  // sender's rank
+};
+static_assert(sizeof(WireHeader) == 32, "WireHeader is a fixed 32-byte record");
+
+// Renders a header as the call that produced it, e.g. "all_reduce(count=100, float32, SUM)".
+std::string describeCall(const WireHeader& h);
+
+struct Tunables {
+  size_t segmentBytes = 512 * 1024;  // pipelining unit of the ring algorithms
+  int inflight = 4;                  // receive segments posted ahead
+};
+
+class Context {
+ public:
+  Context(int rank, int size, const std::vector<Link*>& links, const WireHeader& call,
+          Clock::time_point deadline, const Tunables& tunables, std::vector<char>& scratch);
+
+  const int rank;
+  const int size;
+  const WireHeader call;  // this rank's view of the call (sent in the header)
+  const Tunables tunables;
+
+  Link& link(int peer) { return *links_[peer]; }
+  int left() const { return (rank + size - 1) % size; }
+  int right() const { return (rank + 1) % size; }
+
+  // Names the phase and step for timeout messages ("reduce-scatter", 2, 3).
+  void setStep(const char* phase, int step, int steps) {
+    phase_ = phase;
+    step_ = step;
+    steps_ = steps;
+  }
+
+  // Header exchange with `peers` (each listed once): send ours, check theirs.
+  void exchangeHeaders(const std::vector<int>& peers);
+  // The ring neighbours, without duplicates (one peer at size 2, none at size 1).
+  std::vector<int> ringPeers() const;
+
+  void waitRecv(Link& l, uint64_t ticket);
+  void waitSend(Link& l, uint64_t ticket);
+  // Waits until every posted send has left this process (the caller's buffers are
+  // then free). Every algorithm ends with it.
+  void drainSends();
+
+  // Scratch memory owned by the communicator, reused across calls.
+  char* scratch(size_t bytes);
+
+ private:
+  std::string describeWait(const Link& l, const char* what) const;
+  void wait(Link& l, const std::function<bool()>& done, const char* what);
+
+  std::vector<Link*> links_;  // indexed by rank, nullptr at self
+  std::vector<Link*> active_;  // non-null links
+  Clock::time_point deadline_;
+  Clock::time_point start_;
+  std::vector<char>& scratch_;
+  const char* phase_ = "start";
+  int step_ = 0, steps_ = 0;
+};
+
+// Splits `count` elements into `parts` chunks whose sizes differ by at most one.
+struct Chunks {
+  Chunks(size_t count, int parts) : base(count / parts), rem(count % parts) {}
+  size_t offset(int i) const { return i * base + (static_cast<size_t>(i) < rem ? i : rem); }
+  size_t length(int i) const { return base + (static_cast<size_t>(i) < rem ? 1 : 0); }
+  size_t base, rem;
+};
+
+// A chunk cut into pipelining segments of at most `segElems` elements.
+struct Segments {
+  Segments(size_t maxChunk, size_t segElems)
+      : per(segElems == 0 ? 1 : segElems), count(maxChunk == 0 ? 0 : (maxChunk + per - 1) / per) {}
+  // [begin, end) of segment j within a chunk of `length` elements (may be empty).
+  size_t begin(size_t j, size_t length) const { return std::min(length, j * per); }
+  size_t end(size_t j, size_t length) const { return std::min(length, (j + 1) * per); }
+  size_t per;
+  size_t count;
+};
+
+}  // namespace pycollect

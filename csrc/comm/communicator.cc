@@ -1,0 +1,268 @@
+#include "comm/communicator.h"
+
+#include <cstdio>
+
+#include "collectives/collectives.h"
+#include "common/error.h"
+
+namespace pycollect {
+namespace {
+
+// Algorithm ids carried in WireHeader::reserved, so ranks that chose differently
+// (e.g. a different PYCOLLECT_ALGO) fail with a mismatch instead of hanging.
+constexpr uint8_t kAlgoRing = 1;
+constexpr uint8_t kAlgoDirect = 2;
+
+}  // namespace
+
+Communicator::Communicator(int rank, int size, CommOptions options)
+    : rank_(rank), size_(size), options_(options), sendSeq_(size, 0), recvSeq_(size, 0) {
+  if (size < 1) throw InvalidArgument("world size must be >= 1, got " + std::to_string(size));
+  if (rank < 0 || rank >= size) {
+    throw InvalidArgument("rank " + std::to_string(rank) + " is outside [0, " +
+                          std::to_string(size) + ")");
+  }
+}
+
+Communicator::~Communicator() { shutdown(); }
+
+std::pair<std::string, int> Communicator::listen(const std::string& host) {
+  listener_ = std::make_unique<tcp::Listener>(host);
+  return {listener_->address().host(), listener_->address().port()};
+}
+
+void Communicator::connect(const std::vector<std::string>& hosts, const std::vector<int>& ports,
+                           uint64_t token) {
+  if (connected_) throw InvalidArgument("communicator is already connected");
+  if (!listener_) throw InvalidArgument("call listen() before connect()");
+  tcp::MeshOptions mo;
+  mo.rank = rank_;
+  mo.size = size_;
+  mo.token = token;
+  mo.timeoutSec = options_.timeoutSec;
+  mo.socketBuffer = options_.socketBuffer;
+  links_ = tcp::connectMesh(*listener_, hosts, ports, mo);
+  // The mesh is complete: later strangers on the port are refused by the kernel.
+  listener_->close();
+  for (auto& l : links_) linkPtrs_.push_back(l.get());
+  std::lock_guard<std::mutex> lock(mu_);
+  connected_ = true;
+  worker_ = std::thread([this] { workerLoop(); });
+}
+
+WireHeader Communicator::makeHeader(OpKind kind, DType dtype, ReduceOp op, size_t count, int root) {
+  WireHeader h;
+  h.kind = static_cast<uint8_t>(kind);
+  h.dtype = static_cast<uint8_t>(dtype);
+  h.redop = static_cast<uint8_t>(op);
+  h.count = count;
+  h.root = root;
+  h.rank = rank_;
+  return h;
+}
+
+void Communicator::checkPeer(int peer, const char* what) const {
+  if (peer < 0 || peer >= size_) {
+    throw InvalidArgument(std::string(what) + ": rank " + std::to_string(peer) +
+                          " is outside the group [0, " + std::to_string(size_) + ")");
+  }
+  if (peer == rank_) {
+    throw InvalidArgument(std::string(what) + ": rank " + std::to_string(peer) +
+                          " is this rank itself");
+  }
+}
+
+std::shared_ptr<Work> Communicator::enqueue(WireHeader header, std::function<void(Context&)> run) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!failure_.empty()) {
+    throw GroupFailedError("process group failed earlier; no further calls are possible: " + failure_);
+  }
+  if (stopping_) throw GroupFailedError("process group was destroyed");
+  if (!connected_) throw InvalidArgument("communicator is not connected");
+  auto kind = static_cast<OpKind>(header.kind);
+  if (kind == OpKind::kSend) {
+    // p2p messages are numbered per pair and direction; set by the caller.
+  } else {
+    header.seq = seq_++;
+  }
+  std::string what = "rank " + std::to_string(rank_) + " " + describeCall(header);
+  auto work = std::make_shared<Work>(what);
+  queue_.push_back(Op{header, std::move(run), work});
+  ++calls_[opKindName(kind)];
+  cv_.notify_one();
+  return work;
+}
+
+std::string Communicator::chooseAllreduce(size_t bytes) const {
+  if (size_ > 1 && size_ <= options_.directMaxRanks && bytes <= options_.directMaxBytes) {
+    return "direct";
+  }
+  return "ring";
+}
+
+std::shared_ptr<Work> Communicator::allReduce(void* data, size_t count, DType dtype, ReduceOp op,
+                                              const std::string& algo) {
+  if (op == ReduceOp::kAvg && !isFloating(dtype)) {
+    throw InvalidArgument(std::string("ReduceOp.AVG is not supported for integer dtype ") +
+                          dtypeName(dtype) + " (as in NCCL); use SUM and divide");
+  }
+  std::string chosen = algo.empty() || algo == "auto" ? chooseAllreduce(count * dtypeSize(dtype)) : algo;
+  if (chosen != "ring" && chosen != "direct") {
+    throw InvalidArgument("unknown all-reduce algorithm '" + algo + "' (choose auto, ring or direct)");
+  }
+  WireHeader h = makeHeader(OpKind::kAllReduce, dtype, op, count, -1);
+  h.reserved = chosen == "ring" ? kAlgoRing : kAlgoDirect;
+  if (chosen == "ring") {
+    return enqueue(h, [=](Context& c) { allreduceRing(c, data, count, dtype, op); });
+  }
+  return enqueue(h, [=](Context& c) { allreduceDirect(c, data, count, dtype, op); });
+}
+
+std::shared_ptr<Work> Communicator::allGather(const void* in, void* out, size_t count, DType dtype) {
+  WireHeader h = makeHeader(OpKind::kAllGather, dtype, ReduceOp::kSum, count, -1);
+  return enqueue(h, [=](Context& c) { allgatherRing(c, in, out, count, dtype); });
+}
+
+std::shared_ptr<Work> Communicator::reduceScatter(const void* in, void* out, size_t count,
+                                                  DType dtype, ReduceOp op) {
+  if (op == ReduceOp::kAvg && !isFloating(dtype)) {
+    throw InvalidArgument(std::string("ReduceOp.AVG is not supported for integer dtype ") +
+                          dtypeName(dtype) + " (as in NCCL); use SUM and divide");
+  }
+  WireHeader h = makeHeader(OpKind::kReduceScatter, dtype, op, count, -1);
+  return enqueue(h, [=](Context& c) { reduceScatterRing(c, in, out, count, dtype, op); });
+}
+
+std::shared_ptr<Work> Communicator::broadcast(void* data, size_t count, DType dtype, int root) {
+  if (root < 0 || root >= size_) {
+    throw InvalidArgument("broadcast: root " + std::to_string(root) + " is outside the group [0, " +
+                          std::to_string(size_) + ")");
+  }
+  WireHeader h = makeHeader(OpKind::kBroadcast, dtype, ReduceOp::kSum, count, root);
+  size_t bytes = count * dtypeSize(dtype);
+  return enqueue(h, [=](Context& c) { broadcastChain(c, data, bytes, root); });
+}
+
+std::shared_ptr<Work> Communicator::barrier() {
+  WireHeader h = makeHeader(OpKind::kBarrier, DType::kUInt8, ReduceOp::kSum, 0, -1);
+  return enqueue(h, [](Context& c) { barrierAll(c); });
+}
+
+std::shared_ptr<Work> Communicator::send(const void* data, size_t count, DType dtype, int peer,
+                                         int tag) {
+  checkPeer(peer, "send");
+  WireHeader h = makeHeader(OpKind::kSend, dtype, ReduceOp::kSum, count, tag);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    h.seq = sendSeq_[peer]++;
+  }
+  size_t bytes = count * dtypeSize(dtype);
+  return enqueue(h, [=](Context& c) { sendTo(c, peer, data, bytes); });
+}
+
+std::shared_ptr<Work> Communicator::recv(void* data, size_t count, DType dtype, int peer, int tag) {
+  checkPeer(peer, "recv");
+  WireHeader h = makeHeader(OpKind::kSend, dtype, ReduceOp::kSum, count, tag);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    h.seq = recvSeq_[peer]++;
+  }
+  h.rank = peer;  // the header we expect was written by the peer
+  size_t bytes = count * dtypeSize(dtype);
+  return enqueue(h, [=](Context& c) { recvFrom(c, peer, data, bytes); });
+}
+
+void Communicator::workerLoop() {
+  for (;;) {
+    Op op;
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      cv_.wait(lock, [this] { return stopping_ || !queue_.empty(); });
+      if (queue_.empty()) return;  // stopping, nothing left
+      op = std::move(queue_.front());
+      queue_.pop_front();
+    }
+    auto deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(
+                                       std::chrono::duration<double>(options_.timeoutSec));
+    try {
+      Context ctx(rank_, size_, linkPtrs_, op.header, deadline, options_.tunables, scratch_);
+      op.run(ctx);
+      ctx.drainSends();  // header sends of early-returning algorithms
+      op.work->finish(nullptr);
+    } catch (const std::exception& e) {
+      bool stopping;
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        stopping = stopping_;
+      }
+      if (stopping) {
+        op.work->finish(std::make_exception_ptr(
+            GroupFailedError("process group was destroyed while " + op.work->what() + " was running")));
+      } else {
+        op.work->finish(std::current_exception());
+      }
+      failWith(stopping ? "process group was destroyed" : op.work->what() + ": " + e.what());
+    }
+  }
+}
+
+void Communicator::failWith(const std::string& message) {
+  std::deque<Op> dropped;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (failure_.empty()) failure_ = message;
+    dropped.swap(queue_);
+  }
+  // Aborting every link makes the neighbours fail at once, and theirs in turn.
+  for (Link* l : linkPtrs_) {
+    if (l != nullptr) l->abort();
+  }
+  for (auto& op : dropped) {
+    op.work->finish(std::make_exception_ptr(
+        GroupFailedError(op.work->what() + " was not run: the process group failed: " + message)));
+  }
+}
+
+void Communicator::shutdown() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (stopping_) return;
+    stopping_ = true;
+  }
+  cv_.notify_all();
+  // Wakes a worker blocked in poll(); the link's own state is left to the worker.
+  for (Link* l : linkPtrs_) {
+    if (l != nullptr) l->interrupt();
+  }
+  if (worker_.joinable()) worker_.join();
+  std::deque<Op> dropped;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    dropped.swap(queue_);
+  }
+  for (auto& op : dropped) {
+    op.work->finish(std::make_exception_ptr(
+        GroupFailedError(op.work->what() + " was not run: the process group was destroyed")));
+  }
+  for (Link* l : linkPtrs_) {
+    if (l != nullptr) l->close();
+  }
+  if (listener_) listener_->close();
+}
+
+bool Communicator::failed() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return !failure_.empty();
+}
+
+std::string Communicator::failure() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return failure_;
+}
+
+std::map<std::string, uint64_t> Communicator::counters() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return calls_;
+}
+
+}  // namespace pycollect

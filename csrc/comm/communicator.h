@@ -1,0 +1,114 @@
+// A Communicator is one group's engine: its links (a full mesh), a queue of
+// operations, and one worker thread that runs them in the order they were issued.
+// Python holds it through pycollect._C; every public method is safe to call
+// without the GIL.
+//
+// Failure: the first error of any operation marks the communicator failed,
+// aborts every link (so neighbours notice at once and the failure travels around
+// the ring), and fails every queued operation; any later call raises
+// GroupFailedError naming that first error.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "collectives/context.h"
+#include "comm/work.h"
+#include "common/types.h"
+#include "transport/link.h"
+#include "transport/tcp/mesh.h"
+
+namespace pycollect {
+
+struct CommOptions {
+  double timeoutSec = 1800.0;    // per operation, from when it starts running
+  Tunables tunables;
+  size_t directMaxBytes = 16 * 1024;  // all-reduce uses the direct algorithm up to this
+  int directMaxRanks = 8;             // ... and up to this many ranks
+  int socketBuffer = 0;
+};
+
+class Communicator {
+ public:
+  Communicator(int rank, int size, CommOptions options);
+  ~Communicator();
+  Communicator(const Communicator&) = delete;
+  Communicator& operator=(const Communicator&) = delete;
+
+  int rank() const { return rank_; }
+  int size() const { return size_; }
+
+  // Setup: bind a listener (returns the address to publish), then connect the mesh.
+  std::pair<std::string, int> listen(const std::string& host);
+  void connect(const std::vector<std::string>& hosts, const std::vector<int>& ports,
+               uint64_t token);
+
+  // Operations. Pointers must stay valid until the returned Work completes.
+  // `algo`: "" or "auto" chooses by size, "ring" or "direct" forces one.
+  std::shared_ptr<Work> allReduce(void* data, size_t count, DType dtype, ReduceOp op,
+                                  const std::string& algo);
+  std::shared_ptr<Work> allGather(const void* in, void* out, size_t count, DType dtype);
+  std::shared_ptr<Work> reduceScatter(const void* in, void* out, size_t count, DType dtype,
+                                      ReduceOp op);
+  std::shared_ptr<Work> broadcast(void* data, size_t count, DType dtype, int root);
+  std::shared_ptr<Work> barrier();
+  std::shared_ptr<Work> send(const void* data, size_t count, DType dtype, int peer, int tag);
+  std::shared_ptr<Work> recv(void* data, size_t count, DType dtype, int peer, int tag);
+
+  // Aborts running work, fails queued work, stops the worker and closes the links.
+  void shutdown();
+  bool failed();
+  std::string failure();
+  // Operation counters (calls per kind, bytes on the wire) for tests and tools.
+  std::map<std::string, uint64_t> counters();
+
+  const CommOptions& options() const { return options_; }
+  void setTimeout(double seconds) { options_.timeoutSec = seconds; }
+
+  // Which all-reduce algorithm "auto" picks for this many bytes.
+  std::string chooseAllreduce(size_t bytes) const;
+
+ private:
+  struct Op {
+    WireHeader header;
+    std::function<void(Context&)> run;
+    std::shared_ptr<Work> work;
+  };
+  std::shared_ptr<Work> enqueue(WireHeader header, std::function<void(Context&)> run);
+  WireHeader makeHeader(OpKind kind, DType dtype, ReduceOp op, size_t count, int root);
+  void checkPeer(int peer, const char* what) const;
+  void workerLoop();
+  void failWith(const std::string& message);
+
+  const int rank_;
+  const int size_;
+  CommOptions options_;
+  std::unique_ptr<tcp::Listener> listener_;
+  std::vector<std::unique_ptr<Link>> links_;
+  std::vector<Link*> linkPtrs_;
+  std::vector<char> scratch_;
+
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<Op> queue_;
+  bool stopping_ = false;
+  bool connected_ = false;
+  std::string failure_;
+  std::thread worker_;
+
+  uint64_t seq_ = 0;                 // collective calls issued (under mu_)
+  std::vector<uint64_t> sendSeq_;    // p2p messages issued to each peer
+  std::vector<uint64_t> recvSeq_;    // p2p messages expected from each peer
+  std::map<std::string, uint64_t> calls_;
+};
+
+}  // namespace pycollect

@@ -1,0 +1,37 @@
+#include "comm/work.h"
+
+#include <chrono>
+
+namespace pycollect {
+
+bool Work::wait(double timeoutSec) {
+  std::unique_lock<std::mutex> lock(mu_);
+  if (timeoutSec < 0) {
+    cv_.wait(lock, [this] { return done_; });
+  } else if (!cv_.wait_for(lock, std::chrono::duration<double>(timeoutSec), [this] { return done_; })) {
+    return false;
+  }
+  if (error_) std::rethrow_exception(error_);
+  return true;
+}
+
+bool Work::isCompleted() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return done_;
+}
+
+bool Work::failed() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return done_ && error_ != nullptr;
+}
+
+void Work::finish(std::exception_ptr error) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    done_ = true;
+    error_ = error;
+  }
+  cv_.notify_all();
+}
+
+}  // namespace pycollect

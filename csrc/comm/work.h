@@ -1,0 +1,32 @@
+// A handle on one queued operation: wait for it, poll it, or collect its error.
+#pragma once
+
+#include <condition_variable>
+#include <exception>
+#include <mutex>
+#include <string>
+
+namespace pycollect {
+
+class Work {
+ public:
+  explicit Work(std::string what) : what_(std::move(what)) {}
+
+  // Blocks until the op finished or `timeoutSec` passed (< 0: no limit). Returns
+  // false on timeout; rethrows the op's error if it failed.
+  bool wait(double timeoutSec);
+  bool isCompleted();
+  bool failed();
+  const std::string& what() const { return what_; }
+
+  void finish(std::exception_ptr error);
+
+ private:
+  std::string what_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool done_ = false;
+  std::exception_ptr error_;
+};
+
+}  // namespace pycollect

@@ -1,0 +1,50 @@
+// Element types, reduction ops and collective kinds shared by every layer.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+namespace pycollect {
+
+enum class DType : uint8_t {
+  kFloat32 = 0,
+  kFloat64 = 1,
+  kFloat16 = 2,
+  kBFloat16 = 3,
+  kInt8 = 4,
+  kUInt8 = 5,
+  kInt32 = 6,
+  kInt64 = 7,
+};
+constexpr int kNumDTypes = 8;
+
+enum class ReduceOp : uint8_t {
+  kSum = 0,
+  kProd = 1,
+  kMin = 2,
+  kMax = 3,
+  kAvg = 4,
+};
+constexpr int kNumReduceOps = 5;
+
+enum class OpKind : uint8_t {
+  kAllReduce = 0,
+  kAllGather = 1,
+  kReduceScatter = 2,
+  kBroadcast = 3,
+  kBarrier = 4,
+  kSend = 5,  // on the wire, a send and its matching recv carry the same kind
+};
+
+size_t dtypeSize(DType t);
+bool isFloating(DType t);
+const char* dtypeName(DType t);
+const char* reduceOpName(ReduceOp op);
+const char* opKindName(OpKind k);
+
+// Throws InvalidArgument for values outside the enums (they come from Python as ints).
+DType checkedDType(int v);
+ReduceOp checkedReduceOp(int v);
+
+}  // namespace pycollect

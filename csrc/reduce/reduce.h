@@ -1,0 +1,25 @@
+// Typed reduction kernels: out[i] = a[i] op b[i] for every (dtype, op) pair.
+// float16 and bfloat16 are widened to float, combined, and rounded back to
+// nearest-even, one pair at a time (as Gloo and NCCL do for these types).
+#pragma once
+
+#include <cstddef>
+
+#include "common/types.h"
+
+namespace pycollect {
+
+// `out` may alias `a` (the in-place case); `b` must not overlap `out` otherwise.
+// kAvg reduces like kSum: the division is a separate `divide` step by the caller.
+void reduce(void* out, const void* a, const void* b, size_t count, DType dtype, ReduceOp op);
+
+// data[i] /= divisor, for floating types (AVG's final step).
+void divide(void* data, size_t count, DType dtype, int divisor);
+
+// Conversions used by the kernels, exposed for tests.
+float halfToFloat(uint16_t h);
+uint16_t floatToHalf(float f);
+float bfloat16ToFloat(uint16_t h);
+uint16_t floatToBFloat16(float f);
+
+}  // namespace pycollect

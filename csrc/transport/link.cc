@@ -1,0 +1,103 @@
+#include "transport/link.h"
+
+#include <cerrno>
+
+#include "common/error.h"
+
+namespace pycollect {
+namespace {
+constexpr int kMaxIov = 16;  // ranges batched into one sendmsg/recvmsg
+}
+
+Link::Link(tcp::Socket socket, int peer) : socket_(std::move(socket)), peer_(peer) {}
+
+uint64_t Link::postSend(const void* data, size_t bytes) {
+  sends_.push_back({static_cast<char*>(const_cast<void*>(data)), bytes});
+  return sendsPosted_++;
+}
+
+uint64_t Link::postRecv(void* data, size_t bytes) {
+  recvs_.push_back({static_cast<char*>(data), bytes});
+  return recvsPosted_++;
+}
+
+int Link::fillIov(std::deque<Range>& q, struct iovec* iov, int max) {
+  int n = 0;
+  for (auto it = q.begin(); it != q.end() && n < max; ++it) {
+    if (it->left == 0) continue;
+    iov[n].iov_base = it->data;
+    iov[n].iov_len = it->left;
+    ++n;
+  }
+  return n;
+}
+
+// Retires `bytes` from the front of q; returns how many ranges completed.
+uint64_t Link::consume(std::deque<Range>& q, size_t bytes) {
+  uint64_t done = 0;
+  while (!q.empty()) {
+    Range& r = q.front();
+    size_t take = bytes < r.left ? bytes : r.left;
+    r.data += take;
+    r.left -= take;
+    bytes -= take;
+    if (r.left != 0) break;
+    q.pop_front();
+    ++done;
+  }
+  return done;
+}
+
+void Link::progressSend() {
+  struct iovec iov[kMaxIov];
+  while (!sends_.empty()) {
+    int n = fillIov(sends_, iov, kMaxIov);
+    if (n == 0) {  // only empty ranges are queued
+      sendsDone_ += consume(sends_, 0);
+      return;
+    }
+    tcp::IoResult r = socket_.sendv(iov, n);
+    if (r.err == EAGAIN) return;
+    if (r.err != 0) fail("send", r.err, false);
+    bytesSent_ += r.bytes;
+    sendsDone_ += consume(sends_, r.bytes);
+  }
+}
+
+void Link::progressRecv() {
+  struct iovec iov[kMaxIov];
+  while (!recvs_.empty()) {
+    int n = fillIov(recvs_, iov, kMaxIov);
+    if (n == 0) {
+      recvsDone_ += consume(recvs_, 0);
+      return;
+    }
+    tcp::IoResult r = socket_.recvv(iov, n);
+    if (r.eof) fail("recv", 0, true);
+    if (r.err == EAGAIN) return;
+    if (r.err != 0) fail("recv", r.err, false);
+    bytesReceived_ += r.bytes;
+    recvsDone_ += consume(recvs_, r.bytes);
+  }
+}
+
+void Link::fail(const char* call, int err, bool eof) const {
+  if (eof) {
+    throw PeerLostError("connection to rank " + std::to_string(peer_) +
+                        " was closed by the peer (it exited, crashed or failed)");
+  }
+  throw PeerLostError("connection to rank " + std::to_string(peer_) + " lost: " +
+                      syscallMessage(call, err, ""));
+}
+
+void Link::abort() {
+  sends_.clear();
+  recvs_.clear();
+  sendsDone_ = sendsPosted_;
+  recvsDone_ = recvsPosted_;
+  socket_.shutdownBoth();
+}
+
+void Link::close() { socket_.close(); }
+
+}  // namespace pycollect

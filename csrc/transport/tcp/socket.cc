@@ -1,0 +1,99 @@
+#include "transport/tcp/socket.h"
+
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cerrno>
+
+#include "common/error.h"
+
+namespace pycollect {
+namespace tcp {
+
+Socket::~Socket() { close(); }
+
+Socket& Socket::operator=(Socket&& other) noexcept {
+  if (this != &other) {
+    close();
+    fd_ = other.release();
+  }
+  return *this;
+}
+
+Socket Socket::create(int family) {
+  int fd = ::socket(family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) throw Error(syscallMessage("socket", errno, "creating a TCP socket"));
+  return Socket(fd);
+}
+
+void Socket::setNonBlocking() {
+  int flags = ::fcntl(fd_, F_GETFL, 0);
+  if (flags < 0 || ::fcntl(fd_, F_SETFL, flags | O_NONBLOCK) < 0) {
+    throw Error(syscallMessage("fcntl", errno, "setting O_NONBLOCK"));
+  }
+}
+
+void Socket::setNoDelay() {
+  int one = 1;
+  ::setsockopt(fd_, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+}
+
+void Socket::setBuffers(int bytes) {
+  if (bytes <= 0) return;
+  ::setsockopt(fd_, SOL_SOCKET, SO_SNDBUF, &bytes, sizeof(bytes));
+  ::setsockopt(fd_, SOL_SOCKET, SO_RCVBUF, &bytes, sizeof(bytes));
+}
+
+void Socket::shutdownBoth() {
+  if (fd_ >= 0) ::shutdown(fd_, SHUT_RDWR);
+}
+
+void Socket::close() {
+  if (fd_ >= 0) {
+    ::close(fd_);
+    fd_ = -1;
+  }
+}
+
+IoResult Socket::sendv(const struct iovec* iov, int n) {
+  struct msghdr msg {};
+  msg.msg_iov = const_cast<struct iovec*>(iov);
+  msg.msg_iovlen = n;
+  for (;;) {
+    ssize_t r = ::sendmsg(fd_, &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (r >= 0) return {r, 0, false};
+    if (errno == EINTR) continue;
+    if (errno == EWOULDBLOCK) return {0, EAGAIN, false};
+    return {0, errno, false};
+  }
+}
+
+IoResult Socket::recvv(const struct iovec* iov, int n) {
+  struct msghdr msg {};
+  msg.msg_iov = const_cast<struct iovec*>(iov);
+  msg.msg_iovlen = n;
+  for (;;) {
+    ssize_t r = ::recvmsg(fd_, &msg, MSG_DONTWAIT);
+    if (r > 0) return {r, 0, false};
+    if (r == 0) return {0, 0, true};
+    if (errno == EINTR) continue;
+    if (errno == EWOULDBLOCK) return {0, EAGAIN, false};
+    return {0, errno, false};
+  }
+}
+
+IoResult Socket::sendSome(const void* p, size_t n) {
+  struct iovec v {const_cast<void*>(p), n};
+  return sendv(&v, 1);
+}
+
+IoResult Socket::recvSome(void* p, size_t n) {
+  struct iovec v {p, n};
+  return recvv(&v, 1);
+}
+
+}  // namespace tcp
+}  // namespace pycollect

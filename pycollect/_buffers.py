@@ -1,0 +1,105 @@
+"""Validation of user buffers (torch CPU tensors and numpy arrays).
+
+Everything here runs before anything is sent: a wrong dtype, a non-contiguous or
+CUDA tensor, a read-only output or a size mismatch raises a clear exception and
+the group is untouched.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+import numpy as np
+
+from .types import DTYPE_CODES, SUPPORTED_DTYPES, is_torch_tensor, torch_dtype_name
+
+
+@dataclass(frozen=True)
+class Buffer:
+    """A validated contiguous buffer: its address, element count and dtype."""
+
+    obj: Any  # the tensor / array (kept alive while the engine uses it)
+    address: int
+    numel: int
+    dtype: str
+
+    @property
+    def code(self) -> int:
+        return DTYPE_CODES[self.dtype]
+
+    @property
+    def nbytes(self) -> int:
+        return self.numel * np.dtype(self.dtype).itemsize if self.dtype != "bfloat16" else self.numel * 2
+
+
+def as_buffer(x, what: str, writable: bool = False) -> Buffer:
+    """Validate `x` (a torch CPU tensor or numpy array) and return its Buffer.
+
+    `what` names the argument in error messages, e.g. "all_reduce(tensor)".
+    """
+    if is_torch_tensor(x):
+        if x.device.type != "cpu":
+            raise NotImplementedError(
+                f"{what}: tensor is on {x.device}; pycollect moves CPU tensors only "
+                "(CUDA staging is not implemented yet): call .cpu() first"
+            )
+        if x.is_sparse or getattr(x, "is_quantized", False):
+            raise TypeError(f"{what}: sparse and quantized tensors are not supported")
+        name = torch_dtype_name(x.dtype)
+        if name not in DTYPE_CODES:
+            raise TypeError(f"{what}: dtype {x.dtype} is not supported; use one of {', '.join(SUPPORTED_DTYPES)}")
+        if not x.is_contiguous():
+            raise ValueError(f"{what}: tensor is not contiguous (shape {tuple(x.shape)}, stride {x.stride()}); call .contiguous()")
+        return Buffer(x, x.data_ptr(), x.numel(), name)
+    if isinstance(x, np.ndarray):
+        name = x.dtype.name
+        if name not in DTYPE_CODES:
+            raise TypeError(f"{what}: dtype {x.dtype} is not supported; use one of {', '.join(SUPPORTED_DTYPES)}")
+        if not x.flags.c_contiguous:
+            raise ValueError(f"{what}: array is not C-contiguous (shape {x.shape}, strides {x.strides}); use np.ascontiguousarray")
+        if writable and not x.flags.writeable:
+            raise ValueError(f"{what}: array is read-only but is written by this call")
+        return Buffer(x, x.ctypes.data, x.size, name)
+    raise TypeError(f"{what}: expected a torch.Tensor or numpy.ndarray, got {type(x).__name__}")
+
+
+def check_same_dtype(a: Buffer, b: Buffer, what: str) -> None:
+    if a.dtype != b.dtype:
+        raise TypeError(f"{what}: dtypes differ ({a.dtype} vs {b.dtype})")
+
+
+def check_numel(buf: Buffer, expected: int, what: str) -> None:
+    if buf.numel != expected:
+        raise ValueError(f"{what}: has {buf.numel} elements, expected {expected}")
+
+
+def check_list(items: Sequence, size: int, what: str) -> None:
+    if not isinstance(items, (list, tuple)):
+        raise TypeError(f"{what}: expected a list of {size} tensors, got {type(items).__name__}")
+    if len(items) != size:
+        raise ValueError(f"{what}: list has {len(items)} entries, the group has {size} ranks")
+
+
+def empty_like_flat(x, numel: int):
+    """A new contiguous 1-D buffer of the same library and dtype as `x`."""
+    if is_torch_tensor(x):
+        import torch
+
+        return torch.empty(numel, dtype=x.dtype)
+    return np.empty(numel, dtype=x.dtype)
+
+
+def concat_flat(items):
+    if is_torch_tensor(items[0]):
+        import torch
+
+        return torch.cat([t.reshape(-1) for t in items])
+    return np.concatenate([np.asarray(a).reshape(-1) for a in items])
+
+
+def copy_into(dst, src) -> None:
+    """dst[...] = src for same-library, same-numel buffers (src is 1-D)."""
+    if is_torch_tensor(dst):
+        dst.copy_(src.view(dst.shape))
+    else:
+        np.copyto(dst, src.reshape(dst.shape))

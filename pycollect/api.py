@@ -1,0 +1,269 @@
+"""torch.distributed-style functions on pycollect's engine.
+
+    import pycollect as pc
+    pc.init_process_group()              # torchrun's env, or rank=, world_size=, init_method=
+    pc.all_reduce(t)                     # in place, SUM
+    w = pc.all_gather_into_tensor(out, t, async_op=True); w.wait()
+
+Tensors are contiguous torch CPU tensors or numpy arrays. Source/destination ranks
+(`src`, `dst`) are global ranks, as in torch.distributed.
+"""
+from __future__ import annotations
+
+import atexit
+import datetime
+import itertools
+from typing import List, Optional, Sequence
+
+from . import _C
+from ._buffers import (
+    as_buffer,
+    check_list,
+    check_numel,
+    check_same_dtype,
+    concat_flat,
+    copy_into,
+    empty_like_flat,
+)
+from .errors import NotInitializedError
+from .group import NON_GROUP_MEMBER, ProcessGroup
+from .rendezvous import DEFAULT_TIMEOUT, listen_address, rendezvous
+from .types import ReduceOp, to_reduce_op
+from .work import Work
+
+_world: Optional[ProcessGroup] = None
+_groups: List[ProcessGroup] = []
+_group_counter = itertools.count()
+_store = None
+_host: Optional[str] = None
+_global_rank = -1
+
+
+def _to_timedelta(timeout) -> datetime.timedelta:
+    if timeout is None:
+        return DEFAULT_TIMEOUT
+    if isinstance(timeout, datetime.timedelta):
+        return timeout
+    return datetime.timedelta(seconds=float(timeout))
+
+
+def init_process_group(backend: Optional[str] = None, init_method: Optional[str] = None, timeout=None,
+                       world_size: int = -1, rank: int = -1, store=None, group_name: str = "",
+                       **unused) -> None:
+    """Join the default group. With no arguments, reads RANK/WORLD_SIZE/MASTER_ADDR/MASTER_PORT."""
+    global _world, _store, _host, _global_rank
+    if _world is not None:
+        raise RuntimeError("init_process_group() was already called; call destroy_process_group() first")
+    if backend not in (None, "pycollect"):
+        raise ValueError(f"pycollect.init_process_group only runs the 'pycollect' backend, not {backend!r}; "
+                         "for torch.distributed with another backend use torch.distributed directly")
+    td = _to_timedelta(timeout)
+    rv = rendezvous(init_method, rank, world_size, store, td)
+    _store, _global_rank = rv.store, rv.rank
+    _host = listen_address(rv.master_addr)
+    _world = ProcessGroup(f"g{next(_group_counter)}", _store, range(rv.world_size), rv.rank, td, _host)
+    _groups.append(_world)
+
+
+def is_initialized() -> bool:
+    return _world is not None
+
+
+def _default() -> ProcessGroup:
+    if _world is None:
+        raise NotInitializedError("pycollect is not initialized: call pycollect.init_process_group() first")
+    return _world
+
+
+def _group(group) -> ProcessGroup:
+    if group is None:
+        return _default()
+    if group is NON_GROUP_MEMBER:
+        raise ValueError("this rank is not a member of the group passed to this call")
+    if not isinstance(group, ProcessGroup):
+        raise TypeError(f"group must be a pycollect ProcessGroup (from new_group), got {type(group).__name__}")
+    if group not in _groups:
+        raise ValueError(f"{group!r} was destroyed")
+    return group
+
+
+def new_group(ranks: Optional[Sequence[int]] = None, timeout=None, backend: Optional[str] = None, **unused):
+    """Make a sub-group with its own links. Every rank of the default group must call it,
+    in the same order; ranks outside `ranks` get NON_GROUP_MEMBER."""
+    world = _default()
+    members = list(range(world.size)) if ranks is None else sorted(int(r) for r in ranks)
+    if len(set(members)) != len(members) or not members:
+        raise ValueError(f"new_group: ranks must be distinct and non-empty, got {ranks!r}")
+    for r in members:
+        if not 0 <= r < world.size:
+            raise ValueError(f"new_group: rank {r} is outside the world [0, {world.size})")
+    name = f"g{next(_group_counter)}"  # advanced on every rank, members or not
+    if _global_rank not in members:
+        return NON_GROUP_MEMBER
+    td = _to_timedelta(timeout) if timeout is not None else world.timeout
+    g = ProcessGroup(name, _store, members, _global_rank, td, _host)
+    _groups.append(g)
+    return g
+
+
+def destroy_process_group(group=None) -> None:
+    """Close a group's links; without an argument, every group and the default one."""
+    global _world, _store
+    if group is NON_GROUP_MEMBER:
+        return
+    if group is None:
+        for g in reversed(_groups):
+            g.destroy()
+        _groups.clear()
+        _world = None
+        _store = None
+        return
+    g = _group(group)
+    g.destroy()
+    _groups.remove(g)
+    if g is _world:
+        _world = None
+
+
+atexit.register(destroy_process_group)
+
+
+def get_rank(group=None) -> int:
+    if group is None:
+        _default()
+        return _global_rank
+    return _group(group).rank
+
+
+def get_world_size(group=None) -> int:
+    return _group(group).size
+
+
+def get_backend(group=None) -> str:
+    _group(group)
+    return "pycollect"
+
+
+def _run(g: ProcessGroup, launch, keepalive, async_op: bool, finish=None):
+    work = g.submit(launch, keepalive, finish)
+    if async_op:
+        return work
+    work.wait()
+    return None
+
+
+def all_reduce(tensor, op=ReduceOp.SUM, group=None, async_op: bool = False):
+    """Reduce `tensor` across the group, in place, on every rank."""
+    g = _group(group)
+    op = to_reduce_op(op)
+    b = as_buffer(tensor, "all_reduce(tensor)", writable=True)
+    return _run(g, lambda c: c.all_reduce(b.address, b.numel, b.code, int(op), g.algo), (b,), async_op)
+
+
+def all_gather_into_tensor(output_tensor, input_tensor, group=None, async_op: bool = False):
+    """output = concat of every rank's input, in rank order."""
+    g = _group(group)
+    i = as_buffer(input_tensor, "all_gather_into_tensor(input_tensor)")
+    o = as_buffer(output_tensor, "all_gather_into_tensor(output_tensor)", writable=True)
+    check_same_dtype(i, o, "all_gather_into_tensor(output_tensor, input_tensor)")
+    check_numel(o, i.numel * g.size, f"all_gather_into_tensor(output_tensor) for {g.size} ranks x {i.numel}")
+    return _run(g, lambda c: c.all_gather(i.address, o.address, i.numel, i.code), (i, o), async_op)
+
+
+def all_gather(tensor_list, tensor, group=None, async_op: bool = False):
+    """tensor_list[r] = rank r's `tensor` (list form)."""
+    g = _group(group)
+    check_list(tensor_list, g.size, "all_gather(tensor_list)")
+    i = as_buffer(tensor, "all_gather(tensor)")
+    outs = [as_buffer(t, f"all_gather(tensor_list[{k}])", writable=True) for k, t in enumerate(tensor_list)]
+    for k, o in enumerate(outs):
+        check_same_dtype(i, o, f"all_gather(tensor_list[{k}], tensor)")
+        check_numel(o, i.numel, f"all_gather(tensor_list[{k}])")
+    flat = empty_like_flat(tensor, i.numel * g.size)
+    f = as_buffer(flat, "all_gather(staging)")
+
+    def finish():
+        for k, t in enumerate(tensor_list):
+            copy_into(t, flat[k * i.numel:(k + 1) * i.numel])
+
+    return _run(g, lambda c: c.all_gather(i.address, f.address, i.numel, i.code), (i, f), async_op, finish)
+
+
+def reduce_scatter_tensor(output, input, op=ReduceOp.SUM, group=None, async_op: bool = False):
+    """output = chunk `rank` of the reduction of every rank's input."""
+    g = _group(group)
+    op = to_reduce_op(op)
+    i = as_buffer(input, "reduce_scatter_tensor(input)")
+    o = as_buffer(output, "reduce_scatter_tensor(output)", writable=True)
+    check_same_dtype(i, o, "reduce_scatter_tensor(output, input)")
+    check_numel(i, o.numel * g.size, f"reduce_scatter_tensor(input) for {g.size} ranks x {o.numel}")
+    return _run(g, lambda c: c.reduce_scatter(i.address, o.address, o.numel, o.code, int(op)), (i, o), async_op)
+
+
+def reduce_scatter(output, input_list, op=ReduceOp.SUM, group=None, async_op: bool = False):
+    """output = reduction over ranks of input_list[rank] (list form)."""
+    g = _group(group)
+    op = to_reduce_op(op)
+    check_list(input_list, g.size, "reduce_scatter(input_list)")
+    o = as_buffer(output, "reduce_scatter(output)", writable=True)
+    for k, t in enumerate(input_list):
+        b = as_buffer(t, f"reduce_scatter(input_list[{k}])")
+        check_same_dtype(o, b, f"reduce_scatter(output, input_list[{k}])")
+        check_numel(b, o.numel, f"reduce_scatter(input_list[{k}])")
+    flat = concat_flat(input_list)
+    i = as_buffer(flat, "reduce_scatter(staging)")
+    return _run(g, lambda c: c.reduce_scatter(i.address, o.address, o.numel, o.code, int(op)), (i, o), async_op)
+
+
+def broadcast(tensor, src: int = 0, group=None, async_op: bool = False):
+    """Copy rank `src`'s tensor (a global rank) to every rank of the group."""
+    g = _group(group)
+    root = g.group_rank(src, "broadcast(src)")
+    b = as_buffer(tensor, "broadcast(tensor)", writable=True)
+    return _run(g, lambda c: c.broadcast(b.address, b.numel, b.code, root), (b,), async_op)
+
+
+def barrier(group=None, async_op: bool = False, device_ids=None):
+    """Return once every rank of the group has entered the barrier."""
+    g = _group(group)
+    return _run(g, lambda c: c.barrier(), (), async_op)
+
+
+def _check_tag(tag) -> int:
+    if not isinstance(tag, int) or not -(2**31) <= tag < 2**31:
+        raise ValueError(f"tag must be a 32-bit integer, got {tag!r}")
+    return tag
+
+
+def isend(tensor, dst: int, group=None, tag: int = 0) -> Work:
+    g = _group(group)
+    peer = g.group_rank(dst, "send(dst)")
+    b = as_buffer(tensor, "send(tensor)")
+    tag = _check_tag(tag)
+    return g.submit(lambda c: c.send(b.address, b.numel, b.code, peer, tag), (b,))
+
+
+def irecv(tensor, src: int, group=None, tag: int = 0) -> Work:
+    g = _group(group)
+    if src is None:
+        raise NotImplementedError("recv from any source (src=None) is not supported; name the sender")
+    peer = g.group_rank(src, "recv(src)")
+    b = as_buffer(tensor, "recv(tensor)", writable=True)
+    tag = _check_tag(tag)
+    return g.submit(lambda c: c.recv(b.address, b.numel, b.code, peer, tag), (b,))
+
+
+def send(tensor, dst: int, group=None, tag: int = 0) -> None:
+    """Send `tensor` to global rank `dst` (completes once the bytes left this process)."""
+    isend(tensor, dst, group, tag).wait()
+
+
+def recv(tensor, src: int, group=None, tag: int = 0) -> int:
+    """Receive into `tensor` from global rank `src`; returns `src`."""
+    irecv(tensor, src, group, tag).wait()
+    return src
+
+
+def get_counters(group=None) -> dict:
+    """Calls per collective kind that ran through this group's engine."""
+    return _group(group).counters()

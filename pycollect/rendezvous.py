@@ -1,0 +1,123 @@
+"""Rendezvous: find the store, pick the address to listen on, read torchrun's env.
+
+pycollect reuses torch.distributed's TCPStore. A job started by torchrun (or with
+RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT set) needs no arguments; explicit
+rank=/world_size=/init_method="tcp://host:port" or store= also work.
+"""
+from __future__ import annotations
+
+import datetime
+import os
+import socket
+from dataclasses import dataclass
+from typing import Optional
+from urllib.parse import urlparse
+
+DEFAULT_TIMEOUT = datetime.timedelta(minutes=30)  # as torch.distributed's default
+
+
+@dataclass
+class Rendezvous:
+    store: object
+    rank: int
+    world_size: int
+    master_addr: Optional[str]
+
+
+def _env_int(name: str) -> Optional[int]:
+    value = os.environ.get(name)
+    if value is None or value == "":
+        return None
+    try:
+        return int(value)
+    except ValueError:
+        raise ValueError(f"environment variable {name}={value!r} is not an integer") from None
+
+
+def _require(value, name: str, env: str) -> int:
+    if value is None or value < 0:
+        raise ValueError(f"{name} is not known: pass {name}= or set {env} (torchrun sets it)")
+    return value
+
+
+def rendezvous(init_method, rank: int, world_size: int, store, timeout: datetime.timedelta) -> Rendezvous:
+    if rank is None or rank < 0:
+        rank = _env_int("RANK")
+    if world_size is None or world_size < 0:
+        world_size = _env_int("WORLD_SIZE")
+    rank = _require(rank, "rank", "RANK")
+    world_size = _require(world_size, "world_size", "WORLD_SIZE")
+    if world_size < 1:
+        raise ValueError(f"world_size must be >= 1, got {world_size}")
+    if not 0 <= rank < world_size:
+        raise ValueError(f"rank {rank} is outside [0, {world_size})")
+    if store is not None:
+        if init_method is not None:
+            raise ValueError("pass either store= or init_method=, not both")
+        return Rendezvous(store, rank, world_size, _store_host(store) or os.environ.get("MASTER_ADDR"))
+
+    import torch.distributed as dist
+
+    if init_method is None or init_method == "env://":
+        host = os.environ.get("MASTER_ADDR")
+        port = _env_int("MASTER_PORT")
+        if host is None or port is None:
+            raise ValueError(
+                "no rendezvous: set MASTER_ADDR and MASTER_PORT (torchrun does), or pass "
+                'init_method="tcp://host:port" or store='
+            )
+    elif init_method.startswith("tcp://"):
+        url = urlparse(init_method)
+        host, port = url.hostname, url.port
+        if host is None or port is None:
+            raise ValueError(f"init_method {init_method!r} must look like tcp://host:port")
+    else:
+        raise ValueError(f"unsupported init_method {init_method!r}: use env:// or tcp://host:port")
+    # Under torchrun the agent already serves the store on MASTER_PORT.
+    agent_store = os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True"
+    tcp_store = dist.TCPStore(
+        host,
+        port,
+        world_size,
+        is_master=(rank == 0 and not agent_store),
+        timeout=timeout,
+        wait_for_workers=False,
+    )
+    return Rendezvous(dist.PrefixStore("pycollect", tcp_store), rank, world_size, host)
+
+
+def _store_host(store) -> Optional[str]:
+    while store is not None:
+        host = getattr(store, "host", None)
+        if isinstance(host, str) and host:
+            return host
+        store = getattr(store, "underlying_store", None)
+    return None
+
+
+def listen_address(master_addr: Optional[str]) -> str:
+    """The local address to listen on and publish.
+
+    PYCOLLECT_SOCKET_IFNAME picks an interface by name; otherwise the address
+    through which this host reaches MASTER_ADDR (loopback when it is local).
+    """
+    from . import _C
+
+    ifname = os.environ.get("PYCOLLECT_SOCKET_IFNAME")
+    family = 0
+    if master_addr:
+        try:
+            family = socket.getaddrinfo(master_addr, None)[0][0]
+        except socket.gaierror:
+            family = 0
+    if ifname:
+        return _C.interface_address(ifname, int(family))
+    if not master_addr:
+        return "127.0.0.1"
+    try:
+        info = socket.getaddrinfo(master_addr, 9, type=socket.SOCK_DGRAM)[0]
+        with socket.socket(info[0], socket.SOCK_DGRAM) as probe:
+            probe.connect(info[4])  # no packet is sent: this only asks the routing table
+            return probe.getsockname()[0]
+    except OSError as e:
+        raise RuntimeError(f"cannot find a local address that reaches MASTER_ADDR={master_addr!r}: {e}") from None

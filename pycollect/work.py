@@ -1,0 +1,105 @@
+"""Work handles returned by async_op=True (and used internally by every call)."""
+from __future__ import annotations
+
+import time
+from typing import Callable, Optional
+
+from .errors import CollectiveTimeoutError, MismatchError, PeerLostError, PyCollectError
+
+
+class Work:
+    """A queued operation. Operations of a group complete in the order issued.
+
+    wait(timeout=None) blocks (without the GIL) until the operation is done and
+    raises its error if it failed; is_completed() polls.
+    """
+
+    def __init__(self, group, cwork, keepalive=(), finish: Optional[Callable[[], None]] = None):
+        self._group = group
+        self._cwork = cwork
+        self._keepalive = keepalive
+        self._finish = finish
+        self._finished = False
+
+    def _complete(self) -> None:
+        if not self._finished:
+            self._finished = True
+            if self._finish is not None:
+                self._finish()
+            self._keepalive = ()
+
+    def wait(self, timeout: Optional[float] = None) -> bool:
+        seconds = -1.0 if timeout is None else float(getattr(timeout, "total_seconds", lambda: timeout)())
+        try:
+            done = self._cwork.wait(seconds)
+        except PyCollectError as e:
+            raise self._group._explain(e) from None
+        if not done:
+            raise CollectiveTimeoutError(
+                f"{self._cwork.what}: not completed within {seconds:.3g} s of wait(); it is still running"
+            )
+        self._complete()
+        return True
+
+    def is_completed(self) -> bool:
+        if not self._cwork.is_completed():
+            return False
+        if not self._cwork.failed():
+            self._complete()
+        return True
+
+    def is_success(self) -> bool:
+        return self._cwork.is_completed() and not self._cwork.failed()
+
+    def exception(self):
+        if not self._cwork.failed():
+            return None
+        try:
+            self._cwork.wait(0.0)
+        except PyCollectError as e:
+            return e
+        return None
+
+    def __repr__(self) -> str:
+        state = "done" if self._cwork.is_completed() else "pending"
+        return f"<pycollect.Work {self._cwork.what} {state}>"
+
+
+def explain_failure(error: PyCollectError, store, prefix: str, rank: int, size: int, wait_s: float = 1.5):
+    """Publish this rank's failure in the store and add what the other ranks reported.
+
+    A rank that only saw a neighbour go away learns from the store why (a mismatch
+    two ranks away, a timeout, or which ranks never reported and so probably died).
+    """
+    message = str(error)
+    try:
+        store.set(f"{prefix}/failed/{rank}", message)
+    except Exception:  # the store may be gone with rank 0; the local error still stands
+        return error
+    if not isinstance(error, (PeerLostError,)) or size <= 1:
+        return error
+    reports: dict[int, str] = {}
+    deadline = time.monotonic() + wait_s
+    while True:
+        for r in range(size):
+            if r == rank or r in reports:
+                continue
+            try:
+                if store.check([f"{prefix}/failed/{r}"]):
+                    reports[r] = store.get(f"{prefix}/failed/{r}").decode(errors="replace")
+            except Exception:
+                break
+        causes = [m for m in reports.values() if "mismatched" in m or "timed out" in m or "expected" in m]
+        if causes or len(reports) == size - 1 or time.monotonic() > deadline:
+            break
+        time.sleep(0.05)
+    silent = [r for r in range(size) if r != rank and r not in reports]
+    extra = []
+    if causes:
+        extra.append("root cause reported by another rank: " + causes[0])
+    if silent:
+        extra.append(f"rank(s) {silent} reported nothing (lost, or not in this call)")
+    if not extra:
+        return error
+    kind = MismatchError if causes and "mismatched" in causes[0] else type(error)
+    return kind(message + "; " + "; ".join(extra))
