@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import atexit
 import datetime
-import itertools
 from typing import List, Optional, Sequence
 
 from . import _C
@@ -33,7 +32,7 @@ from .work import Work
 
 _world: Optional[ProcessGroup] = None
 _groups: List[ProcessGroup] = []
-_group_counter = itertools.count()
+_group_seq = 0  # groups created so far on every rank (names g0, g1, ...)
 _store = None
 _host: Optional[str] = None
 _global_rank = -1
@@ -51,7 +50,7 @@ def init_process_group(backend: Optional[str] = None, init_method: Optional[str]
                        world_size: int = -1, rank: int = -1, store=None, group_name: str = "",
                        **unused) -> None:
     """Join the default group. With no arguments, reads RANK/WORLD_SIZE/MASTER_ADDR/MASTER_PORT."""
-    global _world, _store, _host, _global_rank
+    global _world, _store, _host, _global_rank, _group_seq
     if _world is not None:
         raise RuntimeError("init_process_group() was already called; call destroy_process_group() first")
     if backend not in (None, "pycollect"):
@@ -61,7 +60,8 @@ def init_process_group(backend: Optional[str] = None, init_method: Optional[str]
     rv = rendezvous(init_method, rank, world_size, store, td)
     _store, _global_rank = rv.store, rv.rank
     _host = listen_address(rv.master_addr)
-    _world = ProcessGroup(f"g{next(_group_counter)}", _store, range(rv.world_size), rv.rank, td, _host)
+    _world = ProcessGroup(f"g{_group_seq}", _store, range(rv.world_size), rv.rank, td, _host)
+    _group_seq += 1
     _groups.append(_world)
 
 
@@ -97,7 +97,9 @@ def new_group(ranks: Optional[Sequence[int]] = None, timeout=None, backend: Opti
     for r in members:
         if not 0 <= r < world.size:
             raise ValueError(f"new_group: rank {r} is outside the world [0, {world.size})")
-    name = f"g{next(_group_counter)}"  # advanced on every rank, members or not
+    global _group_seq
+    name = f"g{_group_seq}"
+    _group_seq += 1  # advanced on every rank, members or not
     if _global_rank not in members:
         return NON_GROUP_MEMBER
     td = _to_timedelta(timeout) if timeout is not None else world.timeout

@@ -1,0 +1,43 @@
+"""The `pycollect` command: one subcommand per area, each registered by its module.
+
+    pycollect demo      the main job: a multi-rank run on this machine
+    pycollect bench     nccl-tests-style benchmark against Gloo
+    pycollect memory    memory and communication planner
+"""
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from typing import List, Optional
+
+# Each module exposes register(subparsers), which adds its subcommand with
+# set_defaults(func=run), run(args) -> exit code.
+SUBCOMMANDS = ("pycollect._cli_demo", "pycollect._cli_bench", "pycollect._cli_memory")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="pycollect", description="pycollect: TCP collectives engine")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name in SUBCOMMANDS:
+        try:
+            module = importlib.import_module(name)
+        except ModuleNotFoundError as e:
+            if e.name != name:
+                raise
+            continue  # not built yet in this checkout
+        module.register(sub)
+    return parser
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "func", None):
+        parser.print_help()
+        return 2
+    return int(args.func(args) or 0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

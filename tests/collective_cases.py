@@ -1,0 +1,171 @@
+"""Worker-side functions for the collective cross-checks (run inside RankPool ranks).
+
+Every rank builds every rank's input from the same seed, so each rank can compute
+the numpy reference on its own; the same inputs go through pycollect and through
+torch.distributed's Gloo in the same process. Returns a digest of pycollect's
+result so the test can check that all ranks hold bit-identical results.
+"""
+from __future__ import annotations
+
+import hashlib
+
+import numpy as np
+import torch
+import torch.distributed as dist
+
+import pycollect as pc
+
+DTYPES = [torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.int8, torch.uint8,
+          torch.int32, torch.int64]
+OPS = ["SUM", "PRODUCT", "MIN", "MAX", "AVG"]
+BIG = 2 * 1024 * 1024 // 4 + 3  # ~2 MiB of float32, not divisible by 2, 3 or 4
+COUNTS = [0, 1, 13, BIG]
+# Tolerances for floats (ours vs the float64 numpy reference, and vs Gloo).
+TOL = {torch.float32: (1e-5, 1e-5), torch.float64: (1e-12, 1e-12), torch.float16: (1e-2, 2e-2),
+       torch.bfloat16: (2e-2, 1e-1)}
+
+_groups: dict = {}
+
+
+def groups(ws: int):
+    """(pycollect group, gloo group) over ranks [0, ws), created once per worker."""
+    if ws not in _groups:
+        ranks = list(range(ws))
+        _groups[ws] = (pc.new_group(ranks), dist.new_group(ranks))
+    return _groups[ws]
+
+
+def make_input(dtype, count: int, rank: int, seed: int, op: str) -> torch.Tensor:
+    g = torch.Generator().manual_seed(seed * 1000 + rank)
+    if dtype.is_floating_point:
+        if op == "PRODUCT":
+            x = torch.rand(count, generator=g, dtype=torch.float64) + 0.5
+        else:
+            x = torch.rand(count, generator=g, dtype=torch.float64) * 2 - 1
+        return x.to(dtype)
+    hi = 3 if op == "PRODUCT" else 30  # keeps int8 sums and products in range
+    lo = 1 if op == "PRODUCT" else 0
+    return torch.randint(lo, hi, (count,), generator=g, dtype=torch.int64).to(dtype)
+
+
+def reduce_ref(inputs, op: str, dtype) -> np.ndarray:
+    wide = np.stack([x.to(torch.float64 if dtype.is_floating_point else torch.int64).numpy()
+                     for x in inputs])
+    fn = {"SUM": np.sum, "PRODUCT": np.prod, "MIN": np.min, "MAX": np.max, "AVG": np.mean}[op]
+    return fn(wide, axis=0)
+
+
+def assert_close(got: torch.Tensor, ref, dtype, what: str) -> None:
+    wide = got.to(torch.float64 if dtype.is_floating_point else torch.int64).numpy()
+    ref = np.asarray(ref)
+    if dtype.is_floating_point:
+        rtol, atol = TOL[dtype]
+        bad = ~np.isclose(wide, ref, rtol=rtol, atol=atol)
+    else:
+        ref = torch.from_numpy(np.ascontiguousarray(ref)).to(dtype).to(torch.int64).numpy()  # wrap like C
+        bad = wide != ref
+    if bad.any():
+        i = int(np.argmax(bad))
+        raise AssertionError(f"{what}: {int(bad.sum())} of {bad.size} elements differ; first at {i}: "
+                             f"got {wide[i]!r}, expected {ref.reshape(-1)[i]!r}")
+
+
+def digest(t: torch.Tensor) -> str:
+    return hashlib.sha1(t.contiguous().view(torch.uint8).numpy().tobytes()).hexdigest()
+
+
+def _gloo(fn, what: str):
+    """Run a Gloo call; return False if Gloo does not support this dtype/op."""
+    try:
+        fn()
+        return True
+    except (RuntimeError, ValueError) as e:
+        if "not supported" in str(e) or "Unsupported" in str(e) or "unsupported" in str(e):
+            return False
+        raise
+
+
+# torch 2.13 renamed the tensor forms; older versions only have the old names.
+_all_gather_single = getattr(dist, "all_gather_single", dist.all_gather_into_tensor)
+_reduce_scatter_single = getattr(dist, "reduce_scatter_single", dist.reduce_scatter_tensor)
+
+
+def _torch_op(op: str):
+    return getattr(dist.ReduceOp, op)
+
+
+def run_cases(kind: str, ws: int, seed: int = 0, counts=COUNTS, dtypes=DTYPES, ops=OPS):
+    """Run every (dtype, count, op) case of one collective on ranks [0, ws)."""
+    pg, gg = groups(ws)
+    if pg is pc.NON_GROUP_MEMBER:
+        return None
+    r = pc.get_rank(pg)
+    out = {"digests": [], "gloo_compared": 0, "cases": 0}
+    for dtype in dtypes:
+        for count in counts:
+            case_ops = ops if kind in ("all_reduce", "reduce_scatter_tensor", "reduce_scatter") else ["SUM"]
+            for op in case_ops:
+                what = f"{kind} ws={ws} {dtype} count={count} op={op}"
+                if op == "AVG" and not dtype.is_floating_point:
+                    try:
+                        run_one(kind, pg, gg, ws, r, dtype, count, op, seed, what)
+                    except ValueError as e:
+                        assert "AVG" in str(e) and "int" in str(e), str(e)
+                        continue
+                    raise AssertionError(f"{what}: AVG on an integer dtype did not raise")
+                d, compared = run_one(kind, pg, gg, ws, r, dtype, count, op, seed, what)
+                out["digests"].append((what, d))
+                out["gloo_compared"] += compared
+                out["cases"] += 1
+    return out
+
+
+def run_one(kind, pg, gg, ws, r, dtype, count, op, seed, what):
+    inputs = [make_input(dtype, count if kind not in ("reduce_scatter_tensor", "reduce_scatter") else count * ws,
+                         k, seed, op) for k in range(ws)]
+    mine = inputs[r].clone()
+    rop = getattr(pc.ReduceOp, op)
+    compared = 0
+    if kind == "all_reduce":
+        pc.all_reduce(mine, op=rop, group=pg)
+        assert_close(mine, reduce_ref(inputs, op, dtype), dtype, what + " vs numpy")
+        theirs = inputs[r].clone()
+        if op != "AVG" and _gloo(lambda: dist.all_reduce(theirs, op=_torch_op(op), group=gg), what):
+            assert_close(mine, theirs.to(torch.float64 if dtype.is_floating_point else torch.int64).numpy(),
+                         dtype, what + " vs gloo")
+            compared = 1
+        return digest(mine), compared
+    if kind == "broadcast":
+        root = ws - 1
+        pc.broadcast(mine, src=root, group=pg)
+        assert torch.equal(mine, inputs[root]), what
+        return digest(mine), 0
+    if kind in ("all_gather_into_tensor", "all_gather"):
+        if kind == "all_gather_into_tensor":
+            result = torch.full((count * ws,), 7, dtype=dtype)
+            pc.all_gather_into_tensor(result, mine, group=pg)
+        else:
+            parts = [torch.empty(count, dtype=dtype) for _ in range(ws)]
+            pc.all_gather(parts, mine, group=pg)
+            result = torch.cat(parts)
+        assert torch.equal(result, torch.cat(inputs)), what + " vs inputs"
+        theirs = torch.empty(count * ws, dtype=dtype)
+        if _gloo(lambda: _all_gather_single(theirs, inputs[r], group=gg), what):
+            assert torch.equal(result, theirs), what + " vs gloo"
+            compared = 1
+        return digest(result), compared
+    # reduce-scatter: rank r gets chunk r of the reduction
+    ref = reduce_ref(inputs, op, dtype)[r * count:(r + 1) * count]
+    result = torch.full((count,), 7, dtype=dtype)
+    if kind == "reduce_scatter_tensor":
+        pc.reduce_scatter_tensor(result, mine, op=rop, group=pg)
+    else:
+        pc.reduce_scatter(result, list(mine.chunk(ws)) if count else [mine[:0]] * ws, op=rop, group=pg)
+    assert_close(result, ref, dtype, what + " vs numpy")
+    theirs = torch.empty(count, dtype=dtype)
+    if op != "AVG" and _gloo(lambda: _reduce_scatter_single(theirs, inputs[r].clone(), op=_torch_op(op),
+                                                                  group=gg), what):
+        assert_close(result, theirs.to(torch.float64 if dtype.is_floating_point else torch.int64).numpy(),
+                     dtype, what + " vs gloo")
+        compared = 1
+    return digest(result), compared

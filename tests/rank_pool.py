@@ -1,0 +1,147 @@
+"""A pool of real rank processes on loopback, started once and reused by many tests.
+
+    pool = RankPool(4)                     # 4 processes; pycollect and Gloo both initialised
+    results = pool.run(fn, arg1, arg2)     # fn(arg1, arg2) on every rank, list of returns
+    outcomes = pool.run_raw(fn)            # [(ok, value_or_error_text), ...] per rank
+
+`fn` must be a module-level function (it is pickled by reference). Each worker has
+called pycollect.init_process_group and torch.distributed.init_process_group("gloo")
+on a shared TCPStore, so tests can run both engines on the same inputs in the same
+processes. A rank that does not answer within `timeout` fails the call (and the
+pool is torn down), so a hang is a test failure, never a stuck suite.
+"""
+from __future__ import annotations
+
+import datetime
+import multiprocessing as mp
+import os
+import socket
+import traceback
+from typing import Any, Callable, List, Tuple
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]
+
+
+def _worker(rank: int, world: int, port: int, conn, env: dict, init_gloo: bool, timeout_s: float,
+            master_addr: str) -> None:
+    os.environ.update(env)
+    try:
+        import torch
+        import torch.distributed as dist
+
+        import pycollect as pc
+
+        torch.set_num_threads(1)
+        td = datetime.timedelta(seconds=timeout_s)
+        store = dist.TCPStore(master_addr, port, world, is_master=(rank == 0), timeout=td,
+                              wait_for_workers=False)
+        pc.init_process_group(store=dist.PrefixStore("pycollect", store), rank=rank, world_size=world,
+                              timeout=td)
+        if init_gloo:
+            dist.init_process_group("gloo", store=dist.PrefixStore("gloo", store), rank=rank,
+                                    world_size=world, timeout=td)
+        conn.send(("ready", None))
+    except BaseException:  # report start-up failures to the parent
+        conn.send(("err", traceback.format_exc()))
+        return
+    while True:
+        try:
+            msg = conn.recv()
+        except EOFError:
+            break
+        if msg is None:
+            break
+        fn, args, kwargs = msg
+        try:
+            conn.send(("ok", fn(*args, **kwargs)))
+        except BaseException as e:  # noqa: BLE001 - every failure goes back to the test
+            conn.send(("err", f"{type(e).__name__}: {e}\n{traceback.format_exc()}"))
+    try:
+        pc.destroy_process_group()
+        if init_gloo:
+            dist.destroy_process_group()
+    except Exception:
+        pass
+
+
+class RankPool:
+    def __init__(self, world_size: int, *, init_gloo: bool = True, timeout: float = 60.0,
+                 env: dict | None = None, op_timeout: float = 30.0, master_addr: str = "127.0.0.1"):
+        self.world_size = world_size
+        self.timeout = timeout
+        ctx = mp.get_context("spawn")
+        port = free_port(master_addr)
+        self._conns = []
+        self.procs = []
+        for rank in range(world_size):
+            parent, child = ctx.Pipe()
+            p = ctx.Process(target=_worker, args=(rank, world_size, port, child, dict(env or {}), init_gloo,
+                                                  op_timeout, master_addr), daemon=True)
+            p.start()
+            self._conns.append(parent)
+            self.procs.append(p)
+        for rank, c in enumerate(self._conns):
+            if not c.poll(timeout * 2):
+                self.close()
+                raise RuntimeError(f"rank {rank} did not start within {timeout * 2:.0f} s")
+            status, info = c.recv()
+            if status != "ready":
+                self.close()
+                raise RuntimeError(f"rank {rank} failed to start:\n{info}")
+
+    def submit(self, fn: Callable, *args, ranks=None, **kwargs) -> None:
+        """Start fn on `ranks` (default all) without waiting; see collect()."""
+        for r in range(self.world_size) if ranks is None else ranks:
+            self._conns[r].send((fn, args, kwargs))
+
+    def collect(self, ranks=None, timeout: float | None = None, what: str = "call") -> List[Tuple[bool, Any]]:
+        """(ok, result or error text) of the call running on each of `ranks`."""
+        ranks = range(self.world_size) if ranks is None else ranks
+        out = []
+        limit = self.timeout if timeout is None else timeout
+        for r in ranks:
+            if not self._conns[r].poll(limit):
+                self.close()
+                raise TimeoutError(f"rank {r} did not finish {what} within {limit:.0f} s (hang?)")
+            status, value = self._conns[r].recv()
+            out.append((status == "ok", value))
+        return out
+
+    def run_raw(self, fn: Callable, *args, timeout: float | None = None, ranks=None, **kwargs) -> List[Tuple[bool, Any]]:
+        """Run fn on `ranks` (default all); returns (ok, result or error text) per rank."""
+        self.submit(fn, *args, ranks=ranks, **kwargs)
+        return self.collect(ranks, timeout, fn.__name__)
+
+    def run(self, fn: Callable, *args, **kwargs) -> List[Any]:
+        """Run fn on every rank; raise AssertionError with every rank's error if any failed."""
+        outcomes = self.run_raw(fn, *args, **kwargs)
+        errors = [f"rank {r}: {v}" for r, (ok, v) in enumerate(outcomes) if not ok]
+        if errors:
+            raise AssertionError("\n".join(errors))
+        return [v for _, v in outcomes]
+
+    def kill(self, rank: int) -> None:
+        self.procs[rank].kill()
+
+    def close(self) -> None:
+        for c in self._conns:
+            try:
+                c.send(None)
+            except Exception:
+                pass
+        for p in self.procs:
+            p.join(timeout=5)
+            if p.is_alive():
+                p.kill()
+                p.join(timeout=5)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()

@@ -1,0 +1,285 @@
+"""API behaviour and bad input: async handles, ordering, the GIL, numpy inputs,
+send/recv, new_group, and every error path that must be caught before anything is
+sent. One pool of 4 ranks for the module; a case that breaks a group uses a fresh
+sub-group so the pool stays usable.
+"""
+import threading
+import time
+
+import numpy as np
+import pytest
+import torch
+
+import pycollect as pc
+from rank_pool import RankPool
+
+WORLD = 4
+
+
+@pytest.fixture(scope="module")
+def pool():
+    with RankPool(WORLD, init_gloo=False, timeout=120) as p:
+        yield p
+
+
+# -- worker functions (module level so they pickle) ----------------------------------
+
+def async_in_order():
+    r, n = pc.get_rank(), pc.get_world_size()
+    ts = [torch.full((1000 + k,), float(r + k)) for k in range(20)]
+    works = [pc.all_reduce(t, async_op=True) for t in ts]
+    works[-1].wait()  # the last one done implies the earlier ones are done
+    done = [w.is_completed() for w in works]
+    for w in works:
+        w.wait(timeout=10)
+    expect = [sum(range(n)) + n * k for k in range(20)]
+    return done, [float(t[0]) for t in ts] == expect
+
+
+def gil_released():
+    """A Python thread keeps counting while this rank blocks in a large all-reduce."""
+    t = torch.ones(8 * 1024 * 1024)
+    ticks = []
+    stop = threading.Event()
+
+    def count():
+        while not stop.is_set():
+            ticks.append(time.perf_counter())
+            time.sleep(0.001)
+
+    th = threading.Thread(target=count)
+    th.start()
+    time.sleep(0.05)
+    before = len(ticks)
+    start = time.perf_counter()
+    for _ in range(3):
+        pc.all_reduce(t)
+    elapsed = time.perf_counter() - start
+    during = len(ticks) - before
+    stop.set()
+    th.join()
+    return elapsed, during
+
+
+def numpy_inputs():
+    r, n = pc.get_rank(), pc.get_world_size()
+    a = np.arange(10, dtype=np.int32) * (r + 1)
+    pc.all_reduce(a, op=pc.ReduceOp.MAX)
+    g = np.empty(3 * n, dtype=np.float64)
+    pc.all_gather_into_tensor(g, np.full(3, r, dtype=np.float64))
+    h = np.zeros(2, dtype=np.float16)
+    pc.reduce_scatter_tensor(h, np.ones(2 * n, dtype=np.float16))
+    return a.tolist(), g.tolist(), h.tolist()
+
+
+def in_place_all_gather():
+    r, n = pc.get_rank(), pc.get_world_size()
+    out = torch.zeros(5 * n, dtype=torch.int64)
+    out[r * 5:(r + 1) * 5] = r + 1
+    pc.all_gather_into_tensor(out, out[r * 5:(r + 1) * 5])
+    return out.tolist()
+
+
+def ring_send_recv():
+    """Each rank sends to its right and receives from its left, with tags, async."""
+    r, n = pc.get_rank(), pc.get_world_size()
+    got = torch.zeros(100, dtype=torch.int64)
+    s = pc.isend(torch.full((100,), r, dtype=torch.int64), (r + 1) % n, tag=7)
+    rw = pc.irecv(got, (r - 1) % n, tag=7)
+    s.wait()
+    rw.wait()
+    return int(got[0]), int(got[-1])
+
+
+def sub_group_ops():
+    r = pc.get_rank()
+    g = pc.new_group([1, 3])
+    if r not in (1, 3):
+        assert g is pc.NON_GROUP_MEMBER
+        return None
+    t = torch.tensor([float(r)])
+    pc.all_reduce(t, group=g)
+    b = torch.tensor([float(r)])
+    pc.broadcast(b, src=3, group=g)
+    pc.destroy_process_group(g)
+    return pc.get_world_size(g) if False else (float(t), float(b))
+
+
+def barrier_waits():
+    r = pc.get_rank()
+    time.sleep(0.3 * (r == 2))
+    t0 = time.perf_counter()
+    pc.barrier()
+    return time.perf_counter() - t0
+
+
+def bad_inputs():
+    """Each call must raise before anything is sent; the group must still work after."""
+    n = pc.get_world_size()
+    errors = {}
+
+    def expect(name, exc, fn, *words):
+        try:
+            fn()
+        except exc as e:
+            msg = str(e)
+            missing = [w for w in words if w not in msg]
+            errors[name] = "ok" if not missing else f"message lacks {missing}: {msg}"
+        except Exception as e:  # wrong type
+            errors[name] = f"raised {type(e).__name__}: {e}"
+        else:
+            errors[name] = "did not raise"
+
+    x = torch.ones(4, 4)
+    expect("non_contiguous", ValueError, lambda: pc.all_reduce(x.t()), "contiguous")
+    expect("bool_dtype", TypeError, lambda: pc.all_reduce(torch.ones(3, dtype=torch.bool)), "torch.bool")
+    expect("complex_dtype", TypeError, lambda: pc.all_reduce(torch.ones(3, dtype=torch.complex64)), "complex64")
+    expect("numpy_dtype", TypeError, lambda: pc.all_reduce(np.ones(3, dtype=np.uint16)), "uint16")
+    expect("not_a_tensor", TypeError, lambda: pc.all_reduce([1, 2, 3]), "list")
+    expect("device", NotImplementedError, lambda: pc.all_reduce(torch.ones(3, device="meta")), "meta")
+    expect("unknown_op", ValueError, lambda: pc.all_reduce(torch.ones(3), op="median"), "median")
+    expect("avg_int", ValueError, lambda: pc.all_reduce(torch.ones(3, dtype=torch.int32), op=pc.ReduceOp.AVG),
+           "AVG", "int32")
+    expect("gather_out_size", ValueError,
+           lambda: pc.all_gather_into_tensor(torch.empty(3 * n + 1), torch.ones(3)), str(3 * n + 1), str(3 * n))
+    expect("gather_out_dtype", TypeError,
+           lambda: pc.all_gather_into_tensor(torch.empty(3 * n, dtype=torch.float64), torch.ones(3)), "float64")
+    expect("gather_list_len", ValueError, lambda: pc.all_gather([torch.empty(3)], torch.ones(3)), "list has 1")
+    expect("rs_in_size", ValueError, lambda: pc.reduce_scatter_tensor(torch.empty(2), torch.ones(2 * n + 1)),
+           "expected")
+    expect("readonly_numpy", ValueError,
+           lambda: pc.all_reduce(np.frombuffer(b"\0" * 16, dtype=np.float32)), "read-only")
+    expect("broadcast_src", ValueError, lambda: pc.broadcast(torch.ones(1), src=n + 5), str(n + 5))
+    expect("send_to_self", ValueError, lambda: pc.send(torch.ones(1), pc.get_rank()), "itself")
+    expect("reinit", RuntimeError, lambda: pc.init_process_group(), "already")
+    t = torch.ones(3)
+    pc.all_reduce(t)  # the group still works
+    errors["still_works"] = "ok" if t.tolist() == [n] * 3 else f"got {t.tolist()}"
+    return errors
+
+
+def mismatch(kind_on_rank1: str):
+    """Rank 1 calls something else than everyone else; every rank must raise naming both."""
+    g = pc.new_group(list(range(pc.get_world_size())), timeout=30)
+    r = pc.get_rank()
+    t0 = time.perf_counter()
+    try:
+        if r == 1 and kind_on_rank1 == "all_gather":
+            pc.all_gather_into_tensor(torch.empty(50 * pc.get_world_size()), torch.ones(50), group=g)
+        elif r == 1 and kind_on_rank1 == "count":
+            pc.all_reduce(torch.ones(99), group=g)
+        else:
+            pc.all_reduce(torch.ones(100), group=g)
+        outcome = ("no error", "")
+    except pc.PyCollectError as e:
+        outcome = (type(e).__name__, str(e))
+    elapsed = time.perf_counter() - t0
+    # The failed group refuses further calls at once.
+    t1 = time.perf_counter()
+    try:
+        pc.all_reduce(torch.ones(1), group=g)
+        later = "no error"
+    except pc.GroupFailedError as e:
+        later = "GroupFailedError" if time.perf_counter() - t1 < 0.5 else "slow"
+    pc.destroy_process_group(g)
+    return outcome, elapsed, later
+
+
+def timeout_case():
+    g = pc.new_group(list(range(pc.get_world_size())), timeout=1.0)
+    r = pc.get_rank()
+    result = None
+    if r != 2:  # rank 2 never joins this all-reduce
+        t0 = time.perf_counter()
+        try:
+            pc.all_reduce(torch.ones(10), group=g)
+            result = ("no error", "", 0.0)
+        except pc.PyCollectError as e:
+            result = (type(e).__name__, str(e), time.perf_counter() - t0)
+    else:
+        time.sleep(3.0)  # alive but absent: its neighbours must time out, not see it leave
+    pc.destroy_process_group(g)
+    return result
+
+
+# -- tests ---------------------------------------------------------------------------
+
+def test_async_ops_complete_in_issue_order(pool):
+    for done, correct in pool.run(async_in_order):
+        assert correct
+        assert all(done), done
+
+
+def test_gil_is_released_during_collectives(pool):
+    for elapsed, ticks in pool.run(gil_released):
+        # a thread sleeping 1 ms per tick gets most of the blocking time
+        assert ticks >= max(5, 0.2 * elapsed / 0.001 / 2), (elapsed, ticks)
+
+
+def test_numpy_arrays(pool):
+    results = pool.run(numpy_inputs)
+    for a, g, h in results:
+        assert a == (np.arange(10) * WORLD).tolist()
+        assert g == np.repeat(np.arange(WORLD, dtype=np.float64), 3).tolist()
+        assert h == [float(WORLD)] * 2
+
+
+def test_in_place_all_gather(pool):
+    for out in pool.run(in_place_all_gather):
+        assert out == [k + 1 for k in range(WORLD) for _ in range(5)]
+
+
+def test_send_recv_ring(pool):
+    for r, (first, last) in enumerate(pool.run(ring_send_recv)):
+        assert first == last == (r - 1) % WORLD
+
+
+def test_new_group_members_only(pool):
+    results = pool.run(sub_group_ops)
+    assert results[0] is None and results[2] is None
+    assert results[1] == results[3] == (4.0, 3.0)
+
+
+def test_barrier_waits_for_the_slowest(pool):
+    waits = pool.run(barrier_waits)
+    assert min(waits[r] for r in (0, 1, 3)) > 0.2, waits
+
+
+def test_bad_input_raises_clear_errors_before_sending(pool):
+    for r, errors in enumerate(pool.run(bad_inputs)):
+        bad = {k: v for k, v in errors.items() if v != "ok"}
+        assert not bad, f"rank {r}: {bad}"
+
+
+def test_call_before_init_raises():
+    with pytest.raises(pc.NotInitializedError, match="init_process_group"):
+        pc.all_reduce(torch.ones(1))
+    with pytest.raises(pc.NotInitializedError):
+        pc.get_rank()
+
+
+@pytest.mark.parametrize("kind", ["all_gather", "count"])
+def test_mismatched_calls_fail_on_every_rank(pool, kind):
+    results = pool.run(mismatch, kind, timeout=60)
+    other = "all_gather(count=50" if kind == "all_gather" else "all_reduce(count=99"
+    for r, ((name, msg), elapsed, later) in enumerate(results):
+        assert name in ("MismatchError",), f"rank {r}: {name}: {msg}"
+        assert "all_reduce(count=100" in msg and other in msg, f"rank {r}: {msg}"
+        assert elapsed < 3.0, f"rank {r} took {elapsed:.2f} s"
+        assert later == "GroupFailedError", f"rank {r}: {later}"
+
+
+def test_timeout_names_op_step_and_peer(pool):
+    results = pool.run(timeout_case, timeout=60)
+    for r, res in enumerate(results):
+        if r == 2:
+            continue
+        name, msg, elapsed = res
+        if r in (1, 3):  # rank 2's neighbours wait on it directly
+            assert name == "CollectiveTimeoutError", f"rank {r}: {name} {msg}"
+            assert "all_reduce" in msg and "step" in msg and "rank 2" in msg, msg
+        else:  # rank 0 sees its neighbours give up, and learns why from them
+            assert name in ("CollectiveTimeoutError", "PeerLostError"), f"rank {r}: {name} {msg}"
+            assert "timed out" in msg and "rank 2" in msg, msg
+        assert 0.9 < elapsed < 5.0, elapsed
+    assert isinstance(pc.CollectiveTimeoutError("x"), TimeoutError)

@@ -1,0 +1,131 @@
+"""Faults that need fresh processes: a rank killed mid-collective, strangers on a
+rank's port during rendezvous, IPv6 loopback and interface selection."""
+import socket
+import struct
+import threading
+import time
+
+import pytest
+import torch
+
+import pycollect as pc
+from rank_pool import RankPool
+
+# -- worker functions ------------------------------------------------------------------
+
+
+def all_reduce_until_failure():
+    t = torch.ones(16 * 1024 * 1024)  # 64 MiB of float32
+    calls = 0
+    try:
+        while True:
+            pc.all_reduce(t)
+            calls += 1
+    except pc.PyCollectError as e:
+        err = (type(e).__name__, str(e), time.time())
+    t1 = time.perf_counter()
+    try:
+        pc.all_reduce(torch.ones(1))
+        later = "no error"
+    except pc.GroupFailedError:
+        later = "GroupFailedError" if time.perf_counter() - t1 < 0.5 else "slow GroupFailedError"
+    return err, later, calls
+
+
+def host_and_sum():
+    import pycollect.api as api
+
+    t = torch.arange(1000, dtype=torch.float64)
+    pc.all_reduce(t)
+    return api._host, bool(torch.equal(t, torch.arange(1000, dtype=torch.float64) * pc.get_world_size()))
+
+
+def _closed_by_peer(sock) -> bool:
+    """True if the peer closed (EOF) or reset (it closed with our bytes unread)."""
+    try:
+        return sock.recv(64) == b""
+    except ConnectionResetError:
+        return True
+
+
+def strangers_during_rendezvous():
+    """Rank 0 points three strangers at rank 1's port before the real connection."""
+    import pycollect.api as api
+
+    r = pc.get_rank()
+    name = f"g{api._group_seq}"
+    outcome = {}
+    if r == 0:
+        ready = threading.Event()
+
+        def strangers():
+            key = f"{name}/addr/1"
+            api._store.wait([key])
+            host, port = api._store.get(key).decode().rsplit(" ", 1)
+            addr = (host, int(port))
+            garbage = socket.create_connection(addr, timeout=15)
+            garbage.sendall(b"GET / HTTP/1.0\r\n\r\n" + b"x" * 64)
+            wrong_token = socket.create_connection(addr, timeout=15)
+            wrong_token.sendall(struct.pack("<IIQii", 0x4C4F4350, 1, 12345, 0, 1))
+            silent = socket.create_connection(addr, timeout=15)
+            ready.set()
+            outcome["garbage_closed"] = _closed_by_peer(garbage)
+            outcome["wrong_token_closed"] = _closed_by_peer(wrong_token)
+            outcome["silent_closed"] = _closed_by_peer(silent)
+
+        th = threading.Thread(target=strangers)
+        th.start()
+        ready.wait(15)
+    g = pc.new_group([0, 1])
+    t = torch.ones(1000)
+    pc.all_reduce(t, group=g)
+    outcome["sum_ok"] = bool(torch.all(t == 2))
+    pc.destroy_process_group(g)
+    if r == 0:
+        th.join(20)
+    return outcome
+
+
+# -- tests -----------------------------------------------------------------------------
+
+
+def test_killed_rank_fails_every_other_rank_fast():
+    with RankPool(4, init_gloo=False, timeout=60) as pool:
+        pool.submit(all_reduce_until_failure)
+        time.sleep(1.5)
+        killed_at = time.time()
+        pool.kill(1)
+        results = pool.collect(ranks=[0, 2, 3], timeout=30)
+    for r, (ok, value) in zip([0, 2, 3], results):
+        assert ok, f"rank {r}: {value}"
+        (name, msg, failed_at), later, calls = value
+        assert name == "PeerLostError", f"rank {r}: {name}: {msg}"
+        assert "rank 1" in msg or "[1]" in msg, f"rank {r} does not name the lost rank: {msg}"
+        assert failed_at - killed_at < 5.0, f"rank {r} took {failed_at - killed_at:.2f} s"
+        assert later == "GroupFailedError", f"rank {r}: {later}"
+
+
+def test_ipv6_loopback():
+    with RankPool(2, init_gloo=False, master_addr="::1") as pool:
+        for host, ok in pool.run(host_and_sum):
+            assert host == "::1"
+            assert ok
+
+
+def test_interface_by_name_and_strangers_refused():
+    with RankPool(2, init_gloo=False, env={"PYCOLLECT_SOCKET_IFNAME": "lo"}) as pool:
+        for host, ok in pool.run(host_and_sum):
+            assert host == "127.0.0.1"
+            assert ok
+        r0, r1 = pool.run(strangers_during_rendezvous, timeout=60)
+        assert r0 == {"garbage_closed": True, "wrong_token_closed": True, "silent_closed": True,
+                      "sum_ok": True}
+        assert r1 == {"sum_ok": True}
+
+
+def test_unknown_interface_is_a_clear_error(monkeypatch):
+    from pycollect.rendezvous import listen_address
+
+    monkeypatch.setenv("PYCOLLECT_SOCKET_IFNAME", "nosuchif0")
+    with pytest.raises(ValueError, match="nosuchif0.*interfaces: .*lo"):
+        listen_address("127.0.0.1")
