@@ -1,0 +1,82 @@
+"""Printing (nccl-tests layout), JSON and the PNG plot of a benchmark run."""
+from __future__ import annotations
+
+import json
+from typing import Dict, List, Optional
+
+from .sizes import format_size
+
+_ENGINE_COLS = "{:>10} {:>8} {:>8} {:>6}"
+
+
+def header(op: str, peer: Optional[str]) -> str:
+    left = f"{'size':>10} {'count':>10} {'type':>8} {'redop':>6}"
+    eng = _ENGINE_COLS.format("time(us)", "algbw", "busbw", "#wrong")
+    line1 = f"#{'':>37}  {'pycollect':^35}"
+    line2 = f"#{left}  {eng}"
+    if peer:
+        line1 += f"  {peer:^35}  {'ratio':>6}"
+        line2 += f"  {eng}  {peer + '/us':>6}"
+    return f"# {op}\n{line1}\n{line2}"
+
+
+def _engine(cols: Dict) -> str:
+    return _ENGINE_COLS.format(f"{cols['time_us']:.1f}", f"{cols['algbw']:.3f}", f"{cols['busbw']:.3f}",
+                               cols["wrong"])
+
+
+def format_row(row: Dict, peer: Optional[str]) -> str:
+    s = f" {row['size']:>10} {row['count']:>10} {row['type']:>8} {row['redop']:>6}  {_engine(row['pycollect'])}"
+    if peer:
+        s += f"  {_engine(row[peer])}  {row['ratio']:>5.2f}x"
+    return s
+
+
+def summary(rows: List[Dict], op: str, peer: Optional[str], link_limit: Optional[float]) -> str:
+    lines = []
+    if link_limit:
+        lines.append(f"# link limit: {link_limit:.3f} GB/s per direction (TCP, both ways at once, ranks 0<->1)")
+    if rows:
+        big = rows[-1]
+        lines.append(f"# largest size {format_size(big['size'])}: pycollect busbw {big['pycollect']['busbw']:.3f} GB/s"
+                     + (f" = {big['pycollect']['busbw'] / link_limit:.2f} x link limit" if link_limit else ""))
+        if peer:
+            ratios = [r["ratio"] for r in rows]
+            slower = [format_size(r["size"]) for r in rows if r["ratio"] < 1.0]
+            lines.append(f"# ratio {peer} time / pycollect time: min {min(ratios):.2f}x, "
+                         f"max {max(ratios):.2f}x; sizes where pycollect is slower: {', '.join(slower) or 'none'}")
+        wrong = sum(r["pycollect"]["wrong"] for r in rows)
+        lines.append(f"# #wrong total (pycollect): {wrong}")
+    return "\n".join(lines)
+
+
+def write_json(path: str, meta: Dict, rows: List[Dict]) -> None:
+    with open(path, "w") as f:
+        json.dump({"meta": meta, "rows": rows}, f, indent=2)
+
+
+def plot(path: str, op: str, rows: List[Dict], peer: Optional[str], link_limit: Optional[float],
+         title: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    sizes = [r["size"] for r in rows]
+    fig, ax = plt.subplots(figsize=(7.5, 4.5))
+    ax.plot(sizes, [r["pycollect"]["busbw"] for r in rows], "o-", label="pycollect")
+    if peer:
+        ax.plot(sizes, [r[peer]["busbw"] for r in rows], "s--", label=peer)
+    if link_limit:
+        ax.axhline(link_limit, color="gray", linestyle=":", label=f"link limit {link_limit:.2f} GB/s")
+    ax.set_xscale("log", base=2)
+    ax.set_xticks(sizes[:: max(1, len(sizes) // 10)])
+    ax.set_xticklabels([format_size(s) for s in sizes[:: max(1, len(sizes) // 10)]])
+    ax.set_xlabel("size (bytes)")
+    ax.set_ylabel("busbw (GB/s)")
+    ax.set_title(title)
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)

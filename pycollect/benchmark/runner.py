@@ -1,0 +1,135 @@
+"""Worker side of the benchmark: time pycollect and the peer on the same tensors.
+
+For each size the two engines run in alternating blocks of `iters` calls (ours
+first in even blocks, the peer first in odd ones); a block's time divided by
+`iters` is one sample and the row reports the median sample, the slowest rank's.
+Then one call of each runs on a known pattern and #wrong counts the elements
+that differ from the expected result.
+"""
+from __future__ import annotations
+
+import statistics
+import time
+from typing import Callable, Dict, Iterator, Optional
+
+import torch
+import torch.distributed as dist
+
+from .. import api as pc
+from .sizes import DTYPE_BYTES, bus_factor, elements
+
+
+class Engine:
+    """One engine's calls: pycollect's API or torch.distributed's (the peer)."""
+
+    def __init__(self, name: str, group=None):
+        self.name = name
+        self.group = group
+        self._torch = name != "pycollect"
+
+    def call(self, op: str, a, b) -> None:
+        g = self.group
+        if self._torch:
+            if op == "all_reduce":
+                dist.all_reduce(a, group=g)
+            elif op == "all_gather":
+                _ag(b, a, group=g)
+            elif op == "reduce_scatter":
+                _rs(b, a, group=g)
+            else:
+                dist.broadcast(a, src=0, group=g)
+            return
+        if op == "all_reduce":
+            pc.all_reduce(a, group=g)
+        elif op == "all_gather":
+            pc.all_gather_into_tensor(b, a, group=g)
+        elif op == "reduce_scatter":
+            pc.reduce_scatter_tensor(b, a, group=g)
+        else:
+            pc.broadcast(a, src=0, group=g)
+
+    def barrier(self) -> None:
+        if self._torch:
+            dist.barrier(group=self.group)
+        else:
+            pc.barrier(group=self.group)
+
+
+_ag = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
+_rs = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
+
+
+def buffers(op: str, count: int, n: int, dtype: torch.dtype):
+    """(a, b): the input (in place for all_reduce / broadcast) and the output."""
+    if op == "all_gather":
+        return torch.zeros(count // n, dtype=dtype), torch.empty(count, dtype=dtype)
+    if op == "reduce_scatter":
+        return torch.zeros(count, dtype=dtype), torch.empty(count // n, dtype=dtype)
+    return torch.zeros(count, dtype=dtype), None
+
+
+def count_wrong(engine: Engine, op: str, count: int, rank: int, n: int, dtype: torch.dtype) -> int:
+    """Run one call on a known pattern; return how many elements are wrong."""
+    idx = torch.arange(count, dtype=torch.int64)
+    if op == "all_reduce":
+        a, b = ((idx % 7 + 1) * (rank + 1)).to(dtype), None
+        expected = ((idx % 7 + 1) * (n * (n + 1) // 2)).to(dtype)
+    elif op == "all_gather":
+        per = count // n
+        a = ((torch.arange(per) % 5) + rank + 1).to(dtype)
+        b = torch.zeros(count, dtype=dtype)
+        expected = ((idx % per if per else idx) % 5 + idx // max(per, 1) + 1).to(dtype)
+    elif op == "reduce_scatter":
+        per = count // n
+        a = ((idx % 3 + 1) * (rank + 1)).to(dtype)
+        b = torch.zeros(per, dtype=dtype)
+        expected = ((idx[rank * per:(rank + 1) * per] % 3 + 1) * (n * (n + 1) // 2)).to(dtype)
+    else:
+        a = ((idx % 11) + 1).to(dtype) if rank == 0 else torch.zeros(count, dtype=dtype)
+        b, expected = None, ((idx % 11) + 1).to(dtype)
+    engine.call(op, a, b)
+    got = a if b is None else b
+    return int((got != expected).sum())
+
+
+def _max_over_ranks(value: float, group) -> float:
+    t = torch.tensor([value], dtype=torch.float64)
+    pc.all_reduce(t, op=pc.ReduceOp.MAX, group=group)
+    return float(t[0])
+
+
+def run(op: str, sizes, dtype_name: str, iters: int, warmup: int, repeats: int,
+        peer: Optional[Engine], ours: Engine, rank: int, n: int) -> Iterator[Dict]:
+    dtype = getattr(torch, dtype_name)
+    esize = DTYPE_BYTES[dtype_name]
+    engines = [ours] + ([peer] if peer else [])
+    for size in sizes:
+        count = elements(op, size, n, esize)
+        if count == 0:
+            continue
+        row = {"size": count * esize, "count": count, "type": dtype_name,
+               "redop": "sum" if op in ("all_reduce", "reduce_scatter") else "none"}
+        bufs = {e.name: buffers(op, count, n, dtype) for e in engines}
+        samples = {e.name: [] for e in engines}
+        for e in engines:
+            for _ in range(warmup):
+                e.call(op, *bufs[e.name])
+        for rep in range(repeats):
+            order = engines if rep % 2 == 0 else engines[::-1]
+            for e in order:
+                e.barrier()
+                t0 = time.perf_counter()
+                for _ in range(iters):
+                    e.call(op, *bufs[e.name])
+                samples[e.name].append((time.perf_counter() - t0) / iters)
+        for e in engines:
+            t = _max_over_ranks(statistics.median(samples[e.name]), ours.group)
+            algbw = row["size"] / t / 1e9
+            row[e.name] = {"time_us": t * 1e6, "algbw": algbw, "busbw": algbw * bus_factor(op, n),
+                           "wrong": count_wrong(e, op, count, rank, n, dtype)}
+            wrong = torch.tensor([row[e.name]["wrong"]], dtype=torch.int64)
+            pc.all_reduce(wrong, group=ours.group)
+            row[e.name]["wrong"] = int(wrong[0])
+        if peer:
+            row["ratio"] = row[peer.name]["time_us"] / row[ours.name]["time_us"]
+        yield row
