@@ -22,15 +22,18 @@ void allreduceDirect(Context& ctx, void* data, size_t count, DType dtype, Reduce
   for (int p = 0; p < n; ++p) {
     if (p != ctx.rank) peers.push_back(p);
   }
-  ctx.exchangeHeaders(peers);
-  if (n == 1 || count == 0) return;
+  ctx.postHeaders(peers);
   const size_t bytes = count * dtypeSize(dtype);
   // Scratch: one slot per rank; our own input is copied into slot `rank`.
   char* slots = ctx.scratch(static_cast<size_t>(n) * bytes);
-  std::memcpy(slots + ctx.rank * bytes, data, bytes);
+  if (bytes > 0) std::memcpy(slots + ctx.rank * bytes, data, bytes);
+  // The payload queues right behind the header (one sendmsg, one round trip); it
+  // lands in scratch, and the header is checked before the scratch is used.
   std::vector<uint64_t> tickets(n);
   for (int p : peers) ctx.link(p).postSend(slots + ctx.rank * bytes, bytes);
   for (int p : peers) tickets[p] = ctx.link(p).postRecv(slots + p * bytes, bytes);
+  ctx.checkHeaders();
+  if (n == 1 || count == 0) return;
   for (int p : peers) {
     ctx.setStep("exchange", 0, 1);
     ctx.waitRecv(ctx.link(p), tickets[p]);

@@ -17,6 +17,7 @@ std::string describeCall(const WireHeader& h) {
   }
   if (kind == OpKind::kBroadcast) s += ", root=" + std::to_string(h.root);
   if (kind == OpKind::kSend) s += ", tag=" + std::to_string(h.root);
+  if (kind == OpKind::kAllReduce && h.reserved != 0) s += h.reserved == 1 ? ", ring" : ", direct";
   s += ")";
   return s;
 }
@@ -38,24 +39,30 @@ std::vector<int> Context::ringPeers() const {
   return peers;
 }
 
-void Context::exchangeHeaders(const std::vector<int>& peers) {
-  setStep("header exchange", 0, 1);
-  std::vector<WireHeader> theirs(peers.size());
-  std::vector<uint64_t> tickets(peers.size());
+void Context::postHeaders(const std::vector<int>& peers) {
+  headerPeers_ = peers;
+  theirs_.assign(peers.size(), WireHeader{});
+  headerTickets_.assign(peers.size(), 0);
   for (int p : peers) link(p).postSend(&call, sizeof(call));
   for (size_t i = 0; i < peers.size(); ++i) {
-    tickets[i] = link(peers[i]).postRecv(&theirs[i], sizeof(WireHeader));
+    headerTickets_[i] = link(peers[i]).postRecv(&theirs_[i], sizeof(WireHeader));
   }
-  for (size_t i = 0; i < peers.size(); ++i) {
-    waitRecv(link(peers[i]), tickets[i]);
-    const WireHeader& h = theirs[i];
+}
+
+void Context::checkHeaders() {
+  setStep("header exchange", 0, 1);
+  for (size_t i = 0; i < headerPeers_.size(); ++i) {
+    const int peer = headerPeers_[i];
+    waitRecv(link(peer), headerTickets_[i]);
+    const WireHeader& h = theirs_[i];
     if (h.magic != call.magic) {
       throw MismatchError("rank " + std::to_string(rank) + " expected a call header from rank " +
-                          std::to_string(peers[i]) + " for its " + describeCall(call) +
+                          std::to_string(peer) + " for its " + describeCall(call) +
                           " but received unrelated bytes (the peer is out of step)");
     }
     bool same = h.kind == call.kind && h.dtype == call.dtype && h.redop == call.redop &&
-                h.seq == call.seq && h.count == call.count && h.root == call.root;
+                h.seq == call.seq && h.count == call.count && h.root == call.root &&
+                h.reserved == call.reserved;
     if (!same) {
       throw MismatchError("mismatched collectives: rank " + std::to_string(rank) + " called " +
                           describeCall(call) + " as call #" + std::to_string(call.seq) +

@@ -60,7 +60,15 @@ class Context {
   }
 
   // Header exchange with `peers` (each listed once): send ours, check theirs.
-  void exchangeHeaders(const std::vector<int>& peers);
+  void exchangeHeaders(const std::vector<int>& peers) {
+    postHeaders(peers);
+    checkHeaders();
+  }
+  // The two halves, for algorithms that queue their payload right behind the
+  // header (one round trip instead of two): post, queue the payload, then check
+  // before the payload is used.
+  void postHeaders(const std::vector<int>& peers);
+  void checkHeaders();
   // The ring neighbours, without duplicates (one peer at size 2, none at size 1).
   std::vector<int> ringPeers() const;
 
@@ -77,6 +85,9 @@ class Context {
   std::string describeWait(const Link& l, const char* what) const;
   void wait(Link& l, const std::function<bool()>& done, const char* what);
 
+  std::vector<int> headerPeers_;
+  std::vector<WireHeader> theirs_;
+  std::vector<uint64_t> headerTickets_;
   std::vector<Link*> links_;  // indexed by rank, nullptr at self
   std::vector<Link*> active_;  // non-null links
   Clock::time_point deadline_;
