@@ -154,12 +154,23 @@ def _run(g: ProcessGroup, launch, keepalive, async_op: bool, finish=None):
     return None
 
 
-def all_reduce(tensor, op=ReduceOp.SUM, group=None, async_op: bool = False):
-    """Reduce `tensor` across the group, in place, on every rank."""
+_ALGOS = ("auto", "ring", "direct")
+
+
+def all_reduce(tensor, op=ReduceOp.SUM, group=None, async_op: bool = False, algo: Optional[str] = None):
+    """Reduce `tensor` across the group, in place, on every rank.
+
+    `algo` ("auto", "ring" or "direct") overrides the group's choice (PYCOLLECT_ALGO,
+    default "auto": direct for small messages on small groups, ring otherwise). All
+    ranks must pass the same value.
+    """
     g = _group(group)
     op = to_reduce_op(op)
+    algo = g.algo if algo is None else algo
+    if algo not in _ALGOS:
+        raise ValueError(f"all_reduce(algo={algo!r}): choose one of {', '.join(_ALGOS)}")
     b = as_buffer(tensor, "all_reduce(tensor)", writable=True)
-    return _run(g, lambda c: c.all_reduce(b.address, b.numel, b.code, int(op), g.algo), (b,), async_op)
+    return _run(g, lambda c: c.all_reduce(b.address, b.numel, b.code, int(op), algo), (b,), async_op)
 
 
 def all_gather_into_tensor(output_tensor, input_tensor, group=None, async_op: bool = False):

@@ -43,8 +43,9 @@ class ProcessGroup:
         self._prefix = name
         self._pending: list = []  # (cwork, keepalive) of ops not yet known complete
         self._comm = _C.Communicator(self.rank, self.size, _options(timeout))
-        algo = os.environ.get("PYCOLLECT_ALGO", "auto")
-        self.algo = algo
+        self.algo = os.environ.get("PYCOLLECT_ALGO", "auto")
+        if self.algo not in ("auto", "ring", "direct"):
+            raise ValueError(f"PYCOLLECT_ALGO={self.algo!r}: choose auto, ring or direct")
         self._connect(host)
 
     def _connect(self, host: str) -> None:

@@ -61,6 +61,21 @@ def gil_released():
     return elapsed, during
 
 
+def forced_algorithms():
+    r, n = pc.get_rank(), pc.get_world_size()
+    out = {}
+    for algo in ("ring", "direct", "auto"):
+        t = torch.arange(1001, dtype=torch.float64) * (r + 1)
+        pc.all_reduce(t, algo=algo)
+        out[algo] = t.tolist()
+    try:
+        pc.all_reduce(torch.ones(1), algo="tree")
+        out["bad"] = "no error"
+    except ValueError as e:
+        out["bad"] = str(e)
+    return out
+
+
 def numpy_inputs():
     r, n = pc.get_rank(), pc.get_world_size()
     a = np.arange(10, dtype=np.int32) * (r + 1)
@@ -168,6 +183,8 @@ def mismatch(kind_on_rank1: str):
             pc.all_gather_into_tensor(torch.empty(50 * pc.get_world_size()), torch.ones(50), group=g)
         elif r == 1 and kind_on_rank1 == "count":
             pc.all_reduce(torch.ones(99), group=g)
+        elif kind_on_rank1 == "algo":  # same call, but rank 1 forces another algorithm
+            pc.all_reduce(torch.ones(100), group=g, algo="direct" if r == 1 else "ring")
         else:
             pc.all_reduce(torch.ones(100), group=g)
         outcome = ("no error", "")
@@ -216,6 +233,13 @@ def test_gil_is_released_during_collectives(pool):
         assert ticks >= max(5, 0.2 * elapsed / 0.001 / 2), (elapsed, ticks)
 
 
+def test_algorithm_override(pool):
+    expect = (torch.arange(1001, dtype=torch.float64) * sum(range(1, WORLD + 1))).tolist()
+    for out in pool.run(forced_algorithms):
+        assert out["ring"] == out["direct"] == out["auto"] == expect
+        assert "tree" in out["bad"] and "ring" in out["bad"]
+
+
 def test_numpy_arrays(pool):
     results = pool.run(numpy_inputs)
     for a, g, h in results:
@@ -258,10 +282,10 @@ def test_call_before_init_raises():
         pc.get_rank()
 
 
-@pytest.mark.parametrize("kind", ["all_gather", "count"])
+@pytest.mark.parametrize("kind", ["all_gather", "count", "algo"])
 def test_mismatched_calls_fail_on_every_rank(pool, kind):
     results = pool.run(mismatch, kind, timeout=60)
-    other = "all_gather(count=50" if kind == "all_gather" else "all_reduce(count=99"
+    other = {"all_gather": "all_gather(count=50", "count": "all_reduce(count=99", "algo": "direct)"}[kind]
     for r, ((name, msg), elapsed, later) in enumerate(results):
         assert name in ("MismatchError",), f"rank {r}: {name}: {msg}"
         assert "all_reduce(count=100" in msg and other in msg, f"rank {r}: {msg}"
