@@ -1,0 +1,137 @@
+"""torch DDP step time on the "pycollect" backend against "gloo", in the same run.
+
+    python bench/bench_torch_ddp.py                      # 2 ranks, ~21M-param MLP
+    python bench/bench_torch_ddp.py --width 1024 --steps 10
+
+Each rank process makes "pycollect" its default group the way torchrun does
+(env://: MASTER_ADDR, MASTER_PORT) and also opens a "gloo" group over the same
+ranks. Two copies of the same model (same seed) are wrapped in torch's
+DistributedDataParallel, one per group, and trained on the same batches; their
+steps are interleaved (the order alternates every round) so both see the same
+machine load. A step is zero_grad + forward + backward (with DDP's bucketed
+all-reduces) + SGD step, timed on each rank after a barrier; the figure is the
+median over rounds of the slowest rank's time. Printed: medians, quartiles,
+the ratio pycollect / gloo (target <= 1.0), the engine's own operation counts
+(proof the pycollect steps ran on pycollect) and the largest parameter difference
+between the two replicas after training.
+"""
+from __future__ import annotations
+
+import argparse
+import datetime
+import os
+import socket
+import statistics
+import time
+
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def make_model(width: int, layers: int) -> torch.nn.Module:
+    blocks = []
+    for _ in range(layers):
+        blocks += [torch.nn.Linear(width, width), torch.nn.GELU()]
+    return torch.nn.Sequential(*blocks, torch.nn.Linear(width, 10))
+
+
+def timed_step(model, opt, x, y, group) -> float:
+    dist.barrier(group=group)
+    t0 = time.perf_counter()
+    opt.zero_grad(set_to_none=False)
+    torch.nn.functional.cross_entropy(model(x), y).backward()
+    opt.step()
+    return time.perf_counter() - t0
+
+
+def worker(rank: int, args, port: int, queue) -> None:
+    import pycollect.torch_backend as tb
+
+    torch.set_num_threads(args.threads)
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    tb.register()
+    timeout = datetime.timedelta(seconds=300)
+    dist.init_process_group("pycollect", rank=rank, world_size=args.world_size, timeout=timeout)
+    groups = {"pycollect": dist.group.WORLD, "gloo": dist.new_group(backend="gloo", timeout=timeout)}
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    models, opts = {}, {}
+    for name, group in groups.items():
+        torch.manual_seed(0)
+        models[name] = DDP(make_model(args.width, args.layers), process_group=group,
+                           bucket_cap_mb=args.bucket_mb)
+        opts[name] = torch.optim.SGD(models[name].parameters(), lr=1e-3)
+    nparams = sum(p.numel() for p in models["gloo"].parameters())
+    gen = torch.Generator().manual_seed(rank)
+    batches = [(torch.randn(args.batch, args.width, generator=gen), torch.randint(0, 10, (args.batch,), generator=gen))
+               for _ in range(4)]
+    times = {name: [] for name in groups}
+    engine_before = dict(tb.engine_group().counters())
+    for step in range(args.warmup + args.steps):
+        x, y = batches[step % len(batches)]
+        order = list(groups) if step % 2 == 0 else list(groups)[::-1]
+        for name in order:
+            t = timed_step(models[name], opts[name], x, y, groups[name])
+            slowest = torch.tensor([t], dtype=torch.float64)
+            dist.all_reduce(slowest, op=dist.ReduceOp.MAX, group=groups["gloo"])
+            if step >= args.warmup:
+                times[name].append(slowest.item())
+    engine = {k: v - engine_before.get(k, 0) for k, v in tb.engine_group().counters().items()
+              if v != engine_before.get(k, 0)}
+    diff = max((a - b).abs().max().item()
+               for a, b in zip(models["pycollect"].parameters(), models["gloo"].parameters()))
+    if rank == 0:
+        queue.put(dict(times=times, nparams=nparams, engine=engine, diff=diff))
+    dist.destroy_process_group()
+
+
+def quartiles(xs):
+    q = statistics.quantiles(xs, n=4) if len(xs) > 1 else [xs[0]] * 3
+    return q[0], statistics.median(xs), q[2]
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--world-size", type=int, default=2)
+    p.add_argument("--width", type=int, default=2048)
+    p.add_argument("--layers", type=int, default=5)
+    p.add_argument("--batch", type=int, default=32)
+    p.add_argument("--steps", type=int, default=15)
+    p.add_argument("--warmup", type=int, default=3)
+    p.add_argument("--bucket-mb", type=float, default=25.0, help="DDP bucket_cap_mb (torch's default 25)")
+    p.add_argument("--threads", type=int, default=1, help="torch threads per rank")
+    args = p.parse_args()
+
+    ctx = mp.get_context("spawn")
+    queue = ctx.SimpleQueue()
+    port = free_port()
+    procs = [ctx.Process(target=worker, args=(r, args, port, queue)) for r in range(args.world_size)]
+    for proc in procs:
+        proc.start()
+    for proc in procs:
+        proc.join()
+    if any(proc.exitcode != 0 for proc in procs):
+        raise SystemExit(f"a rank failed: exit codes {[proc.exitcode for proc in procs]}")
+    out = queue.get()
+    print(f"torch {torch.__version__}, {args.world_size} ranks, model {out['nparams'] / 1e6:.1f} M params "
+          f"({args.layers} x Linear({args.width}, {args.width}) + head), batch {args.batch}, "
+          f"bucket_cap_mb {args.bucket_mb}, {args.steps} interleaved steps after {args.warmup} warm-up")
+    print(f"{'backend':>10} {'p25 (ms)':>10} {'median (ms)':>12} {'p75 (ms)':>10}")
+    med = {}
+    for name, ts in out["times"].items():
+        lo, med[name], hi = quartiles(ts)
+        print(f"{name:>10} {lo * 1e3:10.1f} {med[name] * 1e3:12.1f} {hi * 1e3:10.1f}")
+    print(f"ratio pycollect / gloo (median step time): {med['pycollect'] / med['gloo']:.3f}x  (target <= 1.0)")
+    print(f"pycollect engine ops during the run: {out['engine']}")
+    print(f"max |param difference| pycollect vs gloo replica after training: {out['diff']:.3g}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,128 @@
+"""torch.distributed Work objects for the "pycollect" backend.
+
+torch hands every collective a `Work` back and, for DDP, chains on its Future
+(`work.get_future().then(...)`, waited on from C++ by the reducer). pycollect's own
+Work (pycollect.work.Work) only completes when somebody waits on it, so each torch
+group gets one completer thread: it takes the group's operations in issue order
+(the engine completes them in that order too), blocks on each one without the GIL
+(the engine's wait releases it), runs its copy-out, then marks the torch Work done
+and completes its Future. `Work.wait(timeout)` waits for that moment with a
+deadline; an error of the operation is raised by `wait()` and carried by the Future.
+"""
+from __future__ import annotations
+
+import datetime
+import queue
+import threading
+from typing import Callable, List, Optional, Sequence
+
+import torch
+import torch.distributed as dist
+
+from .errors import CollectiveTimeoutError
+
+
+def _seconds(timeout) -> Optional[float]:
+    """torch's wait timeout (timedelta or seconds; 0 means none) as seconds or None."""
+    if timeout is None:
+        return None
+    if isinstance(timeout, datetime.timedelta):
+        timeout = timeout.total_seconds()
+    timeout = float(timeout)
+    return None if timeout <= 0 else timeout
+
+
+class TorchWork(dist.Work):
+    """One backend call: one or more engine operations and the tensors they yield.
+
+    `engine_works` are pycollect Work objects in issue order; `result` is what the
+    Future yields (the output tensors, as Gloo's and NCCL's Works do); `after`
+    runs once all of them finished, on the completer thread (e.g. a post-scale).
+    """
+
+    def __init__(self, method: str, engine_works: Sequence, result: List[torch.Tensor],
+                 after: Optional[Callable[[], None]] = None):
+        super().__init__()
+        self._method = method
+        self._engine_works = list(engine_works)
+        self._result = result
+        self._after = after
+        self._done = threading.Event()
+        self._error: Optional[BaseException] = None
+        self._future: torch.futures.Future = torch.futures.Future()
+
+    def _settle(self) -> None:
+        """Completer thread: wait for the engine, then publish the outcome."""
+        try:
+            for w in self._engine_works:
+                w.wait()
+            if self._after is not None:
+                self._after()
+        except BaseException as e:  # noqa: BLE001 - delivered to every waiter
+            self._error = e
+        self._engine_works = []  # drops the buffers' keep-alives
+        self._done.set()
+        if self._error is None:
+            self._future.set_result(self._result)
+        else:
+            self._future.set_exception(self._error)
+
+    def wait(self, timeout=None) -> bool:
+        seconds = _seconds(timeout)
+        if not self._done.wait(seconds):  # Event.wait releases the GIL
+            raise CollectiveTimeoutError(
+                f"pycollect backend: {self._method} not completed within {seconds:.3g} s of "
+                "Work.wait(timeout); it is still running"
+            )
+        if self._error is not None:
+            raise self._error
+        return True
+
+    def is_completed(self) -> bool:
+        return self._done.is_set()
+
+    def is_success(self) -> bool:
+        return self._done.is_set() and self._error is None
+
+    def exception(self):
+        return self._error
+
+    def result(self) -> List[torch.Tensor]:
+        self.wait()
+        return self._result
+
+    def get_future(self) -> torch.futures.Future:
+        return self._future
+
+    def synchronize(self) -> None:
+        self.wait()
+
+    def __repr__(self) -> str:
+        state = "done" if self._done.is_set() else "pending"
+        return f"<pycollect.torch_backend.Work {self._method} {state}>"
+
+
+class Completer:
+    """The thread that settles a group's torch Works in issue order."""
+
+    def __init__(self, name: str):
+        self._queue: "queue.SimpleQueue[Optional[TorchWork]]" = queue.SimpleQueue()
+        self._thread = threading.Thread(target=self._loop, name=f"pycollect-{name}-completer", daemon=True)
+        self._thread.start()
+
+    def add(self, work: TorchWork) -> TorchWork:
+        self._queue.put(work)
+        return work
+
+    def _loop(self) -> None:
+        while True:
+            work = self._queue.get()  # blocks without the GIL
+            if work is None:
+                return
+            work._settle()
+
+    def close(self, timeout: float = 5.0) -> None:
+        """Settle what is queued, then stop the thread."""
+        self._queue.put(None)
+        if self._thread is not threading.current_thread():
+            self._thread.join(timeout)

@@ -1,0 +1,509 @@
+"""Tests for pycollect.torch_backend: "pycollect" as a torch.distributed backend.
+
+One pool of 3 real rank processes (Gloo default group + pycollect). Each case builds
+torch groups on both backends (3 ranks, and 2 ranks as a sub-group {0, 1}) and
+compares: every dist.* collective against Gloo across dtypes, ops and sizes (with the
+engine's counters proving each call ran on pycollect), the core issue's cross-check
+cases (tests/collective_cases.py) routed through dist.*, torch DDP and torch FSDP2
+(fully_shard per block + root) trained side by side, Work futures and timeouts, and
+the errors of calls the engine cannot do. One extra 2-rank pool makes "pycollect"
+the *default* group through the env:// route torchrun uses.
+"""
+from __future__ import annotations
+
+import datetime
+import os
+import threading
+import time
+from collections import Counter
+
+import pytest
+import torch
+import torch.distributed as dist
+from rank_pool import RankPool, free_port
+
+import pycollect as pc
+import pycollect.torch_backend as tb
+from pycollect import api
+
+WORLD = 3
+R = dist.ReduceOp
+_GROUPS: dict = {}
+
+
+@pytest.fixture(scope="module")
+def pool():
+    with RankPool(WORLD, timeout=90) as p:
+        yield p
+
+
+# -- worker side ---------------------------------------------------------------------
+
+
+def _groups() -> dict:
+    """(backend, size) -> torch group; created once per worker, in the same order everywhere."""
+    if not _GROUPS:
+        tb.register()
+        tb.register()  # idempotent
+        td = datetime.timedelta(seconds=60)
+        for size in (WORLD, 2):
+            ranks = list(range(size))
+            for backend in ("pycollect", "gloo"):
+                _GROUPS[backend, size] = dist.new_group(ranks, backend=backend, timeout=td)
+    return _GROUPS
+
+
+def _pair(size):
+    """(pycollect group, gloo group), or None on a rank outside the sub-group."""
+    g = _groups()
+    if dist.get_rank() >= size:
+        return None
+    return g["pycollect", size], g["gloo", size]
+
+
+def _data(numel, dtype, rank, salt):
+    gen = torch.Generator().manual_seed(7919 * salt + rank)
+    if dtype.is_floating_point:
+        return torch.randn(numel, generator=gen).to(dtype)
+    return torch.randint(1, 3, (numel,), generator=gen).to(dtype)  # small: PRODUCT must not overflow
+
+
+def _tol(dtype):
+    if not dtype.is_floating_point:
+        return dict(rtol=0, atol=0)
+    return {torch.float32: dict(rtol=1e-5, atol=1e-6), torch.float64: dict(rtol=1e-12, atol=1e-12),
+            torch.bfloat16: dict(rtol=1.6e-2, atol=2e-2)}[dtype]
+
+
+def _registration():
+    pg, gloo = _pair(WORLD)
+    c10d = dist.distributed_c10d
+    return dict(
+        in_list="pycollect" in dist.Backend.backend_list,
+        backend=dist.get_backend(pg), name_backend=pg.name(),
+        resolves=c10d._resolve_process_group(pg.group_name) is pg,
+        cpu_default=dist.Backend.default_device_backend_map["cpu"],
+        engine_size=tb.engine_group(pg).size,
+        not_ours=_raises(lambda: tb.engine_group(gloo), TypeError),
+    )
+
+
+def _raises(fn, kind):
+    try:
+        fn()
+    except kind as e:
+        return str(e)
+    return None
+
+
+def _cross_check(size):
+    """Every dist.* collective on pycollect and on Gloo, same inputs; returns
+    (mismatches, engine counter delta, expected delta, results for the bitwise check)."""
+    pair = _pair(size)
+    if pair is None:
+        return None
+    pg, gloo = pair
+    me, n = pg.rank(), pg.size()
+    before = Counter(tb.engine_group(pg).counters())
+    expected, bad, keep = Counter(), [], {}
+    salt = 0
+
+    def check(key, ours, ref, dtype):
+        try:
+            torch.testing.assert_close(ours, ref, **_tol(dtype), equal_nan=False)
+        except AssertionError as e:
+            bad.append(f"rank {me} {key}: {str(e).splitlines()[0]}")
+
+    for dtype in (torch.float32, torch.float64, torch.bfloat16, torch.int32, torch.int64, torch.uint8):
+        fp = dtype.is_floating_point
+        ops = [("SUM", R.SUM), ("PRODUCT", R.PRODUCT), ("MIN", R.MIN), ("MAX", R.MAX)]
+        if fp:
+            ops += [("AVG", R.AVG), ("PREMUL", R.PREMUL_SUM(0.375)), ("NCCL_PREMUL", dist._make_nccl_premul_sum(2.0))]
+        for numel in (0, 1, 7, 1000):
+            for name, op in ops:
+                salt += 1
+                x = _data(numel, dtype, me, salt)
+                ref = x.clone()
+                if name.endswith("PREMUL"):
+                    ref = torch.mul(ref, op.factor).to(dtype)
+                dist.all_reduce(ref, op=R.SUM if name.endswith("PREMUL") else op, group=gloo)
+                dist.all_reduce(x, op=op, group=pg)
+                expected["all_reduce"] += 1
+                check(f"all_reduce {name} {dtype} n={numel}", x, ref, dtype)
+                keep[f"all_reduce {name} {dtype} {numel}"] = x
+                # reduce-scatter, single tensor and list forms
+                salt += 1
+                x = _data(numel * n, dtype, me, salt)
+                ours, ref = torch.empty(numel, dtype=dtype), torch.empty(numel, dtype=dtype)
+                gin = torch.mul(x, op.factor).to(dtype) if name.endswith("PREMUL") else x
+                dist.reduce_scatter_single(ref, gin, op=R.SUM if name.endswith("PREMUL") else op, group=gloo)
+                dist.reduce_scatter_single(ours, x, op=op, group=pg)
+                check(f"reduce_scatter_single {name} {dtype} n={numel}", ours, ref, dtype)
+                ours2 = torch.empty(numel, dtype=dtype)
+                dist.reduce_scatter(ours2, list(x.chunk(n)) if numel else [x[:0]] * n, op=op, group=pg)
+                check(f"reduce_scatter(list) {name} {dtype} n={numel}", ours2, ref, dtype)
+                expected["reduce_scatter"] += 2
+            # all-gather (single, list), broadcast from the last rank, coalesced all-reduce
+            salt += 1
+            x = _data(numel, dtype, me, salt)
+            ours, ref = torch.empty(numel * n, dtype=dtype), torch.empty(numel * n, dtype=dtype)
+            dist.all_gather_single(ref, x, group=gloo)
+            dist.all_gather_single(ours, x, group=pg)
+            check(f"all_gather_single {dtype} n={numel}", ours, ref, dtype)
+            outs = [torch.empty(numel, dtype=dtype) for _ in range(n)]
+            dist.all_gather(outs, x, group=pg)
+            check(f"all_gather(list) {dtype} n={numel}", torch.cat(outs), ref, dtype)
+            keep[f"all_gather {dtype} {numel}"] = ours
+            b = x.clone()
+            dist.broadcast(b, group=pg, group_src=n - 1)
+            check(f"broadcast {dtype} n={numel}", b, _data(numel, dtype, n - 1, salt), dtype)
+            pair_in = [x.clone(), x[: numel // 2].clone()]
+            pair_ref = [t.clone() for t in pair_in]
+            dist.all_reduce_coalesced(pair_in, group=pg)
+            for t in pair_ref:
+                dist.all_reduce(t, group=gloo)
+            check(f"all_reduce_coalesced {dtype} n={numel}", torch.cat(pair_in), torch.cat(pair_ref), dtype)
+            expected.update({"all_gather": 2, "broadcast": 1, "all_reduce": 2})
+            # send/recv along the ring (rank 0 sends first, so no cycle of blocked sends)
+            got = torch.empty(numel, dtype=dtype)
+            nxt, prv = (me + 1) % n, (me - 1) % n
+            if me == 0:
+                dist.send(x, group=pg, group_dst=nxt, tag=5)
+                dist.recv(got, group=pg, group_src=prv, tag=5)
+            else:
+                dist.recv(got, group=pg, group_src=prv, tag=5)
+                dist.send(x, group=pg, group_dst=nxt, tag=5)
+            check(f"send/recv {dtype} n={numel}", got, _data(numel, dtype, prv, salt), dtype)
+            expected["send/recv"] += 2
+    dist.barrier(group=pg)
+    expected["barrier"] += 1
+    delta = Counter(tb.engine_group(pg).counters()) - before
+    return bad, dict(delta), dict(expected), keep
+
+
+class _ViaBackend:
+    """Stands in for `pycollect` inside tests/collective_cases.py: its pc.* calls go
+    through dist.* on the torch group of the pycollect backend instead."""
+
+    NON_GROUP_MEMBER = pc.NON_GROUP_MEMBER
+    ReduceOp = pc.ReduceOp
+
+    @staticmethod
+    def get_rank(group):
+        return group.rank()
+
+    @staticmethod
+    def all_reduce(t, op, group):
+        dist.all_reduce(t, op=getattr(R, op.name), group=group)
+
+    @staticmethod
+    def broadcast(t, src, group):
+        dist.broadcast(t, group=group, group_src=src)
+
+    @staticmethod
+    def all_gather_into_tensor(out, t, group):
+        dist.all_gather_single(out, t, group=group)
+
+    @staticmethod
+    def all_gather(parts, t, group):
+        dist.all_gather(parts, t, group=group)
+
+    @staticmethod
+    def reduce_scatter_tensor(out, t, op, group):
+        dist.reduce_scatter_single(out, t, op=getattr(R, op.name), group=group)
+
+    @staticmethod
+    def reduce_scatter(out, parts, op, group):
+        dist.reduce_scatter(out, parts, op=getattr(R, op.name), group=group)
+
+
+def _core_suite(kind, size):
+    """The core issue's cross-check cases (numpy reference + Gloo) run through this backend."""
+    import collective_cases as cc
+
+    pair = _pair(size)
+    if pair is None:
+        return None
+    pg = pair[0]
+    saved = cc.pc, cc._groups.get(size)
+    cc.pc, cc._groups[size] = _ViaBackend, pair
+    before = Counter(tb.engine_group(pg).counters())
+    try:
+        out = cc.run_cases(kind, size, 3, counts=[0, 1, 13, 4099])
+    finally:
+        cc.pc = saved[0]
+        if saved[1] is None:
+            del cc._groups[size]
+        else:
+            cc._groups[size] = saved[1]
+    return out, dict(Counter(tb.engine_group(pg).counters()) - before)
+
+
+class _Net(torch.nn.Module):
+    def __init__(self, width=16, blocks=3):
+        super().__init__()
+        self.blocks = torch.nn.ModuleList(
+            torch.nn.Sequential(torch.nn.Linear(width, width), torch.nn.Tanh()) for _ in range(blocks))
+        self.head = torch.nn.Linear(width, 3)
+
+    def forward(self, x):
+        for b in self.blocks:
+            x = b(x)
+        return self.head(x)
+
+
+def _batch(step, rank):
+    gen = torch.Generator().manual_seed(100 * step + rank)
+    return torch.randn(8, 16, generator=gen), torch.randn(8, 3, generator=gen)
+
+
+def _ddp(size, steps=5):
+    """Train torch DDP on each backend from the same start; return params and counter delta."""
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    pair = _pair(size)
+    if pair is None:
+        return None
+    pg, _ = pair
+    before = Counter(tb.engine_group(pg).counters())
+    params = {}
+    for name, group in zip(("pycollect", "gloo"), pair):
+        torch.manual_seed(0)
+        model = DDP(_Net(), process_group=group, bucket_cap_mb=0.002)  # several buckets
+        opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+        for step in range(steps):
+            x, y = _batch(step, group.rank())
+            opt.zero_grad()
+            torch.nn.functional.mse_loss(model(x), y).backward()
+            opt.step()
+        params[name] = [p.detach().clone() for p in model.parameters()]
+    delta = Counter(tb.engine_group(pg).counters()) - before
+    return params, dict(delta)
+
+
+def _fsdp(size, divide_factor=None, steps=4):
+    """Train torch FSDP2 (fully_shard per block + root) on each backend; return losses.
+
+    With a divide factor that is not the group size FSDP2 reduce-scatters with
+    PREMUL_SUM(1/factor); Gloo has no PREMUL_SUM, so its run sums and divides after.
+    """
+    from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
+    from torch.distributed.fsdp import fully_shard
+
+    pair = _pair(size)
+    if pair is None:
+        return None
+    pg, gloo = pair
+    meshes = {"gloo": DeviceMesh.from_group(gloo, "cpu")}
+    if size == WORLD:  # the whole world: init_device_mesh builds the pycollect group itself
+        meshes["pycollect"] = init_device_mesh("cpu", (WORLD,), backend_override={0: "pycollect"})
+    else:
+        meshes["pycollect"] = DeviceMesh.from_group(pg, "cpu")
+    ours = meshes["pycollect"].get_group()
+    ops = []
+    spy = ours.reduce_scatter_single
+    ours.reduce_scatter_single = lambda o, i, opts=None: (ops.append(opts.reduceOp.op.name), spy(o, i, opts))[1]
+    before = Counter(tb.engine_group(ours).counters())
+    losses = {}
+    for name in ("pycollect", "gloo"):
+        torch.manual_seed(0)
+        model = _Net()
+        for block in model.blocks:
+            fully_shard(block, mesh=meshes[name])
+        fully_shard(model, mesh=meshes[name])
+        if divide_factor is not None:
+            for module in (*model.blocks, model):  # each fully_shard'ed module has its own setting
+                module.set_gradient_divide_factor(divide_factor)
+                module.set_force_sum_reduction_for_comms(name == "gloo")
+        opt = torch.optim.Adam(model.parameters(), lr=1e-2)
+        losses[name] = []
+        for step in range(steps):
+            x, y = _batch(0, meshes[name].get_local_rank())  # one batch: the loss must fall
+            opt.zero_grad()
+            loss = torch.nn.functional.mse_loss(model(x), y)
+            loss.backward()
+            opt.step()
+            losses[name].append(loss.item())
+    del ours.reduce_scatter_single
+    delta = Counter(tb.engine_group(ours).counters()) - before
+    return losses, dict(delta), sorted(set(ops)), isinstance(ours, tb.PyCollectProcessGroup)
+
+
+def _work_semantics():
+    """Futures, wait(timeout) on a recv whose sender is late, and the GIL while waiting."""
+    pair = _pair(2)
+    if pair is None:
+        return None
+    pg, _ = pair
+    me = pg.rank()
+    before = Counter(tb.engine_group(pg).counters())
+    out = {}
+    t = torch.full((4,), float(me + 1))
+    fut = dist.all_reduce(t, group=pg, async_op=True).get_future().then(lambda f: f.value()[0] * 10)
+    out["then"] = fut.wait().tolist()
+    buf = torch.zeros(1000)
+    if me == 0:
+        work = dist.irecv(buf, group=pg, group_src=1)
+        out["timeout"] = _raises(lambda: work.wait(timeout=datetime.timedelta(seconds=0.3)), TimeoutError)
+        out["done_after_timeout"] = work.is_completed()
+        ticks, done = 0, threading.Event()
+        waiter = threading.Thread(target=lambda: (work.wait(), done.set()))
+        waiter.start()
+        while not done.is_set():  # Python keeps running while another thread waits on the engine
+            ticks += 1
+        waiter.join()
+        out["ticks_while_waiting"] = ticks
+        out["received"] = bool(torch.equal(buf, torch.arange(1000.0)))
+        out["success"] = work.is_success()
+    else:
+        time.sleep(1.0)
+        dist.send(torch.arange(1000.0), group=pg, group_dst=0)
+    out["engine"] = dict(Counter(tb.engine_group(pg).counters()) - before)
+    return out
+
+
+def _unsupported():
+    pg, _ = _pair(WORLD)
+    me = pg.rank()
+    before = tb.engine_group(pg).counters()
+    t = torch.ones(6)
+    calls = {
+        "gather": lambda: dist.gather(t, [torch.empty(6) for _ in range(WORLD)] if me == 0 else None,
+                                      group=pg, group_dst=0),
+        "scatter": lambda: dist.scatter(t, list(torch.ones(WORLD, 6)) if me == 0 else None, group=pg, group_src=0),
+        "reduce": lambda: dist.reduce(t, group=pg, group_dst=0),
+        "all_to_all_single": lambda: dist.all_to_all_single(torch.empty(6), t, group=pg),
+        "recv_anysource": lambda: dist.recv(t, group=pg),
+        "BAND": lambda: dist.all_reduce(torch.ones(6, dtype=torch.int32), op=R.BAND, group=pg),
+        "PREMUL_SUM needs a floating": lambda: dist.all_reduce(torch.ones(6, dtype=torch.int32),
+                                                               op=R.PREMUL_SUM(0.5), group=pg),
+        "not contiguous": lambda: dist.all_reduce(torch.ones(6, 2).t(), group=pg),
+    }
+    errors = {k: _raises(fn, (NotImplementedError, ValueError, TypeError, RuntimeError)) for k, fn in calls.items()}
+    unchanged = tb.engine_group(pg).counters() == before
+    t = torch.ones(6)
+    dist.all_reduce(t, group=pg)  # the group still works after the refusals
+    return errors, unchanged, t.tolist()
+
+
+def _default_group_env(port):
+    """init_process_group("pycollect") by env:// (as under torchrun), then DDP and teardown."""
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    tb.register()
+    dist.init_process_group("pycollect", rank=pc.get_rank(), world_size=pc.get_world_size(),
+                            timeout=datetime.timedelta(seconds=60))
+    world = dist.group.WORLD
+    mesh_group = init_device_mesh("cpu", (2,)).get_group()
+    torch.manual_seed(0)
+    model = DDP(_Net())
+    x, y = _batch(0, dist.get_rank())
+    torch.nn.functional.mse_loss(model(x), y).backward()
+    grads = torch.cat([p.grad.reshape(-1) for p in model.parameters()])
+    gathered = torch.empty(2 * grads.numel())
+    dist.all_gather_into_tensor(gathered, grads)
+    engine = tb.engine_group()
+    counters = engine.counters()
+    dist.destroy_process_group()
+    return dict(backend_world=isinstance(world, tb.PyCollectProcessGroup), mesh_is_world=mesh_group is world,
+                grads_equal=bool(torch.equal(gathered[: grads.numel()], gathered[grads.numel():])),
+                counters=counters, released=engine not in api._groups)
+
+
+# -- tests -----------------------------------------------------------------------------
+
+
+def test_registration(pool):
+    for r in pool.run(_registration):
+        assert r["in_list"] and r["backend"] == "pycollect" and r["name_backend"] == "pycollect"
+        assert r["resolves"], "torch cannot resolve the group by its name (DeviceMesh/FSDP2 need it)"
+        assert r["cpu_default"] == "gloo", "registering must not change the default CPU backend"
+        assert r["engine_size"] == WORLD
+        assert r["not_ours"] and "pycollect" in r["not_ours"]
+
+
+@pytest.mark.parametrize("size", [2, WORLD])
+def test_every_collective_matches_gloo_and_runs_on_engine(pool, size):
+    results = [r for r in pool.run(_cross_check, size) if r is not None]
+    assert len(results) == size
+    for bad, delta, expected, _ in results:
+        assert bad == []
+        assert delta == expected, "a dist.* call did not run (exactly once) on the pycollect engine"
+    keeps = [keep for *_, keep in results]
+    for key, value in keeps[0].items():
+        for other in keeps[1:]:
+            assert torch.equal(value, other[key]), f"ranks disagree bitwise on {key}"
+
+
+_ENGINE_KIND = {"all_reduce": "all_reduce", "broadcast": "broadcast", "all_gather": "all_gather",
+                "all_gather_into_tensor": "all_gather", "reduce_scatter": "reduce_scatter",
+                "reduce_scatter_tensor": "reduce_scatter"}
+
+
+@pytest.mark.parametrize("size", [2, WORLD])
+@pytest.mark.parametrize("kind", list(_ENGINE_KIND))
+def test_core_cross_check_suite_through_backend(pool, kind, size):
+    results = [r for r in pool.run(_core_suite, kind, size) if r is not None]
+    assert len(results) == size
+    for out, delta in results:
+        assert out["cases"] > 0
+        assert delta == {_ENGINE_KIND[kind]: out["cases"]}, "a case did not run (exactly once) on the engine"
+    if not kind.startswith("reduce_scatter"):  # every rank holds the same result
+        assert all(out["digests"] == results[0][0]["digests"] for out, _ in results)
+
+
+@pytest.mark.parametrize("size", [2, WORLD])
+def test_ddp_matches_gloo(pool, size):
+    results = [r for r in pool.run(_ddp, size) if r is not None]
+    assert len(results) == size
+    for params, delta in results:
+        for ours, ref in zip(params["pycollect"], params["gloo"]):
+            torch.testing.assert_close(ours, ref, rtol=1e-6, atol=1e-7)
+        assert delta.get("all_reduce", 0) >= 5, f"DDP gradients did not all-reduce on the engine: {delta}"
+        assert delta.get("broadcast", 0) >= 1, f"DDP's initial parameter broadcast bypassed the engine: {delta}"
+    for other in results[1:]:  # DDP keeps replicas identical
+        for a, b in zip(results[0][0]["pycollect"], other[0]["pycollect"]):
+            assert torch.equal(a, b)
+
+
+@pytest.mark.parametrize("size, factor", [(2, None), (WORLD, None), (2, 5.0), (WORLD, 7.5)])
+def test_fsdp2_matches_gloo(pool, size, factor):
+    results = [r for r in pool.run(_fsdp, size, factor) if r is not None]
+    assert len(results) == size
+    for losses, delta, ops, is_ours in results:
+        assert is_ours
+        torch.testing.assert_close(losses["pycollect"], losses["gloo"], rtol=1e-5, atol=1e-6)
+        assert losses["pycollect"][-1] < losses["pycollect"][0], "training did not reduce the loss"
+        assert ops == (["AVG"] if factor is None else ["PREMUL_SUM"])
+        assert delta.get("all_gather", 0) >= 4 * 4 and delta.get("reduce_scatter", 0) >= 4 * 4, delta
+
+
+def test_work_future_timeout_and_gil(pool):
+    r0, r1, _ = pool.run(_work_semantics)
+    assert r0["then"] == r1["then"] == [30.0] * 4
+    assert r0["timeout"] and "recv" in r0["timeout"] and "still running" in r0["timeout"]
+    assert r0["done_after_timeout"] is False
+    assert r0["ticks_while_waiting"] > 1000, "the waiting thread held the GIL"
+    assert r0["received"] and r0["success"]
+    assert r0["engine"] == r1["engine"] == {"all_reduce": 1, "send/recv": 1}
+
+
+def test_unsupported_calls_raise_naming_the_method(pool):
+    for errors, unchanged, after in pool.run(_unsupported):
+        for key, message in errors.items():
+            assert message is not None, f"{key} did not raise"
+            assert key in message, message
+        assert "pycollect" in errors["gather"] and "SUM, AVG" in errors["BAND"]
+        assert unchanged, "a refused call reached the engine"
+        assert after == [float(WORLD)] * 6
+
+
+def test_default_group_by_env():
+    with RankPool(2, init_gloo=False) as default_pool:
+        results = default_pool.run(_default_group_env, free_port())
+    for r in results:
+        assert r["backend_world"] and r["mesh_is_world"] and r["grads_equal"] and r["released"]
+        assert r["counters"].get("all_reduce", 0) >= 1 and r["counters"].get("broadcast", 0) >= 1
+        assert r["counters"].get("all_gather", 0) >= 2
