@@ -22,9 +22,38 @@ _ERRORS = {
     "InvalidArgumentError", "NotInitializedError",
 }
 
+# Training wrappers, imported on first use: name -> (module, attribute or None for the module).
+_LAZY = {
+    "DistributedDataParallel": ("ddp", "DistributedDataParallel"),
+    "NaiveDistributedDataParallel": ("ddp_naive", "NaiveDistributedDataParallel"),
+    "FullyShardedDataParallel": ("fsdp", "FullyShardedDataParallel"),
+    "fully_shard": ("fsdp", "fully_shard"),
+    "demo": ("demo", None),
+    "memory": ("memory", None),
+}
+
 from .types import ReduceOp  # noqa: E402  (pure Python)
 
-__all__ = sorted(_API | _ERRORS | {"ReduceOp", "ProcessGroup", "Work", "NON_GROUP_MEMBER"})
+__all__ = sorted(_API | _ERRORS | set(_LAZY) | {"ReduceOp", "ProcessGroup", "Work", "NON_GROUP_MEMBER"})
+
+
+def _register_torch_backend() -> None:
+    """Make dist.init_process_group("pycollect") work once pycollect is imported.
+
+    Skipped quietly where torch or the compiled engine is absent (the memory
+    planner needs neither)."""
+    import importlib.util
+
+    if importlib.util.find_spec("torch") is None:
+        return
+    try:
+        from . import torch_backend
+    except ImportError:
+        return
+    torch_backend.register()
+
+
+_register_torch_backend()
 
 
 def __getattr__(name):
@@ -42,6 +71,12 @@ def __getattr__(name):
         from . import group
 
         return getattr(group, name)
+    if name in _LAZY:
+        import importlib
+
+        module_name, attr = _LAZY[name]
+        module = importlib.import_module(f".{module_name}", __name__)
+        return module if attr is None else getattr(module, attr)
     if name == "Work":
         from .work import Work
 

@@ -307,3 +307,10 @@ def test_timeout_names_op_step_and_peer(pool):
             assert "timed out" in msg and "rank 2" in msg, msg
         assert 0.9 < elapsed < 5.0, elapsed
     assert isinstance(pc.CollectiveTimeoutError("x"), TimeoutError)
+
+
+def test_import_registers_the_torch_backend():
+    import torch.distributed as dist
+
+    assert "pycollect" in dist.Backend.backend_list
+    assert pc.memory.memory_calculator(params_billions=70, num_gpus=8, sharding="fsdp")["fits_on_80gb"] is False
