@@ -1,0 +1,131 @@
+"""Start ranks on this machine and collect what they return (used by pycollect.demo and `pycollect demo`).
+
+    results = run_ranks(job, world_size=2, backends=("pycollect", "gloo"), job_args=(...))
+
+Each rank is a fresh process (multiprocessing "spawn") on 127.0.0.1. Rank 0 hosts a
+TCPStore on a free port. Every rank joins pycollect's default group and/or
+torch.distributed's Gloo group through that store, sets torch to one thread, then calls
+`job(rank, world_size, emit, *job_args)`. `emit(*event)` sends a progress event to the
+parent, which hands it to `on_event(rank, event)` while the ranks are still running.
+A rank that raises, dies, or is still running when `timeout` seconds are up makes the
+parent kill all ranks and raise with that rank's traceback.
+"""
+from __future__ import annotations
+
+import datetime
+import multiprocessing as mp
+import queue as queue_mod
+import socket
+import time
+import traceback
+from typing import Any, Callable, List, Optional, Sequence
+
+BACKENDS = ("pycollect", "gloo")
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _rank_main(rank: int, world_size: int, port: int, backends: Sequence[str], job: Callable,
+               job_args: tuple, out, timeout_s: float) -> None:
+    import torch
+    import torch.distributed as dist
+
+    import pycollect as pc
+
+    try:
+        torch.set_num_threads(1)
+        td = datetime.timedelta(seconds=timeout_s)
+        store = dist.TCPStore("127.0.0.1", port, world_size, is_master=(rank == 0), timeout=td,
+                              wait_for_workers=False)
+        if "pycollect" in backends:
+            pc.init_process_group(store=dist.PrefixStore("pycollect", store), rank=rank,
+                                  world_size=world_size, timeout=td)
+        if "gloo" in backends:
+            dist.init_process_group("gloo", store=dist.PrefixStore("gloo", store), rank=rank,
+                                    world_size=world_size, timeout=td)
+
+        def emit(*event: Any) -> None:
+            out.put(("event", rank, event))
+
+        result = job(rank, world_size, emit, *job_args)
+        # Nobody leaves (taking rank 0's store with it) before everyone is done.
+        if "gloo" in backends:
+            dist.barrier()
+        else:
+            pc.barrier()
+        out.put(("done", rank, result))
+    except BaseException:  # every failure goes back to the parent
+        out.put(("error", rank, traceback.format_exc()))
+    finally:
+        try:
+            if pc.is_initialized():
+                pc.destroy_process_group()
+            if dist.is_initialized():
+                dist.destroy_process_group()
+        except Exception:
+            pass
+
+
+def _failure_report(out, world_size: int, errors: dict, grace_s: float = 1.0) -> str:
+    """Wait a moment for the other ranks' errors too: the first to arrive is not always the cause."""
+    deadline = time.monotonic() + grace_s
+    while len(errors) < world_size and time.monotonic() < deadline:
+        try:
+            kind, rank, payload = out.get(timeout=max(0.0, deadline - time.monotonic()))
+        except queue_mod.Empty:
+            break
+        if kind == "error":
+            errors[rank] = payload
+    return "\n".join(f"rank {r} of {world_size} failed:\n{errors[r]}" for r in sorted(errors))
+
+
+def run_ranks(job: Callable, world_size: int, backends: Sequence[str], job_args: tuple = (),
+              timeout: float = 60.0, on_event: Optional[Callable[[int, tuple], None]] = None) -> List[Any]:
+    """Run `job` on `world_size` local ranks; return the list of their results, in rank order."""
+    if world_size < 1:
+        raise ValueError(f"world_size must be >= 1, got {world_size}")
+    unknown = [b for b in backends if b not in BACKENDS]
+    if unknown or not backends:
+        raise ValueError(f"backends must be a non-empty subset of {BACKENDS}, got {tuple(backends)!r}")
+    ctx = mp.get_context("spawn")
+    out = ctx.Queue()
+    port = free_port()
+    procs = [ctx.Process(target=_rank_main, args=(r, world_size, port, tuple(backends), job, job_args, out,
+                                                  float(timeout)), daemon=True)
+             for r in range(world_size)]
+    for p in procs:
+        p.start()
+    results: dict = {}
+    deadline = time.monotonic() + timeout
+    try:
+        while len(results) < world_size:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                missing = [r for r in range(world_size) if r not in results]
+                raise TimeoutError(f"rank(s) {missing} did not finish within {timeout:g} s")
+            try:
+                kind, rank, payload = out.get(timeout=min(left, 0.5))
+            except queue_mod.Empty:
+                for r, p in enumerate(procs):
+                    if r not in results and p.exitcode not in (None, 0):
+                        raise RuntimeError(f"rank {r} died with exit code {p.exitcode} before reporting")
+                continue
+            if kind == "event":
+                if on_event is not None:
+                    on_event(rank, payload)
+            elif kind == "error":
+                raise RuntimeError(_failure_report(out, world_size, {rank: payload}))
+            else:
+                results[rank] = payload
+    finally:
+        for p in procs:
+            p.join(timeout=5 if len(results) == world_size else 0.1)
+        for p in procs:
+            if p.is_alive():
+                p.kill()
+                p.join(timeout=5)
+    return [results[r] for r in range(world_size)]
