@@ -106,6 +106,39 @@ def ring_send_recv():
     return int(got[0]), int(got[-1])
 
 
+def large_exchange_both_ways():
+    """Both ranks isend 8 MiB to each other before receiving: must not deadlock."""
+    r, n = pc.get_rank(), pc.get_world_size()
+    peer = r ^ 1
+    if peer >= n:
+        return None
+    out = torch.full((2 * 1024 * 1024,), float(r))
+    got = torch.empty_like(out)
+    s = pc.isend(out, peer, tag=3)
+    q = pc.irecv(got, peer, tag=3)
+    s.wait(timeout=20)
+    q.wait(timeout=20)
+    pc.send(out[:10], peer)  # the blocking forms, in the same order on both sides, also pass
+    tail = torch.empty(10)
+    pc.recv(tail, peer)
+    return float(got.min()), float(got.max()), float(tail.sum())
+
+
+def recv_mismatch():
+    g = pc.new_group(list(range(pc.get_world_size())), timeout=20)
+    r = pc.get_rank()
+    result = None
+    try:
+        if r == 0:
+            pc.send(torch.ones(10), 1, group=g)
+        elif r == 1:
+            pc.recv(torch.empty(12), 0, group=g)
+    except pc.PyCollectError as e:
+        result = (type(e).__name__, str(e))
+    pc.destroy_process_group(g)
+    return result
+
+
 def sub_group_ops():
     r = pc.get_rank()
     g = pc.new_group([1, 3])
@@ -256,6 +289,18 @@ def test_in_place_all_gather(pool):
 def test_send_recv_ring(pool):
     for r, (first, last) in enumerate(pool.run(ring_send_recv)):
         assert first == last == (r - 1) % WORLD
+
+
+def test_large_isend_irecv_both_ways_does_not_deadlock(pool):
+    for r, res in enumerate(pool.run(large_exchange_both_ways, timeout=60)):
+        assert res == (float(r ^ 1), float(r ^ 1), 10.0 * (r ^ 1)), (r, res)
+
+
+def test_recv_of_the_wrong_size_names_both_calls(pool):
+    results = pool.run(recv_mismatch, timeout=60)
+    name, msg = results[1]
+    assert name == "MismatchError", msg
+    assert "count=12" in msg and "count=10" in msg and "rank 0" in msg, msg
 
 
 def test_new_group_members_only(pool):

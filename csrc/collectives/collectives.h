@@ -28,8 +28,4 @@ void broadcastChain(Context& ctx, void* data, size_t bytes, int root);
 // Every rank greets every other: returns once all have arrived.
 void barrierAll(Context& ctx);
 
-// Point-to-point: the header (with the tag in `root`) then the payload.
-void sendTo(Context& ctx, int peer, const void* data, size_t bytes);
-void recvFrom(Context& ctx, int peer, void* data, size_t bytes);
-
 }  // namespace pycollect

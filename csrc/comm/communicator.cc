@@ -1,5 +1,10 @@
 #include "comm/communicator.h"
 
+#include <poll.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include <cerrno>
 #include <cstdio>
 
 #include "collectives/collectives.h"
@@ -22,9 +27,14 @@ Communicator::Communicator(int rank, int size, CommOptions options)
     throw InvalidArgument("rank " + std::to_string(rank) + " is outside [0, " +
                           std::to_string(size) + ")");
   }
+  wakeFd_ = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+  if (wakeFd_ < 0) throw Error(syscallMessage("eventfd", errno, "creating the worker's wake-up fd"));
 }
 
-Communicator::~Communicator() { shutdown(); }
+Communicator::~Communicator() {
+  shutdown();
+  ::close(wakeFd_);
+}
 
 std::pair<std::string, int> Communicator::listen(const std::string& host) {
   listener_ = std::make_unique<tcp::Listener>(host);
@@ -72,7 +82,8 @@ void Communicator::checkPeer(int peer, const char* what) const {
   }
 }
 
-std::shared_ptr<Work> Communicator::enqueue(WireHeader header, std::function<void(Context&)> run) {
+std::shared_ptr<Work> Communicator::enqueue(WireHeader header, std::function<void(Context&)> run,
+                                            std::unique_ptr<PendingP2P> p2p) {
   std::lock_guard<std::mutex> lock(mu_);
   if (!failure_.empty()) {
     throw GroupFailedError("process group failed earlier; no further calls are possible: " + failure_);
@@ -80,16 +91,25 @@ std::shared_ptr<Work> Communicator::enqueue(WireHeader header, std::function<voi
   if (stopping_) throw GroupFailedError("process group was destroyed");
   if (!connected_) throw InvalidArgument("communicator is not connected");
   auto kind = static_cast<OpKind>(header.kind);
-  if (kind == OpKind::kSend) {
-    // p2p messages are numbered per pair and direction; set by the caller.
+  if (p2p) {
+    // p2p messages are numbered per pair and direction.
+    auto& seqs = p2p->isSend ? sendSeq_ : recvSeq_;
+    header.seq = seqs[p2p->peer]++;
+    p2p->header = header;
   } else {
     header.seq = seq_++;
   }
   std::string what = "rank " + std::to_string(rank_) + " " + describeCall(header);
   auto work = std::make_shared<Work>(what);
-  queue_.push_back(Op{header, std::move(run), work});
-  ++calls_[opKindName(kind)];
+  if (p2p) p2p->work = work;
+  queue_.push_back(Op{header, std::move(run), std::move(p2p), work});
+  ++calls_[opKindName(kind)];  // send and recv both count as "send/recv"
   cv_.notify_one();
+  if (idlePolling_) {
+    uint64_t one = 1;
+    ssize_t ignored = ::write(wakeFd_, &one, sizeof(one));
+    (void)ignored;
+  }
   return work;
 }
 
@@ -148,28 +168,78 @@ std::shared_ptr<Work> Communicator::barrier() {
   return enqueue(h, [](Context& c) { barrierAll(c); });
 }
 
+std::shared_ptr<Work> Communicator::enqueueP2P(bool isSend, void* data, size_t count, DType dtype,
+                                               int peer, int tag) {
+  checkPeer(peer, isSend ? "send" : "recv");
+  auto p = std::make_unique<PendingP2P>();
+  p->isSend = isSend;
+  p->peer = peer;
+  p->self = rank_;
+  p->data = data;
+  p->bytes = count * dtypeSize(dtype);
+  WireHeader h = makeHeader(OpKind::kSend, dtype, ReduceOp::kSum, count, tag);
+  if (!isSend) h.rank = peer;  // the header we expect was written by the peer
+  return enqueue(h, nullptr, std::move(p));
+}
+
 std::shared_ptr<Work> Communicator::send(const void* data, size_t count, DType dtype, int peer,
                                          int tag) {
-  checkPeer(peer, "send");
-  WireHeader h = makeHeader(OpKind::kSend, dtype, ReduceOp::kSum, count, tag);
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    h.seq = sendSeq_[peer]++;
-  }
-  size_t bytes = count * dtypeSize(dtype);
-  return enqueue(h, [=](Context& c) { sendTo(c, peer, data, bytes); });
+  return enqueueP2P(true, const_cast<void*>(data), count, dtype, peer, tag);
 }
 
 std::shared_ptr<Work> Communicator::recv(void* data, size_t count, DType dtype, int peer, int tag) {
-  checkPeer(peer, "recv");
-  WireHeader h = makeHeader(OpKind::kSend, dtype, ReduceOp::kSum, count, tag);
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    h.seq = recvSeq_[peer]++;
+  return enqueueP2P(false, data, count, dtype, peer, tag);
+}
+
+Clock::time_point Communicator::deadlineFromNow() const {
+  return Clock::now() + std::chrono::duration_cast<Clock::duration>(
+                            std::chrono::duration<double>(options_.timeoutSec));
+}
+
+void Communicator::reapP2P() {
+  for (auto it = p2p_.begin(); it != p2p_.end();) {
+    PendingP2P& p = **it;
+    bool done;
+    try {
+      done = p.poll();
+    } catch (const std::exception& e) {
+      p.work->finish(std::current_exception());
+      std::string message = p.work->what() + ": " + e.what();
+      p2p_.erase(it);
+      throw GroupFailedError(message);
+    }
+    if (done) {
+      p.work->finish(nullptr);
+      it = p2p_.erase(it);
+    } else {
+      ++it;
+    }
   }
-  h.rank = peer;  // the header we expect was written by the peer
-  size_t bytes = count * dtypeSize(dtype);
-  return enqueue(h, [=](Context& c) { recvFrom(c, peer, data, bytes); });
+}
+
+void Communicator::progressIdle() {
+  std::vector<pollfd> fds{{wakeFd_, POLLIN, 0}};
+  auto nearest = Clock::time_point::max();
+  for (auto& p : p2p_) nearest = std::min(nearest, p->deadline);
+  for (Link* l : linkPtrs_) {
+    if (l == nullptr) continue;
+    short ev = (l->sendPending() ? POLLOUT : 0) | (l->recvPending() ? POLLIN : 0);
+    if (ev) fds.push_back({l->fd(), ev, 0});
+  }
+  auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(nearest - Clock::now()).count();
+  int timeout = static_cast<int>(std::max<int64_t>(0, std::min<int64_t>(ms + 1, 1000)));
+  if (::poll(fds.data(), fds.size(), timeout) < 0 && errno != EINTR) {
+    throw Error(syscallMessage("poll", errno, "while point-to-point transfers were in flight"));
+  }
+  uint64_t drained;
+  while (::read(wakeFd_, &drained, sizeof(drained)) > 0) {
+  }
+  for (Link* l : linkPtrs_) {
+    if (l == nullptr) continue;
+    if (l->sendPending()) l->progressSend();
+    if (l->recvPending()) l->progressRecv();
+  }
+  reapP2P();
 }
 
 void Communicator::workerLoop() {
@@ -177,31 +247,57 @@ void Communicator::workerLoop() {
     Op op;
     {
       std::unique_lock<std::mutex> lock(mu_);
-      cv_.wait(lock, [this] { return stopping_ || !queue_.empty(); });
+      while (queue_.empty() && !stopping_) {
+        if (p2p_.empty()) {
+          cv_.wait(lock);
+          continue;
+        }
+        idlePolling_ = true;
+        lock.unlock();
+        std::string error;
+        try {
+          progressIdle();
+        } catch (const std::exception& e) {
+          error = e.what();
+        }
+        lock.lock();
+        idlePolling_ = false;
+        if (!error.empty()) {
+          lock.unlock();
+          failWith(error);
+          lock.lock();
+        }
+      }
       if (queue_.empty()) return;  // stopping, nothing left
       op = std::move(queue_.front());
       queue_.pop_front();
     }
-    auto deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(
-                                       std::chrono::duration<double>(options_.timeoutSec));
     try {
-      Context ctx(rank_, size_, linkPtrs_, op.header, deadline, options_.tunables, scratch_);
-      op.run(ctx);
-      ctx.drainSends();  // header sends of early-returning algorithms
-      op.work->finish(nullptr);
+      if (op.p2p) {
+        op.p2p->post(linkPtrs_[op.p2p->peer], deadlineFromNow());
+        p2p_.push_back(std::move(op.p2p));
+      } else {
+        Context ctx(rank_, size_, linkPtrs_, op.header, deadlineFromNow(), options_.tunables, scratch_);
+        op.run(ctx);
+        ctx.drainSends();  // header sends of early-returning algorithms
+        op.work->finish(nullptr);
+      }
+      reapP2P();
     } catch (const std::exception& e) {
       bool stopping;
       {
         std::lock_guard<std::mutex> lock(mu_);
         stopping = stopping_;
       }
-      if (stopping) {
-        op.work->finish(std::make_exception_ptr(
-            GroupFailedError("process group was destroyed while " + op.work->what() + " was running")));
-      } else {
-        op.work->finish(std::current_exception());
+      bool own = !op.work->isCompleted();  // a p2p failure found by reapP2P finished its own work
+      if (own) {
+        op.work->finish(stopping ? std::make_exception_ptr(GroupFailedError(
+                                       "process group was destroyed while " + op.work->what() +
+                                       " was running"))
+                                 : std::current_exception());
       }
-      failWith(stopping ? "process group was destroyed" : op.work->what() + ": " + e.what());
+      std::string message = own ? op.work->what() + ": " + e.what() : std::string(e.what());
+      failWith(stopping ? "process group was destroyed" : message);
     }
   }
 }
@@ -221,6 +317,11 @@ void Communicator::failWith(const std::string& message) {
     op.work->finish(std::make_exception_ptr(
         GroupFailedError(op.work->what() + " was not run: the process group failed: " + message)));
   }
+  for (auto& p : p2p_) {
+    p->work->finish(std::make_exception_ptr(
+        GroupFailedError(p->work->what() + " did not complete: the process group failed: " + message)));
+  }
+  p2p_.clear();
 }
 
 void Communicator::shutdown() {
@@ -230,6 +331,9 @@ void Communicator::shutdown() {
     stopping_ = true;
   }
   cv_.notify_all();
+  uint64_t one = 1;
+  ssize_t ignored = ::write(wakeFd_, &one, sizeof(one));
+  (void)ignored;
   // Wakes a worker blocked in poll(); the link's own state is left to the worker.
   for (Link* l : linkPtrs_) {
     if (l != nullptr) l->interrupt();
@@ -244,6 +348,11 @@ void Communicator::shutdown() {
     op.work->finish(std::make_exception_ptr(
         GroupFailedError(op.work->what() + " was not run: the process group was destroyed")));
   }
+  for (auto& p : p2p_) {
+    p->work->finish(std::make_exception_ptr(
+        GroupFailedError(p->work->what() + " did not complete: the process group was destroyed")));
+  }
+  p2p_.clear();
   for (Link* l : linkPtrs_) {
     if (l != nullptr) l->close();
   }

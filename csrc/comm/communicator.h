@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "collectives/context.h"
+#include "comm/p2p.h"
 #include "comm/work.h"
 #include "common/types.h"
 #include "transport/link.h"
@@ -80,10 +81,19 @@ class Communicator {
  private:
   struct Op {
     WireHeader header;
-    std::function<void(Context&)> run;
+    std::function<void(Context&)> run;   // a collective, run to completion
+    std::unique_ptr<PendingP2P> p2p;     // or a send/recv, posted and left in flight
     std::shared_ptr<Work> work;
   };
-  std::shared_ptr<Work> enqueue(WireHeader header, std::function<void(Context&)> run);
+  std::shared_ptr<Work> enqueue(WireHeader header, std::function<void(Context&)> run,
+                                std::unique_ptr<PendingP2P> p2p = nullptr);
+  std::shared_ptr<Work> enqueueP2P(bool isSend, void* data, size_t count, DType dtype, int peer,
+                                   int tag);
+  // Completes finished point-to-point transfers; throws on a mismatch or timeout.
+  void reapP2P();
+  // Idle with transfers in flight: poll the links and the wake-up fd, then reap.
+  void progressIdle();
+  Clock::time_point deadlineFromNow() const;
   WireHeader makeHeader(OpKind kind, DType dtype, ReduceOp op, size_t count, int root);
   void checkPeer(int peer, const char* what) const;
   void workerLoop();
@@ -104,6 +114,9 @@ class Communicator {
   bool connected_ = false;
   std::string failure_;
   std::thread worker_;
+  int wakeFd_ = -1;             // eventfd: enqueue wakes a worker polling in progressIdle
+  bool idlePolling_ = false;    // (under mu_) the worker is in progressIdle
+  std::deque<std::unique_ptr<PendingP2P>> p2p_;  // worker thread only
 
   uint64_t seq_ = 0;                 // collective calls issued (under mu_)
   std::vector<uint64_t> sendSeq_;    // p2p messages issued to each peer
