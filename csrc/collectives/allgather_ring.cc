@@ -12,6 +12,8 @@
 // Pipelining: chunks are cut into segments; a received segment is forwarded at
 // once, so step s+1 of a segment overlaps step s of the next one. Each byte
 // crosses each link once: per rank (size-1)*count elements sent and received.
+// Our own chunk is sent straight from `in`, and copied into `out` segment by
+// segment while the transfer runs, instead of before it starts.
 #include <cstring>
 
 #include "collectives/collectives.h"
@@ -23,12 +25,14 @@ void allgatherRing(Context& ctx, const void* in, void* out, size_t count, DType 
   const int r = ctx.rank;
   const size_t es = dtypeSize(dtype);
   char* base = static_cast<char*>(out);
+  const char* src = static_cast<const char*>(in);
   const size_t chunkBytes = count * es;
-  if (in != base + r * chunkBytes && chunkBytes > 0) {
-    std::memmove(base + r * chunkBytes, in, chunkBytes);
-  }
+  const bool copyOwn = src != base + r * chunkBytes && chunkBytes > 0;
   ctx.exchangeHeaders(ctx.ringPeers());
-  if (n == 1 || count == 0) return;
+  if (n == 1 || count == 0) {
+    if (copyOwn) std::memmove(base + r * chunkBytes, src, chunkBytes);
+    return;
+  }
   Segments segs(count, std::max<size_t>(1, ctx.tunables.segmentBytes / es));
   const size_t nseg = segs.count;
   const int steps = n - 1;
@@ -45,12 +49,16 @@ void allgatherRing(Context& ctx, const void* in, void* out, size_t count, DType 
     int c = mod(r - static_cast<int>(u / nseg) - 1);
     tickets[u] = left.postRecv(segPtr(c, u % nseg), segBytes(u % nseg));
   }
-  for (size_t j = 0; j < nseg; ++j) right.postSend(segPtr(r, j), segBytes(j));
+  auto ownSrc = [&](size_t j) { return src + segs.begin(j, count) * es; };
+  for (size_t j = 0; j < nseg; ++j) right.postSend(ownSrc(j), segBytes(j));
   for (size_t u = 0; u < units; ++u) {
     const int s = static_cast<int>(u / nseg);
     ctx.setStep("all-gather", s, steps);
     ctx.waitRecv(left, tickets[u]);
     if (s + 1 < steps) right.postSend(segPtr(mod(r - s - 1), u % nseg), segBytes(u % nseg));
+    // One segment of our own chunk per received one (units >= nseg); the sends
+    // read `in`, so this copy never races them. memmove: `in` may overlap `out`.
+    if (copyOwn && u < nseg) std::memmove(segPtr(r, u), ownSrc(u), segBytes(u));
   }
   ctx.drainSends();
 }
