@@ -59,7 +59,7 @@ def _worker(rank: int, cfg: Config, port: int, out) -> None:
                                     timeout=td)
             peer = runner.Engine("gloo")
         if cfg.link_limit and n > 1:
-            limit = linklimit.measure(rank, store)
+            limit = linklimit.measure(rank)
             if rank == 0:
                 out.put(("link", limit))
         for row in runner.run(cfg.op, cfg.sizes, cfg.dtype, cfg.iters, cfg.warmup, cfg.repeats, peer,

@@ -35,7 +35,7 @@ def format_row(row: Dict, peer: Optional[str]) -> str:
 def summary(rows: List[Dict], op: str, peer: Optional[str], link_limit: Optional[float]) -> str:
     lines = []
     if link_limit:
-        lines.append(f"# link limit: {link_limit:.3f} GB/s per direction (TCP, both ways at once, ranks 0<->1)")
+        lines.append(f"# link limit: {link_limit:.3f} GB/s per direction (TCP over pycollect's links, both ways at once, ranks 0<->1)")
     if rows:
         big = rows[-1]
         lines.append(f"# largest size {format_size(big['size'])}: pycollect busbw {big['pycollect']['busbw']:.3f} GB/s"
