@@ -24,7 +24,7 @@ import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
-from pycollect._demo_spawn import run_ranks  # noqa: E402
+from pycollect.launch import run_ranks  # noqa: E402
 
 ENGINES = ("pycollect", "gloo")
 LABELS = {"pycollect": "pycollect DDP", "gloo": "torch DDP/Gloo"}

@@ -110,7 +110,7 @@ def run(args: argparse.Namespace) -> int:
               f"(got {args.world_size} and {args.steps})", file=sys.stderr)
         return 2
 
-    from ._demo_spawn import run_ranks
+    from .launch import run_ranks
 
     print(f"pycollect demo: {args.world_size} ranks on 127.0.0.1, model {args.model}, {args.steps} Adam steps, "
           f"{ROWS_PER_RANK[args.model]} rows per rank per step", flush=True)

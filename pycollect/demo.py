@@ -30,7 +30,7 @@ import torch
 from torch import nn
 
 from . import api
-from ._demo_spawn import run_ranks
+from .launch import run_ranks
 from .ddp_naive import NaiveDistributedDataParallel
 
 __all__ = ["run_distributed_demo", "fsdp_round_trip_sketch", "broadcast_module", "all_reduce_grads_",

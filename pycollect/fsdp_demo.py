@@ -4,53 +4,29 @@ and show what each rank holds.
     from pycollect import fsdp_demo
     fsdp_demo.main(world_size=2, steps=8)
 
-Each rank is a process on loopback (multiprocessing spawn, a free port). The ranks send
-their losses and memory figures to this process, which prints a progress line per step
+Each rank is a process on loopback, started by pycollect.launch.run_ranks. The ranks
+send their losses and memory figures to this process as events, which prints a progress line per step
 and, at the end, one table row per rank and mode: parameter, gradient and optimizer
 bytes, the peak of gathered (unsharded) parameter bytes, and the peak resident memory
 measured over the training steps.
 """
 from __future__ import annotations
 
-import importlib.util
-import multiprocessing as mp
-import socket
 import time
-import traceback
 
 DEMO_CONFIG = dict(vocab=256, seq=32, dim=64, layers=4, heads=4, tied=True)
 BATCH_PER_RANK = 4
 
 
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def ddp_replicate(model):
-    """(model, sync, label) for the DDP side: pycollect.ddp when it exists, else plain
-    replication whose sync() averages every gradient with pycollect's ring all-reduce."""
-    import pycollect as pc
+    """(model, sync, label) for the DDP side: pycollect's bucketed DDP (it averages the
+    gradients during backward, so sync has nothing left to do)."""
+    from pycollect.ddp import DistributedDataParallel
 
-    if importlib.util.find_spec("pycollect.ddp") is not None:
-        try:
-            from pycollect.ddp import DistributedDataParallel
-
-            return DistributedDataParallel(model), lambda: None, "pycollect.ddp.DistributedDataParallel"
-        except (ImportError, TypeError):
-            pass
-
-    def sync():
-        works = [pc.all_reduce(p.grad, op=pc.ReduceOp.AVG, async_op=True)
-                 for p in model.parameters() if p.grad is not None]
-        for w in works:
-            w.wait()
-
-    return model, sync, "replicas + pycollect.all_reduce of each gradient"
+    return DistributedDataParallel(model), lambda: None, "pycollect.ddp.DistributedDataParallel"
 
 
-def _train(mode, model, sync, cfg, steps, rank, world, queue):
+def _train(mode, model, sync, cfg, steps, rank, world, emit):
     import torch
 
     from pycollect.fsdp import memory_stats, model_state_bytes, peak_rss_bytes, reset_peak_rss
@@ -73,36 +49,29 @@ def _train(mode, model, sync, cfg, steps, rank, world, queue):
         mean = loss.detach().reshape(1).clone()
         pc.all_reduce(mean, op=pc.ReduceOp.AVG)
         if rank == 0:
-            queue.put(("loss", mode, step, steps, mean.item()))
+            emit("loss", mode, step, steps, mean.item())
     stats = memory_stats(model, opt) if mode == "FSDP" else model_state_bytes(model, opt)
     peak = max(stats.get("peak_unsharded_bytes", {"-": 0}).values() or [0])
-    queue.put(("mem", mode, rank, stats["params"], stats["grads"], stats["optim"], peak, peak_rss_bytes(),
-               sorted(times)[len(times) // 2]))
+    emit("mem", mode, rank, stats["params"], stats["grads"], stats["optim"], peak, peak_rss_bytes(),
+         sorted(times)[len(times) // 2])
 
 
-def _rank(rank: int, world: int, port: int, steps: int, queue) -> None:
-    try:
-        import torch
+def _job(rank: int, world: int, emit, steps: int) -> None:
+    """One rank's work (pycollect is already initialised by run_ranks)."""
+    import torch
 
-        import pycollect as pc
-        from pycollect.fsdp import ModuleWrapPolicy, fully_shard
-        from pycollect.fsdp.toy_models import GPT, Block, GPTConfig
+    from pycollect.fsdp import ModuleWrapPolicy, fully_shard
+    from pycollect.fsdp.toy_models import GPT, Block, GPTConfig
 
-        torch.set_num_threads(1)
-        pc.init_process_group(init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
-        cfg = GPTConfig(**DEMO_CONFIG)
-        torch.manual_seed(0)
-        model = fully_shard(GPT(cfg), policy=ModuleWrapPolicy({Block}))
-        _train("FSDP", model, lambda: None, cfg, steps, rank, world, queue)
-        torch.manual_seed(0)
-        model, sync, label = ddp_replicate(GPT(cfg))
-        if rank == 0:
-            queue.put(("note", f"DDP side: {label}"))
-        _train("DDP", model, sync, cfg, steps, rank, world, queue)
-        pc.destroy_process_group()
-        queue.put(("done", rank))
-    except BaseException:  # noqa: BLE001 - shown by the parent
-        queue.put(("error", rank, traceback.format_exc()))
+    cfg = GPTConfig(**DEMO_CONFIG)
+    torch.manual_seed(0)
+    model = fully_shard(GPT(cfg), policy=ModuleWrapPolicy({Block}))
+    _train("FSDP", model, lambda: None, cfg, steps, rank, world, emit)
+    torch.manual_seed(0)
+    model, sync, label = ddp_replicate(GPT(cfg))
+    if rank == 0:
+        emit("note", f"DDP side: {label}")
+    _train("DDP", model, sync, cfg, steps, rank, world, emit)
 
 
 def _bar(done: int, total: int, width: int = 20) -> str:
@@ -131,38 +100,23 @@ def main(world_size: int = 2, steps: int = 8) -> int:
     n = num_params(GPT(GPTConfig(**DEMO_CONFIG)))
     print(f"pycollect FSDP demo: GPT {DEMO_CONFIG} ({n:,} parameters), {world_size} ranks, "
           f"{steps} steps of {BATCH_PER_RANK} counting sequences per rank, Adam; FSDP units: each block + root")
-    ctx = mp.get_context("spawn")
-    queue = ctx.Queue()
-    port = _free_port()
-    procs = [ctx.Process(target=_rank, args=(r, world_size, port, steps, queue), daemon=True)
-             for r in range(world_size)]
-    for p in procs:
-        p.start()
-    rows, done, failed = [], 0, False
-    while done < world_size and not failed:
-        try:
-            msg = queue.get(timeout=120)
-        except Exception:
-            print("no message from the ranks for 120 s; giving up")
-            failed = True
-            break
-        if msg[0] == "loss":
-            _, mode, step, total, loss = msg
+    rows = []
+
+    def on_event(rank: int, event: tuple) -> None:
+        if event[0] == "loss":
+            _, mode, step, total, loss = event
             print(f"[{mode:<4}] step {step + 1:>3}/{total} |{_bar(step + 1, total)}| loss {loss:.4f}", flush=True)
-        elif msg[0] == "note":
-            print(msg[1])
-        elif msg[0] == "mem":
-            rows.append(msg[1:])
-        elif msg[0] == "done":
-            done += 1
-        else:
-            print(f"rank {msg[1]} failed:\n{msg[2]}")
-            failed = True
-    for p in procs:
-        p.join(timeout=10)
-        if p.is_alive():
-            p.kill()
-    if failed:
+        elif event[0] == "note":
+            print(event[1])
+        elif event[0] == "mem":
+            rows.append(event[1:])
+
+    from .launch import run_ranks
+
+    try:
+        run_ranks(_job, world_size, backends=("pycollect",), job_args=(steps,), timeout=300.0, on_event=on_event)
+    except (RuntimeError, TimeoutError) as e:
+        print(f"pycollect demo --fsdp failed: {e}")
         return 1
     _print_table(rows)
     fsdp = sum(r[2] + r[3] + r[4] for r in rows if r[0] == "FSDP") / world_size

@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from pycollect import demo
-from pycollect._demo_spawn import run_ranks
+from pycollect.launch import run_ranks
 
 EXAMPLE = dict(world_size=2, in_dim=16, hidden=12, out_dim=3, batch_size=4, num_steps=3, seed=11)
 KEYS = {"world_size", "backend", "param_sum_per_rank", "param_sum_spread", "losses",

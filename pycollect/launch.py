@@ -1,4 +1,5 @@
-"""Start ranks on this machine and collect what they return (used by pycollect.demo and `pycollect demo`).
+"""Start ranks on this machine and collect what they return: the one launcher behind
+pycollect.demo, `pycollect demo` (DDP and --fsdp), `pycollect bench` and the bench/ scripts.
 
     results = run_ranks(job, world_size=2, backends=("pycollect", "gloo"), job_args=(...))
 
@@ -8,12 +9,14 @@ torch.distributed's Gloo group through that store, sets torch to one thread, the
 `job(rank, world_size, emit, *job_args)`. `emit(*event)` sends a progress event to the
 parent, which hands it to `on_event(rank, event)` while the ranks are still running.
 A rank that raises, dies, or is still running when `timeout` seconds are up makes the
-parent kill all ranks and raise with that rank's traceback.
+parent kill all ranks and raise with that rank's traceback. `env` is set in each rank
+before anything is initialised (e.g. the PYCOLLECT_* tunables).
 """
 from __future__ import annotations
 
 import datetime
 import multiprocessing as mp
+import os
 import queue as queue_mod
 import socket
 import time
@@ -30,7 +33,8 @@ def free_port() -> int:
 
 
 def _rank_main(rank: int, world_size: int, port: int, backends: Sequence[str], job: Callable,
-               job_args: tuple, out, timeout_s: float) -> None:
+               job_args: tuple, out, timeout_s: float, env: dict) -> None:
+    os.environ.update(env)
     import torch
     import torch.distributed as dist
 
@@ -84,7 +88,8 @@ def _failure_report(out, world_size: int, errors: dict, grace_s: float = 1.0) ->
 
 
 def run_ranks(job: Callable, world_size: int, backends: Sequence[str], job_args: tuple = (),
-              timeout: float = 60.0, on_event: Optional[Callable[[int, tuple], None]] = None) -> List[Any]:
+              timeout: float = 60.0, on_event: Optional[Callable[[int, tuple], None]] = None,
+              env: Optional[dict] = None) -> List[Any]:
     """Run `job` on `world_size` local ranks; return the list of their results, in rank order."""
     if world_size < 1:
         raise ValueError(f"world_size must be >= 1, got {world_size}")
@@ -95,7 +100,7 @@ def run_ranks(job: Callable, world_size: int, backends: Sequence[str], job_args:
     out = ctx.Queue()
     port = free_port()
     procs = [ctx.Process(target=_rank_main, args=(r, world_size, port, tuple(backends), job, job_args, out,
-                                                  float(timeout)), daemon=True)
+                                                  float(timeout), dict(env or {})), daemon=True)
              for r in range(world_size)]
     for p in procs:
         p.start()

@@ -1,0 +1,52 @@
+"""`pycollect bench` end to end on 2 ranks (small sizes): the table's figures follow
+nccl-tests' definitions, every result is verified, JSON and plot are written; and
+nonsense flags are refused with exit code 2."""
+import json
+
+import pytest
+
+from pycollect.benchmark.sizes import bus_factor, parse_size, size_list
+from pycollect.cli import main
+
+
+@pytest.mark.parametrize("op", ["all_reduce", "reduce_scatter"])
+def test_bench_writes_verified_rows(tmp_path, capsys, op):
+    out = tmp_path / "r.json"
+    code = main(["bench", "-o", op, "-g", "2", "-b", "64", "-e", "64K", "-f", "32", "-n", "2", "-r", "2",
+                 "-w", "1", "--json", str(out)])
+    assert code == 0
+    printed = capsys.readouterr().out
+    assert "link limit" in printed and "gloo" in printed
+    data = json.loads(out.read_text())
+    rows = data["rows"]
+    assert [r["size"] for r in rows] == [64, 2048, 65536]
+    for r in rows:
+        for engine in ("pycollect", "gloo"):
+            e = r[engine]
+            assert e["wrong"] == 0
+            assert e["algbw"] == pytest.approx(r["size"] / (e["time_us"] * 1e-6) / 1e9)
+            assert e["busbw"] == pytest.approx(e["algbw"] * bus_factor(op, 2))
+        assert r["ratio"] == pytest.approx(r["gloo"]["time_us"] / r["pycollect"]["time_us"])
+    assert data["meta"]["link_limit_GBps"] > 0
+    assert (tmp_path / "r.png").stat().st_size > 1000
+
+
+def test_sizes_and_factors():
+    assert parse_size("8") == 8 and parse_size("64K") == 65536 and parse_size("64M") == 64 << 20
+    assert size_list(8, 64, 2) == [8, 16, 32, 64]
+    assert bus_factor("all_reduce", 4) == pytest.approx(1.5)
+    assert bus_factor("all_gather", 4) == pytest.approx(0.75)
+    with pytest.raises(ValueError, match="cannot read size"):
+        parse_size("lots")
+
+
+@pytest.mark.parametrize("argv, words", [
+    (["-b", "1M", "-e", "8"], "min <= max"),
+    (["-f", "1"], "step factor"),
+    (["-b", "huge"], "cannot read size"),
+    (["--peer", "nccl"], "CUDA"),
+    (["-n", "0"], "iters"),
+])
+def test_bench_refuses_nonsense(capsys, argv, words):
+    assert main(["bench", *argv]) == 2
+    assert words in capsys.readouterr().err
