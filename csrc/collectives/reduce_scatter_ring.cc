@@ -13,7 +13,10 @@
 //           rank 2 with C.
 //
 // `in` is never written. Segments pipeline as in the ring all-reduce: unit (s, j)
-// is forwarded as soon as it was reduced.
+// is forwarded as soon as it was reduced. The partial sums live in two chunk-sized
+// accumulators used by alternate steps (none at 2 ranks, where the only step writes
+// `out`): before step s+2 overwrites segment j of the accumulator of step s, the
+// send of that segment must have left, which it almost always has by then.
 #include <cstring>
 
 #include "collectives/collectives.h"
@@ -39,8 +42,9 @@ void reduceScatterRing(Context& ctx, const void* in, void* out, size_t count, DT
   const size_t units = steps * nseg;
   const int slots = std::max(1, ctx.tunables.inflight);
   const size_t slotBytes = segs.per * es;
-  // Scratch: `slots` receive slots, then an accumulator with room for every chunk.
-  char* scratch = ctx.scratch(slots * slotBytes + n * count * es);
+  // Scratch: `slots` receive slots, then the two accumulators (steps alternate).
+  const size_t accCount = n > 2 ? 2 : 0;
+  char* scratch = ctx.scratch(slots * slotBytes + accCount * count * es);
   char* acc = scratch + slots * slotBytes;
   Link& right = ctx.link(ctx.right());
   Link& left = ctx.link(ctx.left());
@@ -49,6 +53,7 @@ void reduceScatterRing(Context& ctx, const void* in, void* out, size_t count, DT
   auto segLen = [&](size_t j) { return segs.end(j, count) - segs.begin(j, count); };
 
   std::vector<uint64_t> tickets(units);
+  std::vector<uint64_t> forwarded(units);  // send ticket of each unit's partial sum
   size_t posted = 0;
   auto postRecv = [&](size_t u) {
     tickets[u] = left.postRecv(scratch + (u % slots) * slotBytes, segLen(u % nseg) * es);
@@ -63,13 +68,15 @@ void reduceScatterRing(Context& ctx, const void* in, void* out, size_t count, DT
     ctx.setStep("reduce-scatter", s, steps);
     ctx.waitRecv(left, tickets[u]);
     const bool last = s == steps - 1;
-    char* dst = last ? static_cast<char*>(out) + segs.begin(j, count) * es : acc + offset(c, j);
+    char* dst = last ? static_cast<char*>(out) + segs.begin(j, count) * es
+                     : acc + ((s % 2) * count + segs.begin(j, count)) * es;
+    if (!last && s >= 2) ctx.waitSend(right, forwarded[u - 2 * nseg]);  // same accumulator range
     reduce(dst, src + offset(c, j), scratch + (u % slots) * slotBytes, segLen(j), dtype, op);
     if (posted < units) postRecv(posted++);
     if (last) {
       if (op == ReduceOp::kAvg) divide(dst, segLen(j), dtype, n);
     } else {
-      right.postSend(dst, segLen(j) * es);
+      forwarded[u] = right.postSend(dst, segLen(j) * es);
     }
   }
   ctx.drainSends();
