@@ -139,6 +139,22 @@ def recv_mismatch():
     return result
 
 
+def recv_timeout():
+    g = pc.new_group(list(range(pc.get_world_size())), timeout=1.0)
+    result = None
+    if pc.get_rank() == 0:
+        t0 = time.perf_counter()
+        try:
+            pc.recv(torch.empty(4), 1, group=g)  # rank 1 never sends
+            result = ("no error", "", 0.0)
+        except pc.PyCollectError as e:
+            result = (type(e).__name__, str(e), time.perf_counter() - t0)
+    else:
+        time.sleep(2.5)
+    pc.destroy_process_group(g)
+    return result
+
+
 def sub_group_ops():
     r = pc.get_rank()
     g = pc.new_group([1, 3])
@@ -301,6 +317,13 @@ def test_recv_of_the_wrong_size_names_both_calls(pool):
     name, msg = results[1]
     assert name == "MismatchError", msg
     assert "count=12" in msg and "count=10" in msg and "rank 0" in msg, msg
+
+
+def test_recv_without_sender_times_out(pool):
+    name, msg, elapsed = pool.run(recv_timeout, timeout=60)[0]
+    assert name == "CollectiveTimeoutError", msg
+    assert "recv from rank 1" in msg and "timed out" in msg, msg
+    assert 0.9 < elapsed < 3.0, elapsed
 
 
 def test_new_group_members_only(pool):
