@@ -27,8 +27,8 @@ from ._buffers import (
 from .errors import NotInitializedError
 from .group import NON_GROUP_MEMBER, ProcessGroup
 from .rendezvous import DEFAULT_TIMEOUT, listen_address, rendezvous
-from .types import ReduceOp, to_reduce_op
-from .work import Work
+from .types import ReduceOp, is_torch_tensor, to_reduce_op
+from .work import Work, WorkList
 
 _world: Optional[ProcessGroup] = None
 _groups: List[ProcessGroup] = []
@@ -275,6 +275,63 @@ def recv(tensor, src: int, group=None, tag: int = 0) -> int:
     """Receive into `tensor` from global rank `src`; returns `src`."""
     irecv(tensor, src, group, tag).wait()
     return src
+
+
+_ALL_TO_ALL_TAG = -0x0A2A  # marks all-to-all traffic in the send/recv headers
+
+
+def _row_split(x, splits, n: int, what: str):
+    """Element offsets and counts of the n chunks of `x` along its first dimension."""
+    shape = tuple(x.shape)
+    rows = shape[0] if shape else 1
+    per_row = (x.numel() if is_torch_tensor(x) else x.size) // rows if rows else 0
+    if splits is None or len(splits) == 0:
+        if rows % n:
+            raise ValueError(f"all_to_all_single({what}): first dimension {rows} is not divisible by the "
+                             f"{n} ranks; pass {what}_split_sizes")
+        splits = [rows // n] * n
+    splits = [int(k) for k in splits]
+    if len(splits) != n or any(k < 0 for k in splits) or sum(splits) != rows:
+        raise ValueError(f"all_to_all_single({what}_split_sizes={splits}): need {n} non-negative sizes "
+                         f"summing to the first dimension {rows}")
+    offsets = [sum(splits[:k]) * per_row for k in range(n)]
+    return offsets, [k * per_row for k in splits], per_row
+
+
+def all_to_all_single(output, input, output_split_sizes=None, input_split_sizes=None, group=None,
+                      async_op: bool = False):
+    """Rank r sends chunk p of `input` to rank p and receives rank p's chunk r into chunk p
+    of `output`; chunks split the first dimension (evenly, or by the split sizes).
+
+    Built from isend/irecv to every peer at once: the engine's point-to-point transfers
+    complete in the background, so all of them are in flight together. Ranks that
+    disagree on a chunk's size get a MismatchError from the receiving side.
+    """
+    g = _group(group)
+    n, r = g.size, g.rank
+    i = as_buffer(input, "all_to_all_single(input)")
+    o = as_buffer(output, "all_to_all_single(output)", writable=True)
+    check_same_dtype(i, o, "all_to_all_single(output, input)")
+    in_off, in_len, in_row = _row_split(input, input_split_sizes, n, "input")
+    out_off, out_len, out_row = _row_split(output, output_split_sizes, n, "output")
+    if in_row != out_row and in_len != [0] * n and out_len != [0] * n:
+        raise ValueError(f"all_to_all_single: a row of input has {in_row} elements, of output {out_row}")
+    if in_len[r] != out_len[r]:
+        raise ValueError(f"all_to_all_single: rank {r} sends itself {in_len[r]} elements but expects "
+                         f"{out_len[r]}")
+    flat_in, flat_out = input.reshape(-1), output.reshape(-1)
+    works = []
+    for k in range(1, n):  # peers in ring order, so everyone starts with a different partner
+        dst, src = (r + k) % n, (r - k) % n
+        works.append(isend(flat_in[in_off[dst]:in_off[dst] + in_len[dst]], g.ranks[dst], g, _ALL_TO_ALL_TAG))
+        works.append(irecv(flat_out[out_off[src]:out_off[src] + out_len[src]], g.ranks[src], g,
+                           _ALL_TO_ALL_TAG))
+    copy_into(flat_out[out_off[r]:out_off[r] + out_len[r]], flat_in[in_off[r]:in_off[r] + in_len[r]])
+    result = WorkList(works)
+    if async_op:
+        return result
+    result.wait()
+    return None
 
 
 def get_counters(group=None) -> dict:

@@ -17,7 +17,8 @@ methods through torch's trampoline, so every byte moves on pycollect's engine; t
 engine's counters (`engine_group(pg).counters()`) show it.
 
 Methods torch may call that the engine cannot do (gather, scatter, reduce,
-all-to-all, recv from any source, ...) raise NotImplementedError naming the method.
+the list form of all-to-all, recv from any source, ...) raise NotImplementedError
+naming the method.
 """
 from __future__ import annotations
 
@@ -192,13 +193,16 @@ class PyCollectProcessGroup(dist.ProcessGroup):
     def scatter(self, *args, **kwargs):
         self._unsupported("scatter (dist.scatter)", "use dist.broadcast and slice")
 
+    def alltoall_base(self, output, input, output_split_sizes, input_split_sizes, opts=None) -> TorchWork:
+        """dist.all_to_all_single: isend/irecv to every peer at once on the engine."""
+        work = api.all_to_all_single(output, input, list(output_split_sizes or []) or None,
+                                     list(input_split_sizes or []) or None, group=self._engine, async_op=True)
+        return self._submit("alltoall_base", work.works, [output])
+
+    all_to_all_single = alltoall_base
+
     def alltoall(self, *args, **kwargs):
-        self._unsupported("alltoall (dist.all_to_all)")
-
-    def all_to_all_single(self, *args, **kwargs):
-        self._unsupported("all_to_all_single (dist.all_to_all_single)")
-
-    alltoall_base = all_to_all_single
+        self._unsupported("alltoall (dist.all_to_all, list form)", "use dist.all_to_all_single")
 
     def allgather_coalesced(self, *args, **kwargs):
         self._unsupported("allgather_coalesced (dist.all_gather_coalesced)",

@@ -65,6 +65,25 @@ class Work:
         return f"<pycollect.Work {self._cwork.what} {state}>"
 
 
+class WorkList:
+    """Several Works that finish together, e.g. the sends and receives of an all-to-all."""
+
+    def __init__(self, works):
+        self.works = list(works)
+
+    def wait(self, timeout: Optional[float] = None) -> bool:
+        deadline = None if timeout is None else time.monotonic() + float(timeout)
+        for w in self.works:
+            w.wait(None if deadline is None else max(0.0, deadline - time.monotonic()))
+        return True
+
+    def is_completed(self) -> bool:
+        return all(w.is_completed() for w in self.works)
+
+    def __repr__(self) -> str:
+        return f"<pycollect.WorkList of {len(self.works)}>"
+
+
 def explain_failure(error: PyCollectError, store, prefix: str, rank: int, size: int, wait_s: float = 1.5):
     """Publish this rank's failure in the store and add what the other ranks reported.
 

@@ -169,3 +169,26 @@ def run_one(kind, pg, gg, ws, r, dtype, count, op, seed, what):
                      dtype, what + " vs gloo")
         compared = 1
     return digest(result), compared
+
+
+def run_all_to_all(ws: int, seed: int = 0):
+    """pc.all_to_all_single against Gloo's, even and uneven splits, several dtypes."""
+    pg, gg = groups(ws)
+    if pg is pc.NON_GROUP_MEMBER:
+        return None
+    r = pc.get_rank(pg)
+    cases = 0
+    for dtype in (torch.float32, torch.int64, torch.bfloat16, torch.uint8):
+        for even in (True, False):
+            # uneven: rank k sends (k + p + seed) % 3 rows of 5 elements to rank p
+            send_rows = [ws] * ws if even else [(r + p + seed) % 3 for p in range(ws)]
+            recv_rows = [ws] * ws if even else [(p + r + seed) % 3 for p in range(ws)]
+            x = make_input(dtype, sum(send_rows) * 5, r, seed + cases, "SUM").reshape(-1, 5)
+            ours = torch.full((sum(recv_rows), 5), 7, dtype=dtype)
+            theirs = torch.full((sum(recv_rows), 5), 9, dtype=dtype)
+            splits = (None, None) if even else (recv_rows, send_rows)
+            pc.all_to_all_single(ours, x, *splits, group=pg)
+            dist.all_to_all_single(theirs, x, *splits, group=gg)
+            assert torch.equal(ours, theirs), f"all_to_all_single ws={ws} {dtype} even={even}"
+            cases += 1
+    return cases

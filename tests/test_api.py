@@ -139,6 +139,25 @@ def recv_mismatch():
     return result
 
 
+def all_to_all_disagreement():
+    """Rank 0 sends rank 1 two elements where rank 1 expects three."""
+    g = pc.new_group(list(range(pc.get_world_size())), timeout=20)
+    r, n = pc.get_rank(), pc.get_world_size()
+    send = [1] * n
+    recv = [1] * n
+    if r == 0:
+        send[1] = 2
+    if r == 1:
+        recv[0] = 3
+    try:
+        pc.all_to_all_single(torch.empty(sum(recv)), torch.ones(sum(send)), recv, send, group=g)
+        result = None
+    except pc.PyCollectError as e:
+        result = (type(e).__name__, str(e))
+    pc.destroy_process_group(g)
+    return result
+
+
 def recv_timeout():
     g = pc.new_group(list(range(pc.get_world_size())), timeout=1.0)
     result = None
@@ -215,6 +234,11 @@ def bad_inputs():
            lambda: pc.all_reduce(np.frombuffer(b"\0" * 16, dtype=np.float32)), "read-only")
     expect("broadcast_src", ValueError, lambda: pc.broadcast(torch.ones(1), src=n + 5), str(n + 5))
     expect("send_to_self", ValueError, lambda: pc.send(torch.ones(1), pc.get_rank()), "itself")
+    expect("a2a_splits", ValueError,
+           lambda: pc.all_to_all_single(torch.empty(4), torch.ones(4), [1] * n, [5] + [0] * (n - 1)),
+           "input_split_sizes", "summing to the first dimension 4")
+    expect("a2a_rows", ValueError, lambda: pc.all_to_all_single(torch.empty(4 * n), torch.ones(3 * n)),
+           "sends itself 3", "expects 4")
     expect("reinit", RuntimeError, lambda: pc.init_process_group(), "already")
     t = torch.ones(3)
     pc.all_reduce(t)  # the group still works
@@ -317,6 +341,12 @@ def test_recv_of_the_wrong_size_names_both_calls(pool):
     name, msg = results[1]
     assert name == "MismatchError", msg
     assert "count=12" in msg and "count=10" in msg and "rank 0" in msg, msg
+
+
+def test_all_to_all_size_disagreement_is_a_mismatch(pool):
+    name, msg = pool.run(all_to_all_disagreement, timeout=60)[1]
+    assert name == "MismatchError", msg
+    assert "count=3" in msg and "count=2" in msg and "rank 0" in msg, msg
 
 
 def test_recv_without_sender_times_out(pool):

@@ -34,3 +34,9 @@ def test_collective_matches_reference_and_gloo(pool, kind, ws):
     for case_index, (what, d0) in enumerate(members[0]["digests"]):
         for r, res in enumerate(members[1:], start=1):
             assert res["digests"][case_index] == (what, d0), f"{what}: rank {r} differs from rank 0"
+
+
+@pytest.mark.parametrize("ws", [1, 2, 3, 4])
+def test_all_to_all_single_matches_gloo(pool, ws):
+    results = [res for res in pool.run(cc.run_all_to_all, ws) if res is not None]
+    assert len(results) == ws and results[0] == 8

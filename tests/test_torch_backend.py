@@ -362,6 +362,28 @@ def _work_semantics():
     return out
 
 
+def _all_to_all(size):
+    """dist.all_to_all_single on the pycollect group against Gloo, even and uneven splits."""
+    pair = _pair(size)
+    if pair is None:
+        return None
+    pg, gg = pair
+    r, n = pg.rank(), pg.size()
+    before = Counter(tb.engine_group(pg).counters())
+    x = _data(n * 6, torch.float32, r, 11).reshape(n * 3, 2)
+    ours, theirs = torch.empty(n * 3, 2), torch.empty(n * 3, 2)
+    dist.all_to_all_single(ours, x, group=pg)
+    dist.all_to_all_single(theirs, x, group=gg)
+    same = torch.equal(ours, theirs)
+    send = [(r + p) % 3 + 1 for p in range(n)]
+    recv = [(p + r) % 3 + 1 for p in range(n)]
+    y = _data(sum(send), torch.int64, r, 12)
+    ours, theirs = torch.empty(sum(recv), dtype=torch.int64), torch.empty(sum(recv), dtype=torch.int64)
+    dist.all_to_all_single(ours, y, recv, send, group=pg)
+    dist.all_to_all_single(theirs, y, recv, send, group=gg)
+    return same and torch.equal(ours, theirs), dict(Counter(tb.engine_group(pg).counters()) - before)
+
+
 def _unsupported():
     pg, _ = _pair(WORLD)
     me = pg.rank()
@@ -372,7 +394,7 @@ def _unsupported():
                                       group=pg, group_dst=0),
         "scatter": lambda: dist.scatter(t, list(torch.ones(WORLD, 6)) if me == 0 else None, group=pg, group_src=0),
         "reduce": lambda: dist.reduce(t, group=pg, group_dst=0),
-        "all_to_all_single": lambda: dist.all_to_all_single(torch.empty(6), t, group=pg),
+        "all_to_all": lambda: dist.all_to_all([torch.empty(2)] * pg.size(), [t[:2]] * pg.size(), group=pg),
         "recv_anysource": lambda: dist.recv(t, group=pg),
         "BAND": lambda: dist.all_reduce(torch.ones(6, dtype=torch.int32), op=R.BAND, group=pg),
         "PREMUL_SUM needs a floating": lambda: dist.all_reduce(torch.ones(6, dtype=torch.int32),
@@ -488,6 +510,16 @@ def test_work_future_timeout_and_gil(pool):
     assert r0["ticks_while_waiting"] > 1000, "the waiting thread held the GIL"
     assert r0["received"] and r0["success"]
     assert r0["engine"] == r1["engine"] == {"all_reduce": 1, "send/recv": 1}
+
+
+@pytest.mark.parametrize("size", [2, 3])
+def test_all_to_all_single_matches_gloo_on_the_engine(pool, size):
+    for res in pool.run(_all_to_all, size):
+        if res is None:
+            continue
+        same, engine = res
+        assert same
+        assert engine == {"send/recv": 2 * 2 * (size - 1)}, engine  # 2 calls x (send + recv) per peer
 
 
 def test_unsupported_calls_raise_naming_the_method(pool):
