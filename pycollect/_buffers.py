@@ -27,10 +27,6 @@ class Buffer:
     def code(self) -> int:
         return DTYPE_CODES[self.dtype]
 
-    @property
-    def nbytes(self) -> int:
-        return self.numel * np.dtype(self.dtype).itemsize if self.dtype != "bfloat16" else self.numel * 2
-
 
 def as_buffer(x, what: str, writable: bool = False) -> Buffer:
     """Validate `x` (a torch CPU tensor or numpy array) and return its Buffer.

@@ -1,7 +1,6 @@
 """`pycollect bench`: nccl-tests-style flags over pycollect.benchmark."""
 from __future__ import annotations
 
-import argparse
 import os
 import sys
 

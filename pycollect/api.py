@@ -14,7 +14,6 @@ import atexit
 import datetime
 from typing import List, Optional, Sequence
 
-from . import _C
 from ._buffers import (
     as_buffer,
     check_list,

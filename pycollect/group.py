@@ -4,7 +4,7 @@ from __future__ import annotations
 import datetime
 import os
 import secrets
-from typing import List, Optional, Sequence
+from typing import List, Sequence
 
 from . import _C
 from .errors import PyCollectError

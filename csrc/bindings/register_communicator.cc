@@ -88,8 +88,7 @@ void registerCommunicator(py::module_& m) {
       .def("failed", &Communicator::failed)
       .def("failure", &Communicator::failure)
       .def("counters", &Communicator::counters)
-      .def("choose_allreduce", &Communicator::chooseAllreduce)
-      .def("set_timeout", &Communicator::setTimeout);
+      .def("choose_allreduce", &Communicator::chooseAllreduce);
 
   m.def(
       "interface_address",

@@ -69,11 +69,10 @@ class Communicator {
   void shutdown();
   bool failed();
   std::string failure();
-  // Operation counters (calls per kind, bytes on the wire) for tests and tools.
+  // Calls per kind issued on this communicator, for tests and tools.
   std::map<std::string, uint64_t> counters();
 
   const CommOptions& options() const { return options_; }
-  void setTimeout(double seconds) { options_.timeoutSec = seconds; }
 
   // Which all-reduce algorithm "auto" picks for this many bytes.
   std::string chooseAllreduce(size_t bytes) const;

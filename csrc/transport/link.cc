@@ -59,7 +59,6 @@ void Link::progressSend() {
     tcp::IoResult r = socket_.sendv(iov, n);
     if (r.err == EAGAIN) return;
     if (r.err != 0) fail("send", r.err, false);
-    bytesSent_ += r.bytes;
     sendsDone_ += consume(sends_, r.bytes);
   }
 }
@@ -76,7 +75,6 @@ void Link::progressRecv() {
     if (r.eof) fail("recv", 0, true);
     if (r.err == EAGAIN) return;
     if (r.err != 0) fail("recv", r.err, false);
-    bytesReceived_ += r.bytes;
     recvsDone_ += consume(recvs_, r.bytes);
   }
 }

@@ -41,9 +41,6 @@ class Link {
   void interrupt() { socket_.shutdownBoth(); }
   void close();
 
-  uint64_t bytesSent() const { return bytesSent_; }
-  uint64_t bytesReceived() const { return bytesReceived_; }
-
  private:
   struct Range {
     char* data;
@@ -59,7 +56,6 @@ class Link {
   std::deque<Range> recvs_;
   uint64_t sendsPosted_ = 0, sendsDone_ = 0;
   uint64_t recvsPosted_ = 0, recvsDone_ = 0;
-  uint64_t bytesSent_ = 0, bytesReceived_ = 0;
 };
 
 }  // namespace pycollect
