@@ -4,7 +4,7 @@ from __future__ import annotations
 import time
 from typing import Callable, Optional
 
-from .errors import CollectiveTimeoutError, MismatchError, PeerLostError, PyCollectError
+from .errors import CollectiveTimeoutError, GroupFailedError, MismatchError, PeerLostError, PyCollectError
 
 
 class Work:
@@ -72,9 +72,17 @@ class WorkList:
         self.works = list(works)
 
     def wait(self, timeout: Optional[float] = None) -> bool:
+        """Wait for every Work; if some failed, raise the root cause: an error of its own
+        (a mismatch, a timeout, a lost peer) rather than a GroupFailedError it caused."""
         deadline = None if timeout is None else time.monotonic() + float(timeout)
+        errors = []
         for w in self.works:
-            w.wait(None if deadline is None else max(0.0, deadline - time.monotonic()))
+            try:
+                w.wait(None if deadline is None else max(0.0, deadline - time.monotonic()))
+            except PyCollectError as e:
+                errors.append(e)
+        if errors:
+            raise next((e for e in errors if not isinstance(e, GroupFailedError)), errors[0])
         return True
 
     def is_completed(self) -> bool:

@@ -234,10 +234,17 @@ void Communicator::progressIdle() {
   uint64_t drained;
   while (::read(wakeFd_, &drained, sizeof(drained)) > 0) {
   }
-  for (Link* l : linkPtrs_) {
-    if (l == nullptr) continue;
-    if (l->sendPending()) l->progressSend();
-    if (l->recvPending()) l->progressRecv();
+  try {
+    for (Link* l : linkPtrs_) {
+      if (l == nullptr) continue;
+      if (l->sendPending()) l->progressSend();
+      if (l->recvPending()) l->progressRecv();
+    }
+  } catch (const PeerLostError&) {
+    // A peer that finished and left is not the cause if a header that already
+    // arrived shows a mismatch: reapP2P throws that instead.
+    reapP2P();
+    throw;
   }
   reapP2P();
 }

@@ -91,6 +91,7 @@ class Communicator {
   // Completes finished point-to-point transfers; throws on a mismatch or timeout.
   void reapP2P();
   // Idle with transfers in flight: poll the links and the wake-up fd, then reap.
+  // A mismatch found in an arrived header wins over a peer that has since left.
   void progressIdle();
   Clock::time_point deadlineFromNow() const;
   WireHeader makeHeader(OpKind kind, DType dtype, ReduceOp op, size_t count, int root);
