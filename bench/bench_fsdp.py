@@ -23,24 +23,17 @@ from __future__ import annotations
 import argparse
 import ctypes
 import gc
-import multiprocessing as mp
 import os
-import socket
 import statistics
 import sys
 import time
-import traceback
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
+from pycollect.launch import run_ranks  # noqa: E402
+
 MODES = ("DDP", "FSDP")
 GiB = 2 ** 30
-
-
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _trim() -> None:
@@ -51,54 +44,48 @@ def _trim() -> None:
         pass
 
 
-def _rank(rank, world, port, mode, args, queue):
-    try:
-        import torch
+def _job(rank, world, emit, mode, args):
+    """One rank of one (world size, mode) run; pycollect is initialised by run_ranks."""
+    import torch
 
-        import pycollect as pc
-        from pycollect.fsdp import (ModuleWrapPolicy, fully_shard, memory_stats, model_state_bytes,
-                                    peak_rss_bytes, reset_peak_rss)
-        from pycollect.fsdp.memory_stats import current_rss_bytes
-        from pycollect.fsdp.toy_models import GPT, Block, GPTConfig, gpt_batch, lm_loss
-        from pycollect.fsdp_demo import ddp_replicate
+    import pycollect as pc
+    from pycollect.ddp import DistributedDataParallel
+    from pycollect.demo.gpt import GPT, Block, GPTConfig, gpt_batch, lm_loss
+    from pycollect.fsdp import (ModuleWrapPolicy, fully_shard, memory_stats, model_state_bytes,
+                                peak_rss_bytes, reset_peak_rss)
+    from pycollect.fsdp.memory_stats import current_rss_bytes
 
-        torch.set_num_threads(1)
-        pc.init_process_group(init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
-        cfg = GPTConfig(vocab=args.vocab, seq=args.seq, dim=args.dim, layers=args.layers, heads=args.heads)
-        base_rss = current_rss_bytes()
-        torch.manual_seed(0)
-        model = GPT(cfg)
-        if mode == "FSDP":
-            model, sync = fully_shard(model, policy=ModuleWrapPolicy({Block})), (lambda: None)
-        else:
-            model, sync, _ = ddp_replicate(model)
-        opt = torch.optim.Adam(model.parameters(), lr=1e-4)
-        _trim()
-        reset_peak_rss()
-        times, losses = [], []
-        for step in range(args.warmup + args.steps):
-            tokens, targets = gpt_batch(cfg, args.batch * world, seed=step)
-            rows = slice(rank * args.batch, (rank + 1) * args.batch)
-            pc.barrier()
-            start = time.perf_counter()
-            loss = lm_loss(model(tokens[rows]), targets[rows])
-            opt.zero_grad(set_to_none=True)
-            loss.backward()
-            sync()
-            opt.step()
-            elapsed = time.perf_counter() - start
-            mean = loss.detach().reshape(1).clone()
-            pc.all_reduce(mean, op=pc.ReduceOp.AVG)
-            losses.append(mean.item())
-            if step >= args.warmup:
-                times.append(elapsed)
-        stats = memory_stats(model, opt) if mode == "FSDP" else model_state_bytes(model, opt)
-        gathered = max(stats.get("peak_unsharded_bytes", {}).values() or [0])
-        queue.put(("ok", rank, {"state": stats["total"], "gathered": gathered, "peak_rss": peak_rss_bytes(),
-                                "base_rss": base_rss, "times": times, "losses": losses}))
-        pc.destroy_process_group()
-    except BaseException:  # noqa: BLE001 - reported by the parent
-        queue.put(("error", rank, traceback.format_exc()))
+    cfg = GPTConfig(vocab=args.vocab, seq=args.seq, dim=args.dim, layers=args.layers, heads=args.heads)
+    base_rss = current_rss_bytes()
+    torch.manual_seed(0)
+    model = GPT(cfg)
+    if mode == "FSDP":
+        model = fully_shard(model, policy=ModuleWrapPolicy({Block}))
+    else:
+        model = DistributedDataParallel(model)
+    opt = torch.optim.Adam(model.parameters(), lr=1e-4)
+    _trim()
+    reset_peak_rss()
+    times, losses = [], []
+    for step in range(args.warmup + args.steps):
+        tokens, targets = gpt_batch(cfg, args.batch * world, seed=step)
+        rows = slice(rank * args.batch, (rank + 1) * args.batch)
+        pc.barrier()
+        start = time.perf_counter()
+        loss = lm_loss(model(tokens[rows]), targets[rows])
+        opt.zero_grad(set_to_none=True)
+        loss.backward()  # both wrappers have averaged the gradients when this returns
+        opt.step()
+        elapsed = time.perf_counter() - start
+        mean = loss.detach().reshape(1).clone()
+        pc.all_reduce(mean, op=pc.ReduceOp.AVG)
+        losses.append(mean.item())
+        if step >= args.warmup:
+            times.append(elapsed)
+    stats = memory_stats(model, opt) if mode == "FSDP" else model_state_bytes(model, opt)
+    gathered = max(stats.get("peak_unsharded_bytes", {}).values() or [0])
+    return {"state": stats["total"], "gathered": gathered, "peak_rss": peak_rss_bytes(), "base_rss": base_rss,
+            "times": times, "losses": losses}
 
 
 def _mem_available() -> int:
@@ -122,28 +109,11 @@ def run_config(mode, world, args, n_params):
     need, have = _estimate(mode, world, n_params), _mem_available()
     if need > have:
         return f"skipped: needs ~{need / GiB:.1f} GiB, {have / GiB:.1f} GiB available"
-    ctx = mp.get_context("spawn")
-    queue, port = ctx.Queue(), _free_port()
-    procs = [ctx.Process(target=_rank, args=(r, world, port, mode, args, queue), daemon=True) for r in range(world)]
-    for p in procs:
-        p.start()
-    results, error = {}, None
-    while len(results) < world and error is None:
-        try:
-            status, rank, value = queue.get(timeout=args.timeout)
-        except Exception:
-            error = f"no answer within {args.timeout} s"
-            break
-        if status == "ok":
-            results[rank] = value
-        else:
-            error = f"rank {rank} failed:\n{value}"
-    for p in procs:
-        p.join(timeout=30)
-        if p.is_alive():
-            p.kill()
-            p.join()
-    return error or results
+    try:
+        results = run_ranks(_job, world, ("pycollect",), job_args=(mode, args), timeout=args.timeout)
+    except (RuntimeError, TimeoutError) as e:
+        return str(e)
+    return dict(enumerate(results))
 
 
 def _row(mode, res):
@@ -171,7 +141,7 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     os.environ.setdefault("MALLOC_MMAP_THRESHOLD_", str(1 << 20))  # inherited by the spawned ranks
 
-    from pycollect.fsdp.toy_models import GPT, GPTConfig, num_params
+    from pycollect.demo.gpt import GPT, GPTConfig, num_params
 
     import torch
     with torch.device("meta"):

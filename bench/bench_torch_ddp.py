@@ -3,9 +3,9 @@
     python bench/bench_torch_ddp.py                      # 2 ranks, ~21M-param MLP
     python bench/bench_torch_ddp.py --width 1024 --steps 10
 
-Each rank process makes "pycollect" its default group the way torchrun does
-(env://: MASTER_ADDR, MASTER_PORT) and also opens a "gloo" group over the same
-ranks. Two copies of the same model (same seed) are wrapped in torch's
+The ranks are started by pycollect.launch.run_ranks with Gloo as the default
+group; each also opens a "pycollect" group over the same ranks
+(dist.new_group(backend="pycollect")). Two copies of the same model (same seed) are wrapped in torch's
 DistributedDataParallel, one per group, and trained on the same batches; their
 steps are interleaved (the order alternates every round) so both see the same
 machine load. A step is zero_grad + forward + backward (with DDP's bucketed
@@ -20,19 +20,16 @@ from __future__ import annotations
 import argparse
 import datetime
 import os
-import socket
 import statistics
+import sys
 import time
 
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+from pycollect.launch import run_ranks  # noqa: E402
 
 
 def make_model(width: int, layers: int) -> torch.nn.Module:
@@ -51,15 +48,13 @@ def timed_step(model, opt, x, y, group) -> float:
     return time.perf_counter() - t0
 
 
-def worker(rank: int, args, port: int, queue) -> None:
+def job(rank: int, world_size: int, emit, args) -> dict:
+    """One rank (the Gloo default group is up): torch DDP on a "pycollect" group and on Gloo."""
     import pycollect.torch_backend as tb
 
     torch.set_num_threads(args.threads)
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-    tb.register()
-    timeout = datetime.timedelta(seconds=300)
-    dist.init_process_group("pycollect", rank=rank, world_size=args.world_size, timeout=timeout)
-    groups = {"pycollect": dist.group.WORLD, "gloo": dist.new_group(backend="gloo", timeout=timeout)}
+    engine_pg = dist.new_group(backend="pycollect", timeout=datetime.timedelta(seconds=300))
+    groups = {"pycollect": engine_pg, "gloo": dist.group.WORLD}
     from torch.nn.parallel import DistributedDataParallel as DDP
 
     models, opts = {}, {}
@@ -73,7 +68,7 @@ def worker(rank: int, args, port: int, queue) -> None:
     batches = [(torch.randn(args.batch, args.width, generator=gen), torch.randint(0, 10, (args.batch,), generator=gen))
                for _ in range(4)]
     times = {name: [] for name in groups}
-    engine_before = dict(tb.engine_group().counters())
+    engine_before = dict(tb.engine_group(engine_pg).counters())
     for step in range(args.warmup + args.steps):
         x, y = batches[step % len(batches)]
         order = list(groups) if step % 2 == 0 else list(groups)[::-1]
@@ -83,13 +78,11 @@ def worker(rank: int, args, port: int, queue) -> None:
             dist.all_reduce(slowest, op=dist.ReduceOp.MAX, group=groups["gloo"])
             if step >= args.warmup:
                 times[name].append(slowest.item())
-    engine = {k: v - engine_before.get(k, 0) for k, v in tb.engine_group().counters().items()
+    engine = {k: v - engine_before.get(k, 0) for k, v in tb.engine_group(engine_pg).counters().items()
               if v != engine_before.get(k, 0)}
     diff = max((a - b).abs().max().item()
                for a, b in zip(models["pycollect"].parameters(), models["gloo"].parameters()))
-    if rank == 0:
-        queue.put(dict(times=times, nparams=nparams, engine=engine, diff=diff))
-    dist.destroy_process_group()
+    return dict(times=times, nparams=nparams, engine=engine, diff=diff)
 
 
 def quartiles(xs):
@@ -109,17 +102,10 @@ def main() -> None:
     p.add_argument("--threads", type=int, default=1, help="torch threads per rank")
     args = p.parse_args()
 
-    ctx = mp.get_context("spawn")
-    queue = ctx.SimpleQueue()
-    port = free_port()
-    procs = [ctx.Process(target=worker, args=(r, args, port, queue)) for r in range(args.world_size)]
-    for proc in procs:
-        proc.start()
-    for proc in procs:
-        proc.join()
-    if any(proc.exitcode != 0 for proc in procs):
-        raise SystemExit(f"a rank failed: exit codes {[proc.exitcode for proc in procs]}")
-    out = queue.get()
+    try:
+        out = run_ranks(job, args.world_size, ("gloo",), job_args=(args,), timeout=1800)[0]
+    except (RuntimeError, TimeoutError) as e:
+        raise SystemExit(f"a rank failed: {e}")
     print(f"torch {torch.__version__}, {args.world_size} ranks, model {out['nparams'] / 1e6:.1f} M params "
           f"({args.layers} x Linear({args.width}, {args.width}) + head), batch {args.batch}, "
           f"bucket_cap_mb {args.bucket_mb}, {args.steps} interleaved steps after {args.warmup} warm-up")

@@ -5,10 +5,18 @@ reduce-scatter over TCP) with torch.distributed's names.
     pc.init_process_group()   # reads torchrun's environment
     pc.all_reduce(tensor)
 
-The C++ engine lives in the private module pycollect._C; everything public is here.
-`pycollect.memory` (the memory planner) needs neither the engine nor torch.
+The C++ engine lives in the private module pycollect._C; everything public is here,
+loaded on first use: `import pycollect.memory` (the memory planner) loads neither the
+engine nor torch. Packages: ddp/, fsdp/ (training wrappers), torch_backend/ ("pycollect"
+as a torch.distributed backend), memory/ (planner), benchmark/, demo/ (the lesson's
+jobs), cli/ (the `pycollect` command).
 """
 from __future__ import annotations
+
+import importlib.abc
+import importlib.util
+import sys
+import warnings
 
 __version__ = "0.1.0"
 
@@ -16,42 +24,73 @@ _API = {
     "init_process_group", "destroy_process_group", "is_initialized", "get_rank", "get_world_size",
     "get_backend", "new_group", "all_reduce", "all_gather", "all_gather_into_tensor", "reduce_scatter",
     "reduce_scatter_tensor", "broadcast", "barrier", "send", "recv", "isend", "irecv", "get_counters",
-    "all_to_all_single",
+    "all_to_all_single", "register_group", "unregister_group",
 }
 _ERRORS = {
     "PyCollectError", "CollectiveTimeoutError", "PeerLostError", "MismatchError", "GroupFailedError",
     "InvalidArgumentError", "NotInitializedError",
 }
 
-# Training wrappers, imported on first use: name -> (module, attribute or None for the module).
+# Imported on first use: name -> (module, attribute or None for the module).
 _LAZY = {
     "DistributedDataParallel": ("ddp", "DistributedDataParallel"),
-    "NaiveDistributedDataParallel": ("ddp_naive", "NaiveDistributedDataParallel"),
+    "NaiveDistributedDataParallel": ("ddp", "NaiveDistributedDataParallel"),
     "FullyShardedDataParallel": ("fsdp", "FullyShardedDataParallel"),
     "fully_shard": ("fsdp", "fully_shard"),
     "demo": ("demo", None),
     "memory": ("memory", None),
+    "torch_backend": ("torch_backend", None),
+    "Options": ("options", "Options"),
 }
 
-from .types import ReduceOp  # noqa: E402  (pure Python)
+from .types import Algo, ReduceOp  # noqa: E402  (pure Python)
 
-__all__ = sorted(_API | _ERRORS | set(_LAZY) | {"ReduceOp", "ProcessGroup", "Work", "NON_GROUP_MEMBER"})
+__all__ = sorted(_API | _ERRORS | set(_LAZY) | {"Algo", "ReduceOp", "ProcessGroup", "Work", "NON_GROUP_MEMBER"})
 
 
 def _register_torch_backend() -> None:
-    """Make dist.init_process_group("pycollect") work once pycollect is imported.
+    """Make dist.init_process_group("pycollect") work once pycollect is imported, without
+    importing torch (or the engine) here: registration runs now if torch.distributed is
+    loaded already, else right after it is first imported (a one-shot import hook)."""
+    if "torch.distributed" in sys.modules:
+        _register_now()
+    elif importlib.util.find_spec("torch") is not None:
+        sys.meta_path.insert(0, _AfterImport("torch.distributed", _register_now))
 
-    Skipped quietly where torch or the compiled engine is absent (the memory
-    planner needs neither)."""
-    import importlib.util
 
-    if importlib.util.find_spec("torch") is None:
-        return
-    try:
-        from . import torch_backend
-    except ImportError:
-        return
+def _register_now() -> None:
+    from . import torch_backend
+
     torch_backend.register()
+
+
+class _AfterImport(importlib.abc.MetaPathFinder):
+    """Runs `callback` right after module `name` has been executed, then steps aside."""
+
+    def __init__(self, name: str, callback) -> None:
+        self.name, self.callback = name, callback
+
+    def find_spec(self, fullname, path, target=None):
+        if fullname != self.name:
+            return None
+        sys.meta_path.remove(self)
+        for finder in sys.meta_path:
+            spec = finder.find_spec(fullname, path, target) if hasattr(finder, "find_spec") else None
+            if spec is not None:
+                break
+        else:
+            return None
+        exec_module = spec.loader.exec_module
+
+        def exec_then_call(module) -> None:
+            exec_module(module)
+            try:
+                self.callback()
+            except Exception as e:  # never break the import of torch itself
+                warnings.warn(f"pycollect: could not register the torch.distributed backend: {e}")
+
+        spec.loader.exec_module = exec_then_call
+        return spec
 
 
 _register_torch_backend()

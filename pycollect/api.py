@@ -11,7 +11,6 @@ Tensors are contiguous torch CPU tensors or numpy arrays. Source/destination ran
 from __future__ import annotations
 
 import atexit
-import datetime
 from typing import List, Optional, Sequence
 
 from ._buffers import (
@@ -25,8 +24,9 @@ from ._buffers import (
 )
 from .errors import NotInitializedError
 from .group import NON_GROUP_MEMBER, ProcessGroup
-from .rendezvous import DEFAULT_TIMEOUT, listen_address, rendezvous
-from .types import ReduceOp, is_torch_tensor, to_reduce_op
+from .options import to_timedelta
+from .rendezvous import listen_address, rendezvous
+from .types import Algo, ReduceOp, is_torch_tensor, to_reduce_op
 from .work import Work, WorkList
 
 _world: Optional[ProcessGroup] = None
@@ -35,14 +35,6 @@ _group_seq = 0  # groups created so far on every rank (names g0, g1, ...)
 _store = None
 _host: Optional[str] = None
 _global_rank = -1
-
-
-def _to_timedelta(timeout) -> datetime.timedelta:
-    if timeout is None:
-        return DEFAULT_TIMEOUT
-    if isinstance(timeout, datetime.timedelta):
-        return timeout
-    return datetime.timedelta(seconds=float(timeout))
 
 
 def init_process_group(backend: Optional[str] = None, init_method: Optional[str] = None, timeout=None,
@@ -55,7 +47,7 @@ def init_process_group(backend: Optional[str] = None, init_method: Optional[str]
     if backend not in (None, "pycollect"):
         raise ValueError(f"pycollect.init_process_group only runs the 'pycollect' backend, not {backend!r}; "
                          "for torch.distributed with another backend use torch.distributed directly")
-    td = _to_timedelta(timeout)
+    td = to_timedelta(timeout)
     rv = rendezvous(init_method, rank, world_size, store, td)
     _store, _global_rank = rv.store, rv.rank
     _host = listen_address(rv.master_addr)
@@ -101,10 +93,26 @@ def new_group(ranks: Optional[Sequence[int]] = None, timeout=None, backend: Opti
     _group_seq += 1  # advanced on every rank, members or not
     if _global_rank not in members:
         return NON_GROUP_MEMBER
-    td = _to_timedelta(timeout) if timeout is not None else world.timeout
+    td = to_timedelta(timeout) if timeout is not None else world.timeout
     g = ProcessGroup(name, _store, members, _global_rank, td, _host)
     _groups.append(g)
     return g
+
+
+def register_group(group: ProcessGroup) -> ProcessGroup:
+    """Let a group made outside new_group (the torch backend makes one per torch group) be
+    passed as group= to every call here, and be destroyed with the others."""
+    if not isinstance(group, ProcessGroup):
+        raise TypeError(f"register_group takes a pycollect ProcessGroup, got {type(group).__name__}")
+    if group not in _groups:
+        _groups.append(group)
+    return group
+
+
+def unregister_group(group: ProcessGroup) -> None:
+    """Close a registered group's links and forget it; nothing happens if it is already gone."""
+    if group in _groups:
+        destroy_process_group(group)
 
 
 def destroy_process_group(group=None) -> None:
@@ -153,23 +161,18 @@ def _run(g: ProcessGroup, launch, keepalive, async_op: bool, finish=None):
     return None
 
 
-_ALGOS = ("auto", "ring", "direct")
-
-
-def all_reduce(tensor, op=ReduceOp.SUM, group=None, async_op: bool = False, algo: Optional[str] = None):
+def all_reduce(tensor, op=ReduceOp.SUM, group=None, async_op: bool = False, algo=None):
     """Reduce `tensor` across the group, in place, on every rank.
 
-    `algo` ("auto", "ring" or "direct") overrides the group's choice (PYCOLLECT_ALGO,
-    default "auto": direct for small messages on small groups, ring otherwise). All
-    ranks must pass the same value.
+    `algo` (pc.Algo or its name: "auto", "ring", "direct") overrides the group's choice
+    (PYCOLLECT_ALGO, default "auto": direct for small messages on small groups, ring
+    otherwise). All ranks must pass the same value.
     """
     g = _group(group)
     op = to_reduce_op(op)
-    algo = g.algo if algo is None else algo
-    if algo not in _ALGOS:
-        raise ValueError(f"all_reduce(algo={algo!r}): choose one of {', '.join(_ALGOS)}")
+    algo = g.algo if algo is None else Algo.parse(algo, "all_reduce(algo)")
     b = as_buffer(tensor, "all_reduce(tensor)", writable=True)
-    return _run(g, lambda c: c.all_reduce(b.address, b.numel, b.code, int(op), algo), (b,), async_op)
+    return _run(g, lambda c: c.all_reduce(b.address, b.numel, b.code, int(op), algo.name.lower()), (b,), async_op)
 
 
 def all_gather_into_tensor(output_tensor, input_tensor, group=None, async_op: bool = False):

@@ -1,27 +1,30 @@
-"""ProcessGroup: one group of ranks, its rendezvous and its C++ Communicator."""
+"""ProcessGroup: one group of ranks, its rendezvous, its C++ Communicator, and what its
+ranks report to each other through the store when something fails."""
 from __future__ import annotations
 
 import datetime
-import os
+import json
 import secrets
-from typing import List, Sequence
+import time
+from typing import Dict, List, Optional, Sequence
 
 from . import _C
-from .errors import PyCollectError
-from .work import Work, explain_failure
+from .errors import CollectiveTimeoutError, GroupFailedError, MismatchError, PeerLostError, PyCollectError
+from .options import Options
+from .work import Work
+
+# Kinds of failure that explain a neighbour's PeerLostError: the rank that saw one of these
+# closed its links on purpose, and its neighbours only saw the links close.
+_ROOT_CAUSES = {"MismatchError": MismatchError, "CollectiveTimeoutError": CollectiveTimeoutError}
 
 
-def _options(timeout: datetime.timedelta) -> "_C.CommOptions":
+def _comm_options(timeout: datetime.timedelta, options: Options) -> "_C.CommOptions":
     o = _C.CommOptions()
     o.timeout = timeout.total_seconds()
-    if os.environ.get("PYCOLLECT_SEGMENT_BYTES"):
-        o.segment_bytes = int(os.environ["PYCOLLECT_SEGMENT_BYTES"])
-    if os.environ.get("PYCOLLECT_INFLIGHT"):
-        o.inflight = int(os.environ["PYCOLLECT_INFLIGHT"])
-    if os.environ.get("PYCOLLECT_DIRECT_MAX_BYTES"):
-        o.direct_max_bytes = int(os.environ["PYCOLLECT_DIRECT_MAX_BYTES"])
-    if os.environ.get("PYCOLLECT_SOCKET_BUFFER"):
-        o.socket_buffer = int(os.environ["PYCOLLECT_SOCKET_BUFFER"])
+    for name in ("segment_bytes", "inflight", "direct_max_bytes", "socket_buffer"):
+        value = getattr(options, name)
+        if value is not None:
+            setattr(o, name, value)
     return o
 
 
@@ -29,23 +32,23 @@ class ProcessGroup:
     """A set of ranks with its own links. Collectives on it run in issue order.
 
     `ranks` are the global ranks of the members (sorted); `rank` is this process's
-    index among them.
+    index among them. `options` default to Options.from_env().
     """
 
     def __init__(self, name: str, store, ranks: Sequence[int], global_rank: int,
-                 timeout: datetime.timedelta, host: str):
+                 timeout: datetime.timedelta, host: str, options: Optional[Options] = None):
         self.name = name
         self.ranks: List[int] = sorted(ranks)
         self.rank = self.ranks.index(global_rank)
         self.size = len(self.ranks)
         self.timeout = timeout
+        self.options = Options.from_env() if options is None else options
+        self.algo = self.options.algo
         self._store = store
         self._prefix = name
         self._pending: list = []  # (cwork, keepalive) of ops not yet known complete
-        self._comm = _C.Communicator(self.rank, self.size, _options(timeout))
-        self.algo = os.environ.get("PYCOLLECT_ALGO", "auto")
-        if self.algo not in ("auto", "ring", "direct"):
-            raise ValueError(f"PYCOLLECT_ALGO={self.algo!r}: choose auto, ring or direct")
+        self._published = False   # this rank's failure is in the store
+        self._comm = _C.Communicator(self.rank, self.size, _comm_options(timeout, self.options))
         self._connect(host)
 
     def _connect(self, host: str) -> None:
@@ -76,9 +79,61 @@ class ProcessGroup:
         except ValueError:
             raise ValueError(f"{what}: rank {global_rank} is not in this group (ranks {self.ranks})") from None
 
-    def _explain(self, error: PyCollectError) -> PyCollectError:
-        return explain_failure(error, self._store, self._prefix, self.rank, self.size)
+    # -- failures -------------------------------------------------------------
+    def explain(self, error: PyCollectError, wait_s: float = 1.5) -> PyCollectError:
+        """Publish this rank's failure as {kind, message} in the store (once: the first one
+        seen is the root of the others) and, for a lost peer, add what the other ranks
+        reported: a rank that only saw a neighbour go away learns why (a mismatch or a
+        timeout two ranks away), or which ranks never reported and so probably died."""
+        if not self._publish(error) or not isinstance(error, PeerLostError) or self.size <= 1:
+            return error
+        reports = self._reports(wait_s)
+        causes = [(kind, m) for kind, m in reports.values() if kind in _ROOT_CAUSES]
+        silent = [r for r in range(self.size) if r != self.rank and r not in reports]
+        extra = []
+        if causes:
+            extra.append("root cause reported by another rank: " + causes[0][1])
+        if silent:
+            extra.append(f"rank(s) {silent} reported nothing (lost, or not in this call)")
+        if not extra:
+            return error
+        kind = MismatchError if causes and causes[0][0] == "MismatchError" else type(error)
+        return kind(str(error) + "; " + "; ".join(extra))
 
+    def _publish(self, error: PyCollectError) -> bool:
+        """False when the store is unreachable (it may be gone with rank 0; the local error stands)."""
+        if self._published:
+            return True
+        kind = "GroupFailedError" if isinstance(error, GroupFailedError) else type(error).__name__
+        try:
+            self._store.set(f"{self._prefix}/failed/{self.rank}", json.dumps({"kind": kind, "message": str(error)}))
+        except Exception:
+            return False
+        self._published = True
+        return True
+
+    def _reports(self, wait_s: float) -> Dict[int, tuple]:
+        """rank -> (kind, message) of the other ranks' published failures, waiting up to
+        `wait_s` for a root cause or for every rank to report."""
+        reports: Dict[int, tuple] = {}
+        deadline = time.monotonic() + wait_s
+        while True:
+            for r in range(self.size):
+                if r == self.rank or r in reports:
+                    continue
+                key = f"{self._prefix}/failed/{r}"
+                try:
+                    if self._store.check([key]):
+                        report = json.loads(self._store.get(key).decode(errors="replace"))
+                        reports[r] = (report["kind"], report["message"])
+                except Exception:
+                    return reports
+            if (any(kind in _ROOT_CAUSES for kind, _ in reports.values()) or len(reports) == self.size - 1
+                    or time.monotonic() > deadline):
+                return reports
+            time.sleep(0.05)
+
+    # -- state ----------------------------------------------------------------
     def counters(self) -> dict:
         """Calls per kind executed through this group's engine."""
         return dict(self._comm.counters())

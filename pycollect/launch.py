@@ -1,5 +1,6 @@
 """Start ranks on this machine and collect what they return: the one launcher behind
-pycollect.demo, `pycollect demo` (DDP and --fsdp), `pycollect bench` and the bench/ scripts.
+pycollect.demo, `pycollect demo` (DDP and --fsdp), `pycollect bench`, the bench/ scripts
+and (through init_rank and free_port) the test suite's rank pools.
 
     results = run_ranks(job, world_size=2, backends=("pycollect", "gloo"), job_args=(...))
 
@@ -26,31 +27,61 @@ from typing import Any, Callable, List, Optional, Sequence
 BACKENDS = ("pycollect", "gloo")
 
 
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
+def free_port(host: str = "127.0.0.1") -> int:
+    """A TCP port that is free on `host` (IPv4 or IPv6) right now."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as s:
+        s.bind((host, 0))
         return s.getsockname()[1]
+
+
+def _check_backends(backends: Sequence[str]) -> None:
+    if not backends or any(b not in BACKENDS for b in backends):
+        raise ValueError(f"backends must be a non-empty subset of {BACKENDS}, got {tuple(backends)!r}")
+
+
+def init_rank(rank: int, world_size: int, port: int, backends: Sequence[str], timeout_s: float,
+              master_addr: str = "127.0.0.1") -> None:
+    """What every local rank does first: one thread for torch, a TCPStore that rank 0 hosts on
+    `master_addr:port`, and on it the default groups named in `backends` ("pycollect":
+    pycollect's, "gloo": torch.distributed's), each under its own store prefix."""
+    _check_backends(backends)
+    import torch
+    import torch.distributed as dist
+
+    from . import api
+
+    torch.set_num_threads(1)
+    td = datetime.timedelta(seconds=timeout_s)
+    store = dist.TCPStore(master_addr, port, world_size, is_master=(rank == 0), timeout=td, wait_for_workers=False)
+    if "pycollect" in backends:
+        api.init_process_group(store=dist.PrefixStore("pycollect", store), rank=rank, world_size=world_size,
+                               timeout=td)
+    if "gloo" in backends:
+        dist.init_process_group("gloo", store=dist.PrefixStore("gloo", store), rank=rank, world_size=world_size,
+                                timeout=td)
+
+
+def close_rank() -> None:
+    """Destroy the default groups init_rank made (best effort: the job may have broken them)."""
+    import torch.distributed as dist
+
+    from . import api
+
+    try:
+        if api.is_initialized():
+            api.destroy_process_group()
+        if dist.is_initialized():
+            dist.destroy_process_group()
+    except Exception:
+        pass
 
 
 def _rank_main(rank: int, world_size: int, port: int, backends: Sequence[str], job: Callable,
                job_args: tuple, out, timeout_s: float, env: dict) -> None:
     os.environ.update(env)
-    import torch
-    import torch.distributed as dist
-
-    import pycollect as pc
-
     try:
-        torch.set_num_threads(1)
-        td = datetime.timedelta(seconds=timeout_s)
-        store = dist.TCPStore("127.0.0.1", port, world_size, is_master=(rank == 0), timeout=td,
-                              wait_for_workers=False)
-        if "pycollect" in backends:
-            pc.init_process_group(store=dist.PrefixStore("pycollect", store), rank=rank,
-                                  world_size=world_size, timeout=td)
-        if "gloo" in backends:
-            dist.init_process_group("gloo", store=dist.PrefixStore("gloo", store), rank=rank,
-                                    world_size=world_size, timeout=td)
+        init_rank(rank, world_size, port, backends, timeout_s)
 
         def emit(*event: Any) -> None:
             out.put(("event", rank, event))
@@ -58,20 +89,18 @@ def _rank_main(rank: int, world_size: int, port: int, backends: Sequence[str], j
         result = job(rank, world_size, emit, *job_args)
         # Nobody leaves (taking rank 0's store with it) before everyone is done.
         if "gloo" in backends:
+            import torch.distributed as dist
+
             dist.barrier()
         else:
-            pc.barrier()
+            from . import api
+
+            api.barrier()
         out.put(("done", rank, result))
     except BaseException:  # every failure goes back to the parent
         out.put(("error", rank, traceback.format_exc()))
     finally:
-        try:
-            if pc.is_initialized():
-                pc.destroy_process_group()
-            if dist.is_initialized():
-                dist.destroy_process_group()
-        except Exception:
-            pass
+        close_rank()
 
 
 def _failure_report(out, world_size: int, errors: dict, grace_s: float = 1.0) -> str:
@@ -93,9 +122,7 @@ def run_ranks(job: Callable, world_size: int, backends: Sequence[str], job_args:
     """Run `job` on `world_size` local ranks; return the list of their results, in rank order."""
     if world_size < 1:
         raise ValueError(f"world_size must be >= 1, got {world_size}")
-    unknown = [b for b in backends if b not in BACKENDS]
-    if unknown or not backends:
-        raise ValueError(f"backends must be a non-empty subset of {BACKENDS}, got {tuple(backends)!r}")
+    _check_backends(backends)
     ctx = mp.get_context("spawn")
     out = ctx.Queue()
     port = free_port()

@@ -13,8 +13,7 @@ from dataclasses import dataclass
 from typing import Optional
 from urllib.parse import urlparse
 
-DEFAULT_TIMEOUT = datetime.timedelta(minutes=30)  # as torch.distributed's default
-
+from .options import Options
 
 @dataclass
 class Rendezvous:
@@ -103,7 +102,7 @@ def listen_address(master_addr: Optional[str]) -> str:
     """
     from . import _C
 
-    ifname = os.environ.get("PYCOLLECT_SOCKET_IFNAME")
+    ifname = Options.from_env().socket_ifname
     family = 0
     if master_addr:
         try:

@@ -1,4 +1,4 @@
-"""ReduceOp and the mapping of torch / numpy dtypes onto the engine's dtype codes."""
+"""ReduceOp, Algo and the mapping of torch / numpy dtypes onto the engine's codes."""
 from __future__ import annotations
 
 import enum
@@ -27,6 +27,25 @@ class ReduceOp(enum.IntEnum):
     MAX = 3
     AVG = 4
     PROD = 1  # alias of PRODUCT (NCCL's and numpy's spelling)
+
+
+class Algo(enum.IntEnum):
+    """All-reduce algorithms (codes shared with csrc/common/types.h). AUTO picks by size:
+    DIRECT (one round) for small messages on small groups, RING otherwise."""
+
+    AUTO = 0
+    RING = 1
+    DIRECT = 2
+
+    @classmethod
+    def parse(cls, value, what: str) -> "Algo":
+        """An Algo from itself or its name ("ring", case-insensitive); ValueError naming `what` otherwise."""
+        if isinstance(value, cls):
+            return value
+        if isinstance(value, str) and value.upper() in cls.__members__:
+            return cls[value.upper()]
+        names = ", ".join(a.name.lower() for a in cls)
+        raise ValueError(f"{what}={value!r}: choose one of {names}")
 
 
 def to_reduce_op(op) -> ReduceOp:

@@ -4,7 +4,8 @@ from __future__ import annotations
 import time
 from typing import Callable, Optional
 
-from .errors import CollectiveTimeoutError, GroupFailedError, MismatchError, PeerLostError, PyCollectError
+from .errors import CollectiveTimeoutError, GroupFailedError, PyCollectError
+from .options import to_seconds
 
 
 class Work:
@@ -29,11 +30,11 @@ class Work:
             self._keepalive = ()
 
     def wait(self, timeout: Optional[float] = None) -> bool:
-        seconds = -1.0 if timeout is None else float(getattr(timeout, "total_seconds", lambda: timeout)())
+        seconds = to_seconds(timeout)
         try:
-            done = self._cwork.wait(seconds)
+            done = self._cwork.wait(-1.0 if seconds is None else seconds)
         except PyCollectError as e:
-            raise self._group._explain(e) from None
+            raise self._group.explain(e) from None
         if not done:
             raise CollectiveTimeoutError(
                 f"{self._cwork.what}: not completed within {seconds:.3g} s of wait(); it is still running"
@@ -74,7 +75,8 @@ class WorkList:
     def wait(self, timeout: Optional[float] = None) -> bool:
         """Wait for every Work; if some failed, raise the root cause: an error of its own
         (a mismatch, a timeout, a lost peer) rather than a GroupFailedError it caused."""
-        deadline = None if timeout is None else time.monotonic() + float(timeout)
+        seconds = to_seconds(timeout)
+        deadline = None if seconds is None else time.monotonic() + seconds
         errors = []
         for w in self.works:
             try:
@@ -90,43 +92,3 @@ class WorkList:
 
     def __repr__(self) -> str:
         return f"<pycollect.WorkList of {len(self.works)}>"
-
-
-def explain_failure(error: PyCollectError, store, prefix: str, rank: int, size: int, wait_s: float = 1.5):
-    """Publish this rank's failure in the store and add what the other ranks reported.
-
-    A rank that only saw a neighbour go away learns from the store why (a mismatch
-    two ranks away, a timeout, or which ranks never reported and so probably died).
-    """
-    message = str(error)
-    try:
-        store.set(f"{prefix}/failed/{rank}", message)
-    except Exception:  # the store may be gone with rank 0; the local error still stands
-        return error
-    if not isinstance(error, (PeerLostError,)) or size <= 1:
-        return error
-    reports: dict[int, str] = {}
-    deadline = time.monotonic() + wait_s
-    while True:
-        for r in range(size):
-            if r == rank or r in reports:
-                continue
-            try:
-                if store.check([f"{prefix}/failed/{r}"]):
-                    reports[r] = store.get(f"{prefix}/failed/{r}").decode(errors="replace")
-            except Exception:
-                break
-        causes = [m for m in reports.values() if "mismatched" in m or "timed out" in m or "expected" in m]
-        if causes or len(reports) == size - 1 or time.monotonic() > deadline:
-            break
-        time.sleep(0.05)
-    silent = [r for r in range(size) if r != rank and r not in reports]
-    extra = []
-    if causes:
-        extra.append("root cause reported by another rank: " + causes[0])
-    if silent:
-        extra.append(f"rank(s) {silent} reported nothing (lost, or not in this call)")
-    if not extra:
-        return error
-    kind = MismatchError if causes and "mismatched" in causes[0] else type(error)
-    return kind(message + "; " + "; ".join(extra))

@@ -14,6 +14,7 @@ import torch
 import torch.distributed as dist
 
 import pycollect as pc
+from rank_pool import paired_groups
 
 DTYPES = [torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.int8, torch.uint8,
           torch.int32, torch.int64]
@@ -23,17 +24,6 @@ COUNTS = [0, 1, 13, BIG]
 # Tolerances for floats (ours vs the float64 numpy reference, and vs Gloo).
 TOL = {torch.float32: (1e-5, 1e-5), torch.float64: (1e-12, 1e-12), torch.float16: (1e-2, 2e-2),
        torch.bfloat16: (2e-2, 1e-1)}
-
-_groups: dict = {}
-
-
-def groups(ws: int):
-    """(pycollect group, gloo group) over ranks [0, ws), created once per worker."""
-    if ws not in _groups:
-        ranks = list(range(ws))
-        _groups[ws] = (pc.new_group(ranks), dist.new_group(ranks))
-    return _groups[ws]
-
 
 def make_input(dtype, count: int, rank: int, seed: int, op: str) -> torch.Tensor:
     g = torch.Generator().manual_seed(seed * 1000 + rank)
@@ -94,12 +84,18 @@ def _torch_op(op: str):
     return getattr(dist.ReduceOp, op)
 
 
-def run_cases(kind: str, ws: int, seed: int = 0, counts=COUNTS, dtypes=DTYPES, ops=OPS):
+def case_collective(kind: str, ws: int, seed: int = 0, counts=COUNTS, dtypes=DTYPES, ops=OPS):
     """Run every (dtype, count, op) case of one collective on ranks [0, ws)."""
-    pg, gg = groups(ws)
-    if pg is pc.NON_GROUP_MEMBER:
-        return None
-    r = pc.get_rank(pg)
+    pair = paired_groups(ws)
+    return None if pair is None else run_cases(kind, pair, ws, seed, counts, dtypes, ops)
+
+
+def run_cases(kind: str, pair, ws: int, seed: int = 0, counts=COUNTS, dtypes=DTYPES, ops=OPS, comm=pc):
+    """Every (dtype, count, op) case of one collective on `pair` (pycollect-side group, Gloo
+    group). `comm` is the module the pycollect-side calls go through: pycollect itself, or
+    a stand-in with the same names (the torch backend's tests route them through dist.*)."""
+    pg, gg = pair
+    r = comm.get_rank(pg)
     out = {"digests": [], "gloo_compared": 0, "cases": 0}
     for dtype in dtypes:
         for count in counts:
@@ -108,26 +104,26 @@ def run_cases(kind: str, ws: int, seed: int = 0, counts=COUNTS, dtypes=DTYPES, o
                 what = f"{kind} ws={ws} {dtype} count={count} op={op}"
                 if op == "AVG" and not dtype.is_floating_point:
                     try:
-                        run_one(kind, pg, gg, ws, r, dtype, count, op, seed, what)
+                        _run_one(comm, kind, pg, gg, ws, r, dtype, count, op, seed, what)
                     except ValueError as e:
                         assert "AVG" in str(e) and "int" in str(e), str(e)
                         continue
                     raise AssertionError(f"{what}: AVG on an integer dtype did not raise")
-                d, compared = run_one(kind, pg, gg, ws, r, dtype, count, op, seed, what)
+                d, compared = _run_one(comm, kind, pg, gg, ws, r, dtype, count, op, seed, what)
                 out["digests"].append((what, d))
                 out["gloo_compared"] += compared
                 out["cases"] += 1
     return out
 
 
-def run_one(kind, pg, gg, ws, r, dtype, count, op, seed, what):
+def _run_one(comm, kind, pg, gg, ws, r, dtype, count, op, seed, what):
     inputs = [make_input(dtype, count if kind not in ("reduce_scatter_tensor", "reduce_scatter") else count * ws,
                          k, seed, op) for k in range(ws)]
     mine = inputs[r].clone()
-    rop = getattr(pc.ReduceOp, op)
+    rop = getattr(comm.ReduceOp, op)
     compared = 0
     if kind == "all_reduce":
-        pc.all_reduce(mine, op=rop, group=pg)
+        comm.all_reduce(mine, op=rop, group=pg)
         assert_close(mine, reduce_ref(inputs, op, dtype), dtype, what + " vs numpy")
         theirs = inputs[r].clone()
         if op != "AVG" and _gloo(lambda: dist.all_reduce(theirs, op=_torch_op(op), group=gg), what):
@@ -137,16 +133,16 @@ def run_one(kind, pg, gg, ws, r, dtype, count, op, seed, what):
         return digest(mine), compared
     if kind == "broadcast":
         root = ws - 1
-        pc.broadcast(mine, src=root, group=pg)
+        comm.broadcast(mine, src=root, group=pg)
         assert torch.equal(mine, inputs[root]), what
         return digest(mine), 0
     if kind in ("all_gather_into_tensor", "all_gather"):
         if kind == "all_gather_into_tensor":
             result = torch.full((count * ws,), 7, dtype=dtype)
-            pc.all_gather_into_tensor(result, mine, group=pg)
+            comm.all_gather_into_tensor(result, mine, group=pg)
         else:
             parts = [torch.empty(count, dtype=dtype) for _ in range(ws)]
-            pc.all_gather(parts, mine, group=pg)
+            comm.all_gather(parts, mine, group=pg)
             result = torch.cat(parts)
         assert torch.equal(result, torch.cat(inputs)), what + " vs inputs"
         theirs = torch.empty(count * ws, dtype=dtype)
@@ -158,9 +154,9 @@ def run_one(kind, pg, gg, ws, r, dtype, count, op, seed, what):
     ref = reduce_ref(inputs, op, dtype)[r * count:(r + 1) * count]
     result = torch.full((count,), 7, dtype=dtype)
     if kind == "reduce_scatter_tensor":
-        pc.reduce_scatter_tensor(result, mine, op=rop, group=pg)
+        comm.reduce_scatter_tensor(result, mine, op=rop, group=pg)
     else:
-        pc.reduce_scatter(result, list(mine.chunk(ws)) if count else [mine[:0]] * ws, op=rop, group=pg)
+        comm.reduce_scatter(result, list(mine.chunk(ws)) if count else [mine[:0]] * ws, op=rop, group=pg)
     assert_close(result, ref, dtype, what + " vs numpy")
     theirs = torch.empty(count, dtype=dtype)
     if op != "AVG" and _gloo(lambda: _reduce_scatter_single(theirs, inputs[r].clone(), op=_torch_op(op),
@@ -171,11 +167,12 @@ def run_one(kind, pg, gg, ws, r, dtype, count, op, seed, what):
     return digest(result), compared
 
 
-def run_all_to_all(ws: int, seed: int = 0):
+def case_all_to_all(ws: int, seed: int = 0):
     """pc.all_to_all_single against Gloo's, even and uneven splits, several dtypes."""
-    pg, gg = groups(ws)
-    if pg is pc.NON_GROUP_MEMBER:
+    pair = paired_groups(ws)
+    if pair is None:
         return None
+    pg, gg = pair
     r = pc.get_rank(pg)
     cases = 0
     for dtype in (torch.float32, torch.int64, torch.bfloat16, torch.uint8):

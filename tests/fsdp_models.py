@@ -14,27 +14,21 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 import pycollect as pc
+from rank_pool import paired_groups
 from pycollect.fsdp import (MixedPrecision, ModuleWrapPolicy, full_state_dict, fully_shard, get_state,
                             load_full_state_dict, load_sharded_state_dict, memory_stats, no_sync,
                             sharded_state_dict)
 from pycollect.fsdp import collectives as C
-from pycollect.fsdp.toy_models import GPT, Block, GPTConfig, gpt_batch, lm_loss, mlp
+from pycollect.demo.gpt import GPT, Block, GPTConfig, gpt_batch, lm_loss, mlp
 
 STEPS = 4
 LR = 1e-3
 PER_RANK = 2
-_GROUPS: dict = {}
-
-
 def groups(world):
-    """(pycollect group, gloo group, is this rank a member) for ranks [0, world)."""
-    if world not in _GROUPS:
-        if world == pc.get_world_size():
-            _GROUPS[world] = (None, None)
-        else:  # every rank creates both, in the same order
-            _GROUPS[world] = (pc.new_group(list(range(world))), dist.new_group(list(range(world))))
-    pg, dg = _GROUPS[world]
-    return pg, dg, pc.get_rank() < world
+    """(pycollect group, Gloo group, is this rank a member) for ranks [0, world); outside them,
+    the pycollect group is NON_GROUP_MEMBER, as new_group returned it."""
+    pair = paired_groups(world)
+    return (pc.NON_GROUP_MEMBER, None, False) if pair is None else (*pair, True)
 
 
 def cfg(kind):
@@ -109,7 +103,7 @@ def max_diff(a: dict, b: dict) -> float:
 
 # -- equivalence ---------------------------------------------------------------------------
 
-def rank_train_vs_reference(kind, world):
+def case_train_vs_reference(kind, world):
     pg, _, member = groups(world)
     if not member:
         return None
@@ -150,7 +144,7 @@ def train_fsdp2(kind, model, dg, world):
     return losses, params
 
 
-def rank_ours_vs_fsdp2(kind, world):
+def case_ours_vs_fsdp2(kind, world):
     pg, dg, member = groups(world)
     if not member:
         return None
@@ -167,7 +161,7 @@ def _gathers(pg):
     return pc.get_counters(pg).get("all_gather", 0)
 
 
-def rank_reshard_modes():
+def case_reshard_modes():
     out = []
     for raf in (True, False):
         model, opt = sharded("gpt_untied", None, reshard_after_forward=raf)
@@ -180,7 +174,7 @@ def rank_reshard_modes():
     return out[0], out[1], len(get_state(model).units)
 
 
-def rank_mixed_precision(world):
+def case_mixed_precision(world):
     from torch.distributed.fsdp import MixedPrecisionPolicy
 
     pg, dg, member = groups(world)
@@ -207,7 +201,7 @@ def _reduce_scatters():
     return pc.get_counters().get("reduce_scatter", 0)
 
 
-def rank_no_sync():
+def case_no_sync():
     kind, world, rank = "gpt_untied", 3, pc.get_rank()
     model, _ = sharded(kind, None)
     micro = [batch(kind, s, world * PER_RANK) for s in (0, 1)]
@@ -229,7 +223,7 @@ def rank_no_sync():
 
 # -- state dicts -------------------------------------------------------------------------
 
-def rank_full_state_dict():
+def case_full_state_dict():
     kind, world, rank = "gpt_tied", 3, pc.get_rank()
     model, opt = sharded(kind, None)
     train(kind, model, opt, None, world, steps=2)
@@ -252,7 +246,7 @@ def rank_full_state_dict():
     return out
 
 
-def rank_sharded_round_trip(directory):
+def case_sharded_round_trip(directory):
     kind, world, rank = "gpt_tied", 3, pc.get_rank()
     model, opt = sharded(kind, None)
     train(kind, model, opt, None, world, steps=2)
@@ -269,7 +263,7 @@ def rank_sharded_round_trip(directory):
 
 # -- memory and order --------------------------------------------------------------------
 
-def rank_memory(world):
+def case_memory(world):
     pg, _, member = groups(world)
     if not member:
         return None
@@ -296,7 +290,7 @@ def rank_memory(world):
     }
 
 
-def rank_trace():
+def case_trace():
     kind, world = "gpt_untied", 3
     model, opt = sharded(kind, None)
     train(kind, model, opt, None, world, steps=1)
@@ -327,7 +321,7 @@ def _error(fn):
     return "no error"
 
 
-def rank_errors():
+def case_errors():
     rank = pc.get_rank()
     out = {}
 

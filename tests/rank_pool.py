@@ -4,47 +4,32 @@
     results = pool.run(fn, arg1, arg2)     # fn(arg1, arg2) on every rank, list of returns
     outcomes = pool.run_raw(fn)            # [(ok, value_or_error_text), ...] per rank
 
+tests/conftest.py keeps the pools most modules share for the whole session. Worker
+functions (the `fn`s) are named `case_*`; paired_groups() gives them a pycollect group
+and the Gloo group over the same ranks.
+
 `fn` must be a module-level function (it is pickled by reference). Each worker has
-called pycollect.init_process_group and torch.distributed.init_process_group("gloo")
-on a shared TCPStore, so tests can run both engines on the same inputs in the same
-processes. A rank that does not answer within `timeout` fails the call (and the
+run pycollect.launch.init_rank: pycollect.init_process_group and (init_gloo=True)
+torch.distributed.init_process_group("gloo") on a shared TCPStore, so tests can run
+both engines on the same inputs in the same processes. A rank that does not answer within `timeout` fails the call (and the
 pool is torn down), so a hang is a test failure, never a stuck suite.
 """
 from __future__ import annotations
 
-import datetime
 import multiprocessing as mp
 import os
-import socket
 import traceback
 from typing import Any, Callable, List, Tuple
 
-
-def free_port(host: str = "127.0.0.1") -> int:
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    with socket.socket(family, socket.SOCK_STREAM) as s:
-        s.bind((host, 0))
-        return s.getsockname()[1]
+from pycollect.group import NON_GROUP_MEMBER
+from pycollect.launch import close_rank, free_port, init_rank
 
 
-def _worker(rank: int, world: int, port: int, conn, env: dict, init_gloo: bool, timeout_s: float,
+def _worker(rank: int, world: int, port: int, conn, env: dict, backends: tuple, timeout_s: float,
             master_addr: str) -> None:
     os.environ.update(env)
     try:
-        import torch
-        import torch.distributed as dist
-
-        import pycollect as pc
-
-        torch.set_num_threads(1)
-        td = datetime.timedelta(seconds=timeout_s)
-        store = dist.TCPStore(master_addr, port, world, is_master=(rank == 0), timeout=td,
-                              wait_for_workers=False)
-        pc.init_process_group(store=dist.PrefixStore("pycollect", store), rank=rank, world_size=world,
-                              timeout=td)
-        if init_gloo:
-            dist.init_process_group("gloo", store=dist.PrefixStore("gloo", store), rank=rank,
-                                    world_size=world, timeout=td)
+        init_rank(rank, world, port, backends, timeout_s, master_addr)
         conn.send(("ready", None))
     except BaseException:  # report start-up failures to the parent
         conn.send(("err", traceback.format_exc()))
@@ -61,12 +46,28 @@ def _worker(rank: int, world: int, port: int, conn, env: dict, init_gloo: bool, 
             conn.send(("ok", fn(*args, **kwargs)))
         except BaseException as e:  # noqa: BLE001 - every failure goes back to the test
             conn.send(("err", f"{type(e).__name__}: {e}\n{traceback.format_exc()}"))
-    try:
-        pc.destroy_process_group()
-        if init_gloo:
-            dist.destroy_process_group()
-    except Exception:
-        pass
+    close_rank()
+
+
+_PAIRS: dict = {}
+
+
+def paired_groups(size: int):
+    """Worker side: (pycollect group, Gloo group) over ranks [0, size), or None on a rank
+    outside them. (None, None) when `size` is the whole pool: the default groups. Sub-groups
+    are made once per worker process; every rank must call this with the same sizes in
+    the same order (new_group is collective), members or not."""
+    import torch.distributed as dist
+
+    import pycollect as pc
+
+    if size == pc.get_world_size():
+        return None, None
+    if size not in _PAIRS:
+        ranks = list(range(size))
+        _PAIRS[size] = (pc.new_group(ranks), dist.new_group(ranks))
+    pg, gg = _PAIRS[size]
+    return None if pg is NON_GROUP_MEMBER else (pg, gg)
 
 
 class RankPool:
@@ -76,11 +77,12 @@ class RankPool:
         self.timeout = timeout
         ctx = mp.get_context("spawn")
         port = free_port(master_addr)
+        backends = ("pycollect", "gloo") if init_gloo else ("pycollect",)
         self._conns = []
         self.procs = []
         for rank in range(world_size):
             parent, child = ctx.Pipe()
-            p = ctx.Process(target=_worker, args=(rank, world_size, port, child, dict(env or {}), init_gloo,
+            p = ctx.Process(target=_worker, args=(rank, world_size, port, child, dict(env or {}), backends,
                                                   op_timeout, master_addr), daemon=True)
             p.start()
             self._conns.append(parent)

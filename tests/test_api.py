@@ -1,6 +1,6 @@
 """API behaviour and bad input: async handles, ordering, the GIL, numpy inputs,
 send/recv, new_group, and every error path that must be caught before anything is
-sent. One pool of 4 ranks for the module; a case that breaks a group uses a fresh
+sent. The session's 4-rank pool (conftest.py); a case that breaks a group uses a fresh
 sub-group so the pool stays usable.
 """
 import threading
@@ -11,20 +11,15 @@ import pytest
 import torch
 
 import pycollect as pc
-from rank_pool import RankPool
 
 WORLD = 4
 
 
-@pytest.fixture(scope="module")
-def pool():
-    with RankPool(WORLD, init_gloo=False, timeout=120) as p:
-        yield p
 
 
 # -- worker functions (module level so they pickle) ----------------------------------
 
-def async_in_order():
+def case_async_in_order():
     r, n = pc.get_rank(), pc.get_world_size()
     ts = [torch.full((1000 + k,), float(r + k)) for k in range(20)]
     works = [pc.all_reduce(t, async_op=True) for t in ts]
@@ -36,7 +31,7 @@ def async_in_order():
     return done, [float(t[0]) for t in ts] == expect
 
 
-def gil_released():
+def case_gil_released():
     """A Python thread keeps counting while this rank blocks in a large all-reduce."""
     t = torch.ones(8 * 1024 * 1024)
     ticks = []
@@ -61,7 +56,7 @@ def gil_released():
     return elapsed, during
 
 
-def forced_algorithms():
+def case_forced_algorithms():
     r = pc.get_rank()
     out = {}
     for algo in ("ring", "direct", "auto"):
@@ -76,7 +71,7 @@ def forced_algorithms():
     return out
 
 
-def numpy_inputs():
+def case_numpy_inputs():
     r, n = pc.get_rank(), pc.get_world_size()
     a = np.arange(10, dtype=np.int32) * (r + 1)
     pc.all_reduce(a, op=pc.ReduceOp.MAX)
@@ -87,7 +82,7 @@ def numpy_inputs():
     return a.tolist(), g.tolist(), h.tolist()
 
 
-def in_place_all_gather():
+def case_in_place_all_gather():
     r, n = pc.get_rank(), pc.get_world_size()
     out = torch.zeros(5 * n, dtype=torch.int64)
     out[r * 5:(r + 1) * 5] = r + 1
@@ -95,7 +90,7 @@ def in_place_all_gather():
     return out.tolist()
 
 
-def ring_send_recv():
+def case_ring_send_recv():
     """Each rank sends to its right and receives from its left, with tags, async."""
     r, n = pc.get_rank(), pc.get_world_size()
     got = torch.zeros(100, dtype=torch.int64)
@@ -106,7 +101,7 @@ def ring_send_recv():
     return int(got[0]), int(got[-1])
 
 
-def large_exchange_both_ways():
+def case_large_exchange_both_ways():
     """Both ranks isend 8 MiB to each other before receiving: must not deadlock."""
     r, n = pc.get_rank(), pc.get_world_size()
     peer = r ^ 1
@@ -124,7 +119,7 @@ def large_exchange_both_ways():
     return float(got.min()), float(got.max()), float(tail.sum())
 
 
-def recv_mismatch():
+def case_recv_mismatch():
     g = pc.new_group(list(range(pc.get_world_size())), timeout=20)
     r = pc.get_rank()
     result = None
@@ -139,7 +134,7 @@ def recv_mismatch():
     return result
 
 
-def all_to_all_disagreement():
+def case_all_to_all_disagreement():
     """Rank 0 sends rank 1 two elements where rank 1 expects three."""
     g = pc.new_group(list(range(pc.get_world_size())), timeout=20)
     r, n = pc.get_rank(), pc.get_world_size()
@@ -158,7 +153,7 @@ def all_to_all_disagreement():
     return result
 
 
-def recv_timeout():
+def case_recv_timeout():
     g = pc.new_group(list(range(pc.get_world_size())), timeout=1.0)
     result = None
     if pc.get_rank() == 0:
@@ -174,7 +169,7 @@ def recv_timeout():
     return result
 
 
-def sub_group_ops():
+def case_sub_group_ops():
     r = pc.get_rank()
     g = pc.new_group([1, 3])
     if r not in (1, 3):
@@ -188,7 +183,7 @@ def sub_group_ops():
     return float(t), float(b)
 
 
-def barrier_waits():
+def case_barrier_waits():
     r = pc.get_rank()
     time.sleep(0.3 * (r == 2))
     t0 = time.perf_counter()
@@ -196,7 +191,7 @@ def barrier_waits():
     return time.perf_counter() - t0
 
 
-def bad_inputs():
+def case_bad_inputs():
     """Each call must raise before anything is sent; the group must still work after."""
     n = pc.get_world_size()
     errors = {}
@@ -246,7 +241,7 @@ def bad_inputs():
     return errors
 
 
-def mismatch(kind_on_rank1: str):
+def case_mismatch(kind_on_rank1: str):
     """Rank 1 calls something else than everyone else; every rank must raise naming both."""
     g = pc.new_group(list(range(pc.get_world_size())), timeout=30)
     r = pc.get_rank()
@@ -275,7 +270,7 @@ def mismatch(kind_on_rank1: str):
     return outcome, elapsed, later
 
 
-def timeout_case():
+def case_timeout():
     g = pc.new_group(list(range(pc.get_world_size())), timeout=1.0)
     r = pc.get_rank()
     result = None
@@ -294,81 +289,81 @@ def timeout_case():
 
 # -- tests ---------------------------------------------------------------------------
 
-def test_async_ops_complete_in_issue_order(pool):
-    for done, correct in pool.run(async_in_order):
+def test_async_ops_complete_in_issue_order(pool4):
+    for done, correct in pool4.run(case_async_in_order):
         assert correct
         assert all(done), done
 
 
-def test_gil_is_released_during_collectives(pool):
-    for elapsed, ticks in pool.run(gil_released):
+def test_gil_is_released_during_collectives(pool4):
+    for elapsed, ticks in pool4.run(case_gil_released):
         # a thread sleeping 1 ms per tick gets most of the blocking time
         assert ticks >= max(5, 0.2 * elapsed / 0.001 / 2), (elapsed, ticks)
 
 
-def test_algorithm_override(pool):
+def test_algorithm_override(pool4):
     expect = (torch.arange(1001, dtype=torch.float64) * sum(range(1, WORLD + 1))).tolist()
-    for out in pool.run(forced_algorithms):
+    for out in pool4.run(case_forced_algorithms):
         assert out["ring"] == out["direct"] == out["auto"] == expect
         assert "tree" in out["bad"] and "ring" in out["bad"]
 
 
-def test_numpy_arrays(pool):
-    results = pool.run(numpy_inputs)
+def test_numpy_arrays(pool4):
+    results = pool4.run(case_numpy_inputs)
     for a, g, h in results:
         assert a == (np.arange(10) * WORLD).tolist()
         assert g == np.repeat(np.arange(WORLD, dtype=np.float64), 3).tolist()
         assert h == [float(WORLD)] * 2
 
 
-def test_in_place_all_gather(pool):
-    for out in pool.run(in_place_all_gather):
+def test_in_place_all_gather(pool4):
+    for out in pool4.run(case_in_place_all_gather):
         assert out == [k + 1 for k in range(WORLD) for _ in range(5)]
 
 
-def test_send_recv_ring(pool):
-    for r, (first, last) in enumerate(pool.run(ring_send_recv)):
+def test_send_recv_ring(pool4):
+    for r, (first, last) in enumerate(pool4.run(case_ring_send_recv)):
         assert first == last == (r - 1) % WORLD
 
 
-def test_large_isend_irecv_both_ways_does_not_deadlock(pool):
-    for r, res in enumerate(pool.run(large_exchange_both_ways, timeout=60)):
+def test_large_isend_irecv_both_ways_does_not_deadlock(pool4):
+    for r, res in enumerate(pool4.run(case_large_exchange_both_ways, timeout=60)):
         assert res == (float(r ^ 1), float(r ^ 1), 10.0 * (r ^ 1)), (r, res)
 
 
-def test_recv_of_the_wrong_size_names_both_calls(pool):
-    results = pool.run(recv_mismatch, timeout=60)
+def test_recv_of_the_wrong_size_names_both_calls(pool4):
+    results = pool4.run(case_recv_mismatch, timeout=60)
     name, msg = results[1]
     assert name == "MismatchError", msg
     assert "count=12" in msg and "count=10" in msg and "rank 0" in msg, msg
 
 
-def test_all_to_all_size_disagreement_is_a_mismatch(pool):
-    name, msg = pool.run(all_to_all_disagreement, timeout=60)[1]
+def test_all_to_all_size_disagreement_is_a_mismatch(pool4):
+    name, msg = pool4.run(case_all_to_all_disagreement, timeout=60)[1]
     assert name == "MismatchError", msg
     assert "count=3" in msg and "count=2" in msg and "rank 0" in msg, msg
 
 
-def test_recv_without_sender_times_out(pool):
-    name, msg, elapsed = pool.run(recv_timeout, timeout=60)[0]
+def test_recv_without_sender_times_out(pool4):
+    name, msg, elapsed = pool4.run(case_recv_timeout, timeout=60)[0]
     assert name == "CollectiveTimeoutError", msg
     assert "recv from rank 1" in msg and "timed out" in msg, msg
     assert 0.9 < elapsed < 3.0, elapsed
 
 
-def test_new_group_members_only(pool):
-    results = pool.run(sub_group_ops)
+def test_new_group_members_only(pool4):
+    results = pool4.run(case_sub_group_ops)
     assert results[0] is None and results[2] is None
     assert results[1] == results[3] == (4.0, 3.0)
 
 
-def test_barrier_waits_for_the_slowest(pool):
-    waits = pool.run(barrier_waits)
+def test_barrier_waits_for_the_slowest(pool4):
+    waits = pool4.run(case_barrier_waits)
     assert min(waits[r] for r in (0, 1, 3)) > 0.2, waits
 
 
-def test_bad_input_raises_clear_errors_before_sending(pool):
-    for r, errors in enumerate(pool.run(bad_inputs)):
+def test_bad_input_raises_clear_errors_before_sending(pool4):
+    for r, errors in enumerate(pool4.run(case_bad_inputs)):
         bad = {k: v for k, v in errors.items() if v != "ok"}
         assert not bad, f"rank {r}: {bad}"
 
@@ -381,8 +376,8 @@ def test_call_before_init_raises():
 
 
 @pytest.mark.parametrize("kind", ["all_gather", "count", "algo"])
-def test_mismatched_calls_fail_on_every_rank(pool, kind):
-    results = pool.run(mismatch, kind, timeout=60)
+def test_mismatched_calls_fail_on_every_rank(pool4, kind):
+    results = pool4.run(case_mismatch, kind, timeout=60)
     other = {"all_gather": "all_gather(count=50", "count": "all_reduce(count=99", "algo": "direct)"}[kind]
     for r, ((name, msg), elapsed, later) in enumerate(results):
         assert name in ("MismatchError",), f"rank {r}: {name}: {msg}"
@@ -391,8 +386,8 @@ def test_mismatched_calls_fail_on_every_rank(pool, kind):
         assert later == "GroupFailedError", f"rank {r}: {later}"
 
 
-def test_timeout_names_op_step_and_peer(pool):
-    results = pool.run(timeout_case, timeout=60)
+def test_timeout_names_op_step_and_peer(pool4):
+    results = pool4.run(case_timeout, timeout=60)
     for r, res in enumerate(results):
         if r == 2:
             continue

@@ -1,7 +1,7 @@
 """pycollect's DistributedDataParallel (and the naive wrapper) against torch DDP over Gloo.
 
-One pool of 3 ranks runs every case. 3-rank cases use the default groups; 2-rank cases
-use pc.new_group([0, 1]) and the matching Gloo group, and rank 2 sits them out. Each
+The session's 3-rank pool (conftest.py) runs every case. 3-rank cases use the default
+groups; 2-rank cases use pc.new_group([0, 1]) and the matching Gloo group, and rank 2 sits them out. Each
 case trains the same models from the same (rank-dependent) initialisation on the same
 data with pycollect DDP and torch DDP side by side, and also with one process on the
 concatenated batch where that is well defined (no BatchNorm).
@@ -9,39 +9,17 @@ concatenated batch where that is well defined (no BatchNorm).
 from __future__ import annotations
 
 import pytest
-from rank_pool import RankPool
+from rank_pool import paired_groups
 
 REL_TOL = 1e-6  # fp32 parameters after several Adam steps, pycollect vs torch DDP
-_GROUPS = {}
-
-
-def _setup_groups():
-    import torch.distributed as dist
-
-    import pycollect as pc
-
-    # Every rank must call both new_group()s, members or not.
-    _GROUPS[2] = (pc.new_group([0, 1]), dist.new_group([0, 1]))
-    _GROUPS[3] = (None, None)
-    return True
-
-
-@pytest.fixture(scope="module")
-def pool():
-    with RankPool(3) as p:
-        p.run(_setup_groups)
-        yield p
 
 
 def _member(world):
     """(rank in group, pycollect group, gloo group), or None on a rank outside the group."""
-    import torch.distributed as dist
+    import pycollect as pc
 
-    pg, gg = _GROUPS[world]
-    rank = dist.get_rank()
-    if rank >= world:
-        return None
-    return rank, pg, gg
+    pair = paired_groups(world)
+    return None if pair is None else (pc.get_rank(pair[0]), *pair)
 
 
 # -- models and data -------------------------------------------------------------
@@ -207,7 +185,7 @@ def case_no_sync(world, naive):
 
     import pycollect as pc
     from pycollect.ddp import DistributedDataParallel
-    from pycollect.ddp_naive import NaiveDistributedDataParallel
+    from pycollect.ddp import NaiveDistributedDataParallel
 
     m = _member(world)
     if m is None:
@@ -244,7 +222,7 @@ def case_naive(world, use_torch_comm):
     import torch
     import torch.distributed as dist
 
-    from pycollect.ddp_naive import NaiveDistributedDataParallel
+    from pycollect.ddp import NaiveDistributedDataParallel
 
     m = _member(world)
     if m is None:
@@ -365,8 +343,8 @@ def case_mixed_dtypes(world):
 # -- tests ---------------------------------------------------------------------
 @pytest.mark.parametrize("world", [2, 3])
 @pytest.mark.parametrize("kind", ["plain", "bn"])
-def test_matches_torch_ddp_and_single_process(pool, world, kind):
-    results = pool.run(case_vs_torch, world, kind, 4, 25)
+def test_matches_torch_ddp_and_single_process(pool3, world, kind):
+    results = pool3.run(case_vs_torch, world, kind, 4, 25)
     members = results[:world]
     assert all(r is None for r in results[world:])
     for r in members:
@@ -379,16 +357,16 @@ def test_matches_torch_ddp_and_single_process(pool, world, kind):
     assert len({r["param_sum"] for r in members}) == 1  # replicas identical, bit for bit
 
 
-def test_many_small_buckets_match_torch_ddp(pool):
-    results = pool.run(case_vs_torch, 3, "bn", 3, 60 / 2**20)  # 60-byte cap: one bucket per tensor or two
+def test_many_small_buckets_match_torch_ddp(pool3):
+    results = pool3.run(case_vs_torch, 3, "bn", 3, 60 / 2**20)  # 60-byte cap: one bucket per tensor or two
     for r in results:
         assert r["buckets"] == 4, r
         assert r["params_vs_torch"] <= REL_TOL and r["buffers_vs_torch"] <= REL_TOL, r
 
 
 @pytest.mark.parametrize("world", [2, 3])
-def test_unused_parameters_match_torch_ddp(pool, world):
-    for report in pool.run(case_unused, world)[:world]:
+def test_unused_parameters_match_torch_ddp(pool3, world):
+    for report in pool3.run(case_unused, world)[:world]:
         for step in report[:3]:
             assert step["grad_is_none"] == step["ref_grad_is_none"], report
             assert step["grad_vs_torch"] <= REL_TOL, report
@@ -396,16 +374,16 @@ def test_unused_parameters_match_torch_ddp(pool, world):
         assert report[3]["params_vs_torch"] <= REL_TOL, report
 
 
-def test_unused_parameter_without_flag_raises_clearly(pool):
-    for message, has_grad in pool.run(case_unused_without_flag, 2)[:2]:
+def test_unused_parameter_without_flag_raises_clearly(pool3):
+    for message, has_grad in pool3.run(case_unused_without_flag, 2)[:2]:
         assert message is not None and "extra.weight" in message and "find_unused_parameters" in message
         assert all(has_grad)
 
 
 @pytest.mark.parametrize("world", [2, 3])
 @pytest.mark.parametrize("naive", [False, True])
-def test_no_sync_accumulation_equals_one_large_batch(pool, world, naive):
-    for r in pool.run(case_no_sync, world, naive)[:world]:
+def test_no_sync_accumulation_equals_one_large_batch(pool3, world, naive):
+    for r in pool3.run(case_no_sync, world, naive)[:world]:
         assert r["calls_in_no_sync"] == 0, r
         assert r["vs_single"] <= 1e-5, r
         assert r["vs_torch"] <= REL_TOL, r
@@ -413,22 +391,22 @@ def test_no_sync_accumulation_equals_one_large_batch(pool, world, naive):
 
 @pytest.mark.parametrize("world", [2, 3])
 @pytest.mark.parametrize("use_torch_comm", [False, True])
-def test_naive_wrapper_matches_torch_ddp(pool, world, use_torch_comm):
-    for diff in pool.run(case_naive, world, use_torch_comm)[:world]:
+def test_naive_wrapper_matches_torch_ddp(pool3, world, use_torch_comm):
+    for diff in pool3.run(case_naive, world, use_torch_comm)[:world]:
         assert diff <= REL_TOL
 
 
 @pytest.mark.parametrize("world", [2, 3])
-def test_different_parameters_raise_on_every_rank(pool, world):
-    for message, after, wrong_group in pool.run(case_mismatch, world)[:world]:
+def test_different_parameters_raise_on_every_rank(pool3, world):
+    for message, after, wrong_group in pool3.run(case_mismatch, world)[:world]:
         assert "pycollect ProcessGroup" in wrong_group, wrong_group
         assert message is not None, "construction should have failed"
         assert "0.weight" in message and "(5, 4)" in message and "(6, 4)" in message, message
         assert after == [float(world)] * 3
 
 
-def test_buckets_are_launched_during_backward(pool):
-    r = pool.run(case_overlap, 2)[0]
+def test_buckets_are_launched_during_backward(pool3):
+    r = pool3.run(case_overlap, 2)[0]
     # reverse order, 4000-byte cap: [layer 3], [layer 2], [layer 1], [layer 0]
     assert r["buckets"] == [["3.bias", "3.weight"], ["2.bias", "2.weight"], ["1.bias", "1.weight"],
                             ["0.bias", "0.weight"]], r
@@ -439,7 +417,7 @@ def test_buckets_are_launched_during_backward(pool):
     assert sum(sizes) == 6 * (512 * 512 + 512) * 4
 
 
-def test_mixed_dtypes_use_separate_buckets(pool):
-    for r in pool.run(case_mixed_dtypes, 3):
+def test_mixed_dtypes_use_separate_buckets(pool3):
+    for r in pool3.run(case_mixed_dtypes, 3):
         assert r["one_dtype_per_bucket"] and r["dtypes_seen"] == ["torch.float32", "torch.float64"], r
         assert r["vs_torch"] <= REL_TOL, r

@@ -24,7 +24,7 @@ def _inputs(ws, count, seed):
     return [np.random.default_rng(seed * 100 + k).integers(-50, 50, count).astype(np.int64) for k in range(ws)]
 
 
-def run_deep(ws: int):
+def case_deep_ring(ws: int):
     r = pc.get_rank()
     g = pc.new_group(list(range(ws)))
     if g is pc.NON_GROUP_MEMBER:
@@ -56,6 +56,6 @@ def run_deep(ws: int):
 
 @pytest.mark.parametrize("ws", [5, 6])
 def test_deep_rings_match_numpy_and_agree(pool, ws):
-    results = [res for res in pool.run(run_deep, ws) if res is not None]
+    results = [res for res in pool.run(case_deep_ring, ws) if res is not None]
     assert len(results) == ws
     assert all(res == results[0] for res in results), "float AVG results differ between ranks"

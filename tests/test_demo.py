@@ -98,15 +98,12 @@ def test_cli_demo_trains_and_compares(capsys):
     assert "replicas identical on all ranks: yes" in out
 
 
-def test_cli_demo_fsdp_is_forwarded(monkeypatch, capsys):
+def test_cli_demo_fsdp_is_forwarded(monkeypatch):
     from pycollect.cli import main
 
     calls = []
-    fake = types.ModuleType("pycollect.fsdp_demo")
+    fake = types.ModuleType("pycollect.demo.fsdp_job")
     fake.main = lambda world_size, steps: calls.append((world_size, steps)) or 0
-    monkeypatch.setitem(sys.modules, "pycollect.fsdp_demo", fake)
+    monkeypatch.setitem(sys.modules, "pycollect.demo.fsdp_job", fake)
     assert main(["demo", "--fsdp", "--world-size", "3", "--steps", "4"]) == 0
     assert calls == [(3, 4)]
-    monkeypatch.setitem(sys.modules, "pycollect.fsdp_demo", None)  # import fails: ModuleNotFoundError
-    assert main(["demo", "--fsdp"]) == 2
-    assert "FSDP demo" in capsys.readouterr().err

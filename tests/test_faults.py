@@ -14,7 +14,7 @@ from rank_pool import RankPool
 # -- worker functions ------------------------------------------------------------------
 
 
-def all_reduce_until_failure():
+def case_all_reduce_until_failure():
     t = torch.ones(16 * 1024 * 1024)  # 64 MiB of float32
     calls = 0
     try:
@@ -32,7 +32,7 @@ def all_reduce_until_failure():
     return err, later, calls
 
 
-def host_and_sum():
+def case_host_and_sum():
     import pycollect.api as api
 
     t = torch.arange(1000, dtype=torch.float64)
@@ -48,7 +48,7 @@ def _closed_by_peer(sock) -> bool:
         return True
 
 
-def strangers_during_rendezvous():
+def case_strangers_during_rendezvous():
     """Rank 0 points three strangers at rank 1's port before the real connection."""
     import pycollect.api as api
 
@@ -91,7 +91,7 @@ def strangers_during_rendezvous():
 
 def test_killed_rank_fails_every_other_rank_fast():
     with RankPool(4, init_gloo=False, timeout=60) as pool:
-        pool.submit(all_reduce_until_failure)
+        pool.submit(case_all_reduce_until_failure)
         time.sleep(1.5)
         killed_at = time.time()
         pool.kill(1)
@@ -107,17 +107,17 @@ def test_killed_rank_fails_every_other_rank_fast():
 
 def test_ipv6_loopback():
     with RankPool(2, init_gloo=False, master_addr="::1") as pool:
-        for host, ok in pool.run(host_and_sum):
+        for host, ok in pool.run(case_host_and_sum):
             assert host == "::1"
             assert ok
 
 
 def test_interface_by_name_and_strangers_refused():
     with RankPool(2, init_gloo=False, env={"PYCOLLECT_SOCKET_IFNAME": "lo"}) as pool:
-        for host, ok in pool.run(host_and_sum):
+        for host, ok in pool.run(case_host_and_sum):
             assert host == "127.0.0.1"
             assert ok
-        r0, r1 = pool.run(strangers_during_rendezvous, timeout=60)
+        r0, r1 = pool.run(case_strangers_during_rendezvous, timeout=60)
         assert r0 == {"garbage_closed": True, "wrong_token_closed": True, "silent_closed": True,
                       "sum_ok": True}
         assert r1 == {"sum_ok": True}

@@ -14,12 +14,6 @@ import fsdp_models as M
 W_CASES = [2, 3]
 
 
-@pytest.fixture(scope="module")
-def pool():
-    from rank_pool import RankPool
-
-    with RankPool(3) as p:
-        yield p
 
 
 def _member_results(results, world):
@@ -31,8 +25,8 @@ def _member_results(results, world):
 
 @pytest.mark.parametrize("world", W_CASES)
 @pytest.mark.parametrize("kind", ["gpt_tied", "gpt_untied", "mlp"])
-def test_matches_single_process_training(pool, kind, world):
-    for res in _member_results(pool.run(M.rank_train_vs_reference, kind, world), world):
+def test_matches_single_process_training(pool3, kind, world):
+    for res in _member_results(pool3.run(M.case_train_vs_reference, kind, world), world):
         losses, ref_losses, max_param_diff, padding = res
         assert len(losses) == M.STEPS
         assert max(abs(a - b) for a, b in zip(losses, ref_losses)) < 1e-5, (losses, ref_losses)
@@ -43,15 +37,15 @@ def test_matches_single_process_training(pool, kind, world):
 
 @pytest.mark.parametrize("world", W_CASES)
 @pytest.mark.parametrize("kind", ["gpt_tied", "mlp"])
-def test_matches_torch_fsdp2(pool, kind, world):
-    for ours, theirs, param_diff, all_compared in _member_results(pool.run(M.rank_ours_vs_fsdp2, kind, world),
+def test_matches_torch_fsdp2(pool3, kind, world):
+    for ours, theirs, param_diff, all_compared in _member_results(pool3.run(M.case_ours_vs_fsdp2, kind, world),
                                                                   world):
         assert max(abs(a - b) for a, b in zip(ours, theirs)) < 1e-5, (ours, theirs)
         assert all_compared and param_diff < 1e-5
 
 
-def test_reshard_after_forward_false_keeps_params_until_backward(pool):
-    for res in pool.run(M.rank_reshard_modes):
+def test_reshard_after_forward_false_keeps_params_until_backward(pool3):
+    for res in pool3.run(M.case_reshard_modes):
         (loss_t, gathers_t, peak_t), (loss_f, gathers_f, peak_f), units = res
         assert max(abs(a - b) for a, b in zip(loss_t, loss_f)) < 1e-6
         assert gathers_t == 2 * units - 1  # forward: every unit; backward: all but the root again
@@ -60,16 +54,16 @@ def test_reshard_after_forward_false_keeps_params_until_backward(pool):
 
 
 @pytest.mark.parametrize("world", W_CASES)
-def test_mixed_precision_bf16(pool, world):
-    for res in _member_results(pool.run(M.rank_mixed_precision, world), world):
+def test_mixed_precision_bf16(pool3, world):
+    for res in _member_results(pool3.run(M.case_mixed_precision, world), world):
         assert res["shard_dtypes"] == {"torch.float32"} and res["grad_dtypes"] == {"torch.float32"}
         assert res["unsharded_bytes"] == 2 * res["padded_numel"]  # gathered in bf16
         assert max(abs(a - b) for a, b in zip(res["ours"], res["fsdp2"])) < 1e-3, res  # both compute in bf16
         assert max(abs(a - b) for a, b in zip(res["ours"], res["fp32"])) < 1e-2, res
 
 
-def test_no_sync_accumulates_without_communication(pool):
-    for res in pool.run(M.rank_no_sync):
+def test_no_sync_accumulates_without_communication(pool3):
+    for res in pool3.run(M.case_no_sync):
         assert res["reduce_scatters_inside_no_sync"] == 0
         assert res["reduce_scatters_after"] == res["units"]
         assert res["max_grad_diff"] < 1e-6
@@ -77,8 +71,8 @@ def test_no_sync_accumulates_without_communication(pool):
 
 # -- state dicts ------------------------------------------------------------------------
 
-def test_full_state_dict_loads_into_unwrapped_model(pool):
-    results = pool.run(M.rank_full_state_dict)
+def test_full_state_dict_loads_into_unwrapped_model(pool3):
+    results = pool3.run(M.case_full_state_dict)
     assert results[0]["keys_match"] and results[0]["max_diff"] < 1e-5
     assert results[0]["tied_shared_after_load"]
     assert all(r["empty_elsewhere"] for r in results[1:])
@@ -86,17 +80,17 @@ def test_full_state_dict_loads_into_unwrapped_model(pool):
         assert r["reload_every_rank"] == 0.0 and r["reload_from_rank0"] == 0.0
 
 
-def test_sharded_state_dict_round_trip_resumes_identically(pool, tmp_path_factory):
+def test_sharded_state_dict_round_trip_resumes_identically(pool3, tmp_path_factory):
     directory = str(tmp_path_factory.mktemp("fsdp_ckpt"))
-    for continued, resumed in pool.run(M.rank_sharded_round_trip, directory):
+    for continued, resumed in pool3.run(M.case_sharded_round_trip, directory):
         assert continued == resumed  # bit-identical losses after save -> load
 
 
 # -- memory -------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("world", W_CASES)
-def test_memory_is_divided_by_world_size(pool, world):
-    results = _member_results(pool.run(M.rank_memory, world), world)
+def test_memory_is_divided_by_world_size(pool3, world):
+    results = _member_results(pool3.run(M.case_memory, world), world)
     r0 = results[0]
     print(f"\n[world {world}] full model state {r0['full']}, rank 0 holds {r0['sharded']} (padding "
           f"{r0['padding_bytes']} B); unsharded peaks {r0['peaks']} with units {r0['peak_units']}; "
@@ -115,8 +109,8 @@ def test_memory_is_divided_by_world_size(pool, world):
         assert res["unsharded_after_step"] == 0
 
 
-def test_prefetch_and_overlap_order(pool):
-    for trace_checks in pool.run(M.rank_trace):
+def test_prefetch_and_overlap_order(pool3):
+    for trace_checks in pool3.run(M.case_trace):
         assert trace_checks["forward_prefetch"], trace_checks
         assert trace_checks["backward_prefetch"], trace_checks
         assert trace_checks["reduce_overlaps_next_backward"], trace_checks
@@ -124,8 +118,8 @@ def test_prefetch_and_overlap_order(pool):
 
 # -- misuse -------------------------------------------------------------------------------
 
-def test_clear_errors(pool):
-    results = pool.run(M.rank_errors)
+def test_clear_errors(pool3):
+    results = pool3.run(M.case_errors)
     for rank, errs in enumerate(results):
         assert "shared across units" in errs["shared"] and "'0.weight'" in errs["shared"]
         assert "differs between ranks" in errs["structure"] and "rank 1" in errs["structure"]
@@ -138,7 +132,7 @@ def test_clear_errors(pool):
 
 def test_wrap_policies_choose_units():
     from pycollect.fsdp.wrap_policy import ModuleWrapPolicy, SizeWrapPolicy, plan_units
-    from pycollect.fsdp.toy_models import GPT, Block, GPTConfig
+    from pycollect.demo.gpt import GPT, Block, GPTConfig
 
     model = GPT(GPTConfig(vocab=16, seq=4, dim=8, layers=3, heads=2, tied=True))
     by_class = plan_units(model, ModuleWrapPolicy({Block}))
@@ -159,8 +153,8 @@ def test_wrap_policies_choose_units():
 
 
 def test_demo_main_runs(capsys):
-    from pycollect import fsdp_demo
+    from pycollect.demo import fsdp_job
 
-    assert fsdp_demo.main(world_size=2, steps=2) == 0
+    assert fsdp_job.main(world_size=2, steps=2) == 0
     out = capsys.readouterr().out
     assert "FSDP" in out and "DDP" in out and "peak RSS" in out

@@ -10,6 +10,8 @@ from __future__ import annotations
 import pytest
 import torch
 
+from fsdp_models import groups
+
 from pycollect.fsdp import collectives as C
 
 SHAPES = [
@@ -100,28 +102,12 @@ def test_accumulate_into_sets_then_adds():
 
 # -- on real ranks -------------------------------------------------------------------------
 
-_GROUPS = {}
 
 
-def _groups(world):
-    """(pycollect group, gloo group, member?) for the first `world` ranks; made once per pool."""
+def case_gather(world, shapes, dtype_name):
     import torch.distributed as dist
 
-    import pycollect as pc
-
-    if world not in _GROUPS:
-        if world == pc.get_world_size():
-            _GROUPS[world] = (None, None)
-        else:
-            _GROUPS[world] = (pc.new_group(list(range(world))), dist.new_group(list(range(world))))
-    pg, dg = _GROUPS[world]
-    return pg, dg, pc.get_rank() < world
-
-
-def rank_gather(world, shapes, dtype_name):
-    import torch.distributed as dist
-
-    pg, dg, member = _groups(world)
+    pg, dg, member = groups(world)
     if not member:
         return None
     dtype = getattr(torch, dtype_name)
@@ -146,15 +132,15 @@ def rank_gather(world, shapes, dtype_name):
 @pytest.mark.parametrize("world", [2, 3])
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
 @pytest.mark.parametrize("shapes", SHAPES)
-def test_all_gather_params(pool, world, shapes, dtype):
-    for res in pool.run(rank_gather, world, shapes, dtype)[:world]:
+def test_all_gather_params(pool3, world, shapes, dtype):
+    for res in pool3.run(case_gather, world, shapes, dtype)[:world]:
         assert res == (True, True, True)
 
 
-def rank_reduce_scatter(world, numel, dtype_name):
+def case_reduce_scatter(world, numel, dtype_name):
     import torch.distributed as dist
 
-    pg, dg, member = _groups(world)
+    pg, dg, member = groups(world)
     if not member:
         return None
     import pycollect as pc
@@ -177,12 +163,12 @@ def rank_reduce_scatter(world, numel, dtype_name):
 @pytest.mark.parametrize("world", [2, 3])
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
 @pytest.mark.parametrize("numel", [0, 1, 2, 7, 31, 1000])
-def test_reduce_scatter_grads(pool, world, numel, dtype):
-    for res in pool.run(rank_reduce_scatter, world, numel, dtype)[:world]:
+def test_reduce_scatter_grads(pool3, world, numel, dtype):
+    for res in pool3.run(case_reduce_scatter, world, numel, dtype)[:world]:
         assert res == (True, True, True, True)
 
 
-def rank_size_mismatch():
+def case_size_mismatch():
     import pycollect as pc
     layout = C.make_layout([(10,)], pc.get_world_size())
     errors = []
@@ -197,15 +183,9 @@ def rank_size_mismatch():
     return errors
 
 
-def test_size_mismatches_raise_before_sending(pool):
-    for errors in pool.run(rank_size_mismatch):
+def test_size_mismatches_raise_before_sending(pool3):
+    for errors in pool3.run(case_size_mismatch):
         assert len(errors) == 2
         assert "expected 3 ranks x 4" in errors[0] and "expects 12" in errors[1]
 
 
-@pytest.fixture(scope="module")
-def pool():
-    from rank_pool import RankPool
-
-    with RankPool(3) as p:
-        yield p

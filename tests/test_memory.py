@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from pycollect import _cli_memory
+from pycollect.cli import memory as cli_memory
 from pycollect import memory as mem
 from pycollect.memory import (STAGES, ModelShape, communication_volume, deepspeed_zero2_estimate,
                               deepspeed_zero3_estimate, estimate_memory, gpus_needed,
@@ -360,7 +360,7 @@ def test_other_errors():
 
 def _parse(argv):
     parser = argparse.ArgumentParser(prog="pycollect")
-    _cli_memory.register(parser.add_subparsers(dest="command"))
+    cli_memory.register(parser.add_subparsers(dest="command"))
     return parser.parse_args(["memory", *argv])
 
 
@@ -433,7 +433,7 @@ def test_cli_errors(argv, message, capsys):
 
 
 def test_cli_module_entry_point():
-    proc = subprocess.run([sys.executable, "-m", "pycollect._cli_memory", "--params", "70B",
+    proc = subprocess.run([sys.executable, "-m", "pycollect.cli.memory", "--params", "70B",
                            "--gpus", "8", "--sharding", "fsdp"], capture_output=True, text=True,
                           timeout=60)
     assert proc.returncode == 0, proc.stderr

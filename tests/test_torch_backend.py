@@ -1,6 +1,6 @@
 """Tests for pycollect.torch_backend: "pycollect" as a torch.distributed backend.
 
-One pool of 3 real rank processes (Gloo default group + pycollect). Each case builds
+The session's 3-rank pool (conftest.py: Gloo default group + pycollect). Each case builds
 torch groups on both backends (3 ranks, and 2 ranks as a sub-group {0, 1}) and
 compares: every dist.* collective against Gloo across dtypes, ops and sizes (with the
 engine's counters proving each call ran on pycollect), the core issue's cross-check
@@ -20,7 +20,9 @@ from collections import Counter
 import pytest
 import torch
 import torch.distributed as dist
-from rank_pool import RankPool, free_port
+from rank_pool import RankPool
+
+from pycollect.launch import free_port
 
 import pycollect as pc
 import pycollect.torch_backend as tb
@@ -31,10 +33,6 @@ R = dist.ReduceOp
 _GROUPS: dict = {}
 
 
-@pytest.fixture(scope="module")
-def pool():
-    with RankPool(WORLD, timeout=90) as p:
-        yield p
 
 
 # -- worker side ---------------------------------------------------------------------
@@ -75,7 +73,7 @@ def _tol(dtype):
             torch.bfloat16: dict(rtol=1.6e-2, atol=2e-2)}[dtype]
 
 
-def _registration():
+def case_registration():
     pg, gloo = _pair(WORLD)
     c10d = dist.distributed_c10d
     return dict(
@@ -96,7 +94,7 @@ def _raises(fn, kind):
     return None
 
 
-def _cross_check(size):
+def case_cross_check(size):
     """Every dist.* collective on pycollect and on Gloo, same inputs; returns
     (mismatches, engine counter delta, expected delta, results for the bitwise check)."""
     pair = _pair(size)
@@ -217,7 +215,7 @@ class _ViaBackend:
         dist.reduce_scatter(out, parts, op=getattr(R, op.name), group=group)
 
 
-def _core_suite(kind, size):
+def case_core_suite(kind, size):
     """The core issue's cross-check cases (numpy reference + Gloo) run through this backend."""
     import collective_cases as cc
 
@@ -225,17 +223,8 @@ def _core_suite(kind, size):
     if pair is None:
         return None
     pg = pair[0]
-    saved = cc.pc, cc._groups.get(size)
-    cc.pc, cc._groups[size] = _ViaBackend, pair
     before = Counter(tb.engine_group(pg).counters())
-    try:
-        out = cc.run_cases(kind, size, 3, counts=[0, 1, 13, 4099])
-    finally:
-        cc.pc = saved[0]
-        if saved[1] is None:
-            del cc._groups[size]
-        else:
-            cc._groups[size] = saved[1]
+    out = cc.run_cases(kind, pair, size, 3, counts=[0, 1, 13, 4099], comm=_ViaBackend)
     return out, dict(Counter(tb.engine_group(pg).counters()) - before)
 
 
@@ -257,7 +246,7 @@ def _batch(step, rank):
     return torch.randn(8, 16, generator=gen), torch.randn(8, 3, generator=gen)
 
 
-def _ddp(size, steps=5):
+def case_ddp(size, steps=5):
     """Train torch DDP on each backend from the same start; return params and counter delta."""
     from torch.nn.parallel import DistributedDataParallel as DDP
 
@@ -281,7 +270,7 @@ def _ddp(size, steps=5):
     return params, dict(delta)
 
 
-def _fsdp(size, divide_factor=None, steps=4):
+def case_fsdp(size, divide_factor=None, steps=4):
     """Train torch FSDP2 (fully_shard per block + root) on each backend; return losses.
 
     With a divide factor that is not the group size FSDP2 reduce-scatters with
@@ -329,7 +318,7 @@ def _fsdp(size, divide_factor=None, steps=4):
     return losses, dict(delta), sorted(set(ops)), isinstance(ours, tb.PyCollectProcessGroup)
 
 
-def _work_semantics():
+def case_work_semantics():
     """Futures, wait(timeout) on a recv whose sender is late, and the GIL while waiting."""
     pair = _pair(2)
     if pair is None:
@@ -362,7 +351,7 @@ def _work_semantics():
     return out
 
 
-def _all_to_all(size):
+def case_all_to_all(size):
     """dist.all_to_all_single on the pycollect group against Gloo, even and uneven splits."""
     pair = _pair(size)
     if pair is None:
@@ -384,7 +373,7 @@ def _all_to_all(size):
     return same and torch.equal(ours, theirs), dict(Counter(tb.engine_group(pg).counters()) - before)
 
 
-def _unsupported():
+def case_unsupported():
     pg, _ = _pair(WORLD)
     me = pg.rank()
     before = tb.engine_group(pg).counters()
@@ -408,7 +397,7 @@ def _unsupported():
     return errors, unchanged, t.tolist()
 
 
-def _default_group_env(port):
+def case_default_group_env(port):
     """init_process_group("pycollect") by env:// (as under torchrun), then DDP and teardown."""
     from torch.distributed.device_mesh import init_device_mesh
     from torch.nn.parallel import DistributedDataParallel as DDP
@@ -429,16 +418,21 @@ def _default_group_env(port):
     engine = tb.engine_group()
     counters = engine.counters()
     dist.destroy_process_group()
+    try:
+        api.get_world_size(engine)  # a destroyed group is refused
+        released = False
+    except ValueError:
+        released = True
     return dict(backend_world=isinstance(world, tb.PyCollectProcessGroup), mesh_is_world=mesh_group is world,
                 grads_equal=bool(torch.equal(gathered[: grads.numel()], gathered[grads.numel():])),
-                counters=counters, released=engine not in api._groups)
+                counters=counters, released=released)
 
 
 # -- tests -----------------------------------------------------------------------------
 
 
-def test_registration(pool):
-    for r in pool.run(_registration):
+def test_registration(pool3):
+    for r in pool3.run(case_registration):
         assert r["in_list"] and r["backend"] == "pycollect" and r["name_backend"] == "pycollect"
         assert r["resolves"], "torch cannot resolve the group by its name (DeviceMesh/FSDP2 need it)"
         assert r["cpu_default"] == "gloo", "registering must not change the default CPU backend"
@@ -447,8 +441,8 @@ def test_registration(pool):
 
 
 @pytest.mark.parametrize("size", [2, WORLD])
-def test_every_collective_matches_gloo_and_runs_on_engine(pool, size):
-    results = [r for r in pool.run(_cross_check, size) if r is not None]
+def test_every_collective_matches_gloo_and_runs_on_engine(pool3, size):
+    results = [r for r in pool3.run(case_cross_check, size) if r is not None]
     assert len(results) == size
     for bad, delta, expected, _ in results:
         assert bad == []
@@ -466,8 +460,8 @@ _ENGINE_KIND = {"all_reduce": "all_reduce", "broadcast": "broadcast", "all_gathe
 
 @pytest.mark.parametrize("size", [2, WORLD])
 @pytest.mark.parametrize("kind", list(_ENGINE_KIND))
-def test_core_cross_check_suite_through_backend(pool, kind, size):
-    results = [r for r in pool.run(_core_suite, kind, size) if r is not None]
+def test_core_cross_check_suite_through_backend(pool3, kind, size):
+    results = [r for r in pool3.run(case_core_suite, kind, size) if r is not None]
     assert len(results) == size
     for out, delta in results:
         assert out["cases"] > 0
@@ -477,8 +471,8 @@ def test_core_cross_check_suite_through_backend(pool, kind, size):
 
 
 @pytest.mark.parametrize("size", [2, WORLD])
-def test_ddp_matches_gloo(pool, size):
-    results = [r for r in pool.run(_ddp, size) if r is not None]
+def test_ddp_matches_gloo(pool3, size):
+    results = [r for r in pool3.run(case_ddp, size) if r is not None]
     assert len(results) == size
     for params, delta in results:
         for ours, ref in zip(params["pycollect"], params["gloo"]):
@@ -491,8 +485,8 @@ def test_ddp_matches_gloo(pool, size):
 
 
 @pytest.mark.parametrize("size, factor", [(2, None), (WORLD, None), (2, 5.0), (WORLD, 7.5)])
-def test_fsdp2_matches_gloo(pool, size, factor):
-    results = [r for r in pool.run(_fsdp, size, factor) if r is not None]
+def test_fsdp2_matches_gloo(pool3, size, factor):
+    results = [r for r in pool3.run(case_fsdp, size, factor) if r is not None]
     assert len(results) == size
     for losses, delta, ops, is_ours in results:
         assert is_ours
@@ -502,8 +496,8 @@ def test_fsdp2_matches_gloo(pool, size, factor):
         assert delta.get("all_gather", 0) >= 4 * 4 and delta.get("reduce_scatter", 0) >= 4 * 4, delta
 
 
-def test_work_future_timeout_and_gil(pool):
-    r0, r1, _ = pool.run(_work_semantics)
+def test_work_future_timeout_and_gil(pool3):
+    r0, r1, _ = pool3.run(case_work_semantics)
     assert r0["then"] == r1["then"] == [30.0] * 4
     assert r0["timeout"] and "recv" in r0["timeout"] and "still running" in r0["timeout"]
     assert r0["done_after_timeout"] is False
@@ -513,8 +507,8 @@ def test_work_future_timeout_and_gil(pool):
 
 
 @pytest.mark.parametrize("size", [2, 3])
-def test_all_to_all_single_matches_gloo_on_the_engine(pool, size):
-    for res in pool.run(_all_to_all, size):
+def test_all_to_all_single_matches_gloo_on_the_engine(pool3, size):
+    for res in pool3.run(case_all_to_all, size):
         if res is None:
             continue
         same, engine = res
@@ -522,8 +516,8 @@ def test_all_to_all_single_matches_gloo_on_the_engine(pool, size):
         assert engine == {"send/recv": 2 * 2 * (size - 1)}, engine  # 2 calls x (send + recv) per peer
 
 
-def test_unsupported_calls_raise_naming_the_method(pool):
-    for errors, unchanged, after in pool.run(_unsupported):
+def test_unsupported_calls_raise_naming_the_method(pool3):
+    for errors, unchanged, after in pool3.run(case_unsupported):
         for key, message in errors.items():
             assert message is not None, f"{key} did not raise"
             assert key in message, message
@@ -534,7 +528,7 @@ def test_unsupported_calls_raise_naming_the_method(pool):
 
 def test_default_group_by_env():
     with RankPool(2, init_gloo=False) as default_pool:
-        results = default_pool.run(_default_group_env, free_port())
+        results = default_pool.run(case_default_group_env, free_port())
     for r in results:
         assert r["backend_world"] and r["mesh_is_world"] and r["grads_equal"] and r["released"]
         assert r["counters"].get("all_reduce", 0) >= 1 and r["counters"].get("broadcast", 0) >= 1

@@ -18,6 +18,7 @@ import torch
 import torch.nn as nn
 
 from .. import api
+from .._sync import group_root
 from . import collectives as C
 from .state import get_state
 
@@ -66,7 +67,7 @@ def load_full_state_dict(module: nn.Module, state_dict: Optional[dict], broadcas
     group's first rank passes it (others may pass None) and it is broadcast unit by unit.
     """
     state = get_state(module)
-    first = 0 if state.group is None else state.group.ranks[0]
+    first = group_root(state.group)
     has_dict = not broadcast_from_rank0 or state.rank == 0
     if has_dict:
         _check_keys(state, state_dict)

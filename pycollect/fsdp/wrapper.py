@@ -49,7 +49,7 @@ def fully_shard(module: nn.Module, *, group=None, policy: Policy = None, reshard
     plans = plan_units(module, as_policy(policy))
     consistency.check_same_structure(plans, group)
     if sync_module_states:
-        consistency.broadcast_from_first(plans, module, group, src=0 if group is None else group.ranks[0])
+        consistency.broadcast_from_first(plans, module, group)
     else:
         consistency.check_same_values(plans, module, group)
     full_keys = list(module.state_dict().keys())

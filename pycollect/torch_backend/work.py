@@ -11,42 +11,29 @@ deadline; an error of the operation is raised by `wait()` and carried by the Fut
 """
 from __future__ import annotations
 
-import datetime
 import queue
 import threading
-from typing import Callable, List, Optional, Sequence
+from typing import List, Optional, Sequence
 
 import torch
 import torch.distributed as dist
 
-from .errors import CollectiveTimeoutError
-
-
-def _seconds(timeout) -> Optional[float]:
-    """torch's wait timeout (timedelta or seconds; 0 means none) as seconds or None."""
-    if timeout is None:
-        return None
-    if isinstance(timeout, datetime.timedelta):
-        timeout = timeout.total_seconds()
-    timeout = float(timeout)
-    return None if timeout <= 0 else timeout
+from ..errors import CollectiveTimeoutError
+from ..options import to_seconds
 
 
 class TorchWork(dist.Work):
     """One backend call: one or more engine operations and the tensors they yield.
 
     `engine_works` are pycollect Work objects in issue order; `result` is what the
-    Future yields (the output tensors, as Gloo's and NCCL's Works do); `after`
-    runs once all of them finished, on the completer thread (e.g. a post-scale).
+    Future yields (the output tensors, as Gloo's and NCCL's Works do).
     """
 
-    def __init__(self, method: str, engine_works: Sequence, result: List[torch.Tensor],
-                 after: Optional[Callable[[], None]] = None):
+    def __init__(self, method: str, engine_works: Sequence, result: List[torch.Tensor]):
         super().__init__()
         self._method = method
         self._engine_works = list(engine_works)
         self._result = result
-        self._after = after
         self._done = threading.Event()
         self._error: Optional[BaseException] = None
         self._future: torch.futures.Future = torch.futures.Future()
@@ -56,8 +43,6 @@ class TorchWork(dist.Work):
         try:
             for w in self._engine_works:
                 w.wait()
-            if self._after is not None:
-                self._after()
         except BaseException as e:  # noqa: BLE001 - delivered to every waiter
             self._error = e
         self._engine_works = []  # drops the buffers' keep-alives
@@ -68,7 +53,9 @@ class TorchWork(dist.Work):
             self._future.set_exception(self._error)
 
     def wait(self, timeout=None) -> bool:
-        seconds = _seconds(timeout)
+        seconds = to_seconds(timeout)
+        if seconds is not None and seconds <= 0:
+            seconds = None  # torch's convention: a zero timeout means none
         if not self._done.wait(seconds):  # Event.wait releases the GIL
             raise CollectiveTimeoutError(
                 f"pycollect backend: {self._method} not completed within {seconds:.3g} s of "

@@ -13,20 +13,14 @@ from typing import List, Optional
 
 # Each module exposes register(subparsers), which adds its subcommand with
 # set_defaults(func=run), run(args) -> exit code.
-SUBCOMMANDS = ("pycollect._cli_demo", "pycollect._cli_bench", "pycollect._cli_memory")
+SUBCOMMANDS = ("pycollect.cli.demo", "pycollect.cli.bench", "pycollect.cli.memory")
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="pycollect", description="pycollect: TCP collectives engine")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name in SUBCOMMANDS:
-        try:
-            module = importlib.import_module(name)
-        except ModuleNotFoundError as e:
-            if e.name != name:
-                raise
-            continue  # not built yet in this checkout
-        module.register(sub)
+        importlib.import_module(name).register(sub)
     return parser
 
 

@@ -1,4 +1,4 @@
-"""Small models and synthetic data for `pycollect demo`, seeded so that every run is the same.
+"""The models and synthetic data of `pycollect demo`, seeded so that every run is the same.
 
     model = build_model("mlp", seed)
     x, y = batch("mlp", step, seed, world_size, rank)    # this rank's slice of the step's batch
@@ -16,28 +16,14 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-MODELS = ("mlp", "cnn", "gpt-tiny")
-ROWS_PER_RANK = {"mlp": 32, "cnn": 16, "gpt-tiny": 8}
+from . import MODELS, ROWS_PER_RANK
+from .gpt import GPT, GPTConfig
+
 _VOCAB, _CTX = 64, 32
 
 
-class TinyGPT(nn.Module):
-    """Token + position embeddings, 2 pre-norm causal transformer blocks, a linear head."""
-
-    def __init__(self, vocab: int = _VOCAB, ctx: int = _CTX, dim: int = 64, heads: int = 4, layers: int = 2):
-        super().__init__()
-        self.tok = nn.Embedding(vocab, dim)
-        self.pos = nn.Embedding(ctx, dim)
-        block = nn.TransformerEncoderLayer(dim, heads, 4 * dim, dropout=0.0, batch_first=True, norm_first=True)
-        self.blocks = nn.TransformerEncoder(block, layers, enable_nested_tensor=False)
-        self.norm = nn.LayerNorm(dim)
-        self.head = nn.Linear(dim, vocab)
-
-    def forward(self, idx: torch.Tensor) -> torch.Tensor:  # idx: (batch, time) -> (batch, time, vocab)
-        t = idx.shape[1]
-        mask = nn.Transformer.generate_square_subsequent_mask(t)
-        h = self.tok(idx) + self.pos(torch.arange(t))
-        return self.head(self.norm(self.blocks(h, mask=mask, is_causal=True)))
+def _gpt_tiny() -> nn.Module:
+    return GPT(GPTConfig(vocab=_VOCAB, seq=_CTX, dim=64, layers=2, heads=4, tied=False))
 
 
 def _mlp() -> nn.Module:
@@ -55,7 +41,7 @@ def build_model(name: str, seed: int) -> nn.Module:
     if name not in MODELS:
         raise ValueError(f"unknown model {name!r}; choose one of {', '.join(MODELS)}")
     torch.manual_seed(seed)
-    return {"mlp": _mlp, "cnn": _cnn, "gpt-tiny": TinyGPT}[name]()
+    return {"mlp": _mlp, "cnn": _cnn, "gpt-tiny": _gpt_tiny}[name]()
 
 
 @functools.lru_cache(maxsize=4)

@@ -4,7 +4,7 @@ from __future__ import annotations
 import os
 import sys
 
-from .benchmark.sizes import OPS, DTYPE_BYTES, parse_size, size_list
+from ..benchmark.sizes import OPS, DTYPE_BYTES, parse_size, size_list
 
 
 def register(subparsers) -> None:
@@ -31,7 +31,7 @@ def register(subparsers) -> None:
 
 
 def run(args) -> int:
-    from .benchmark.launch import Config, run as launch
+    from ..benchmark.launch import Config, run as launch
 
     try:
         sizes = size_list(parse_size(args.minbytes), parse_size(args.maxbytes), args.stepfactor)

@@ -24,7 +24,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Optional
 
-from ._memory_states import Layout
+from .states import Layout
 
 
 @dataclass(frozen=True)

@@ -29,30 +29,12 @@ from typing import Dict, List, Optional, Tuple
 import torch
 from torch import nn
 
-from . import api
-from .launch import run_ranks
-from .ddp_naive import NaiveDistributedDataParallel
+from .._sync import average_gradients, broadcast_from_root, collectives
+from ..ddp.naive import NaiveDistributedDataParallel
+from ..launch import run_ranks
 
 __all__ = ["run_distributed_demo", "fsdp_round_trip_sketch", "broadcast_module", "all_reduce_grads_",
            "shard_for_rank", "make_model", "manual_all_reduce_matches_single_process"]
-
-
-def _comm(backend: Optional[str]):
-    """The module whose collectives to use (pycollect.api or torch.distributed: same names)."""
-    import torch.distributed as dist
-
-    if backend == "pycollect":
-        return api
-    if backend == "gloo":
-        return dist
-    if backend is not None:
-        raise ValueError(f"backend must be 'pycollect', 'gloo' or None, got {backend!r}")
-    if api.is_initialized():
-        return api
-    if dist.is_available() and dist.is_initialized():
-        return dist
-    raise RuntimeError("no process group: call pycollect.init_process_group() "
-                       "(or torch.distributed.init_process_group) first")
 
 
 def make_model(in_dim: int, hidden: int, out_dim: int) -> nn.Module:
@@ -61,10 +43,7 @@ def make_model(in_dim: int, hidden: int, out_dim: int) -> nn.Module:
 
 def broadcast_module(module: nn.Module, src: int = 0, *, backend: Optional[str] = None, group=None) -> None:
     """Copy rank `src`'s parameters and buffers into every rank's `module`, in place."""
-    comm = _comm(backend)
-    with torch.no_grad():
-        for t in list(module.parameters()) + list(module.buffers()):
-            comm.broadcast(t.data, src=src, group=group)
+    broadcast_from_root(list(module.parameters()) + list(module.buffers()), group, collectives(backend), src)
 
 
 def all_reduce_grads_(module: nn.Module, world_size: Optional[int] = None, *, backend: Optional[str] = None,
@@ -73,16 +52,11 @@ def all_reduce_grads_(module: nn.Module, world_size: Optional[int] = None, *, ba
 
     A parameter without a gradient takes part with zeros, so every rank sends the same messages.
     """
-    comm = _comm(backend)
+    comm = collectives(backend)
     world_size = comm.get_world_size(group) if world_size is None else world_size
-    total_sq = 0.0
-    for p in module.parameters():
-        if p.grad is None:
-            p.grad = torch.zeros_like(p)
-        comm.all_reduce(p.grad, group=group)
-        p.grad.div_(world_size)
-        total_sq += float(p.grad.double().square().sum())
-    return math.sqrt(total_sq)
+    params = list(module.parameters())
+    average_gradients(params, world_size, group, comm)
+    return math.sqrt(sum(float(p.grad.double().square().sum()) for p in params))
 
 
 def shard_for_rank(x: torch.Tensor, rank: int, world_size: int) -> torch.Tensor:
@@ -103,7 +77,7 @@ def fsdp_round_trip_sketch(module: nn.Module, world_size: int, rank: int, *, bac
     `rank` (what FSDP stores between uses), all-gather the slices (FSDP's unshard
     before forward), drop the padding, compare with the original, bit for bit.
     """
-    comm = _comm(backend) if world_size > 1 else None
+    comm = collectives(backend) if world_size > 1 else None
     ok = True
     for p in module.parameters():
         full = p.detach().reshape(-1)
@@ -150,7 +124,7 @@ def _demo_rank(rank: int, world_size: int, emit, backend: str, in_dim: int, hidd
     norm, diff = manual_all_reduce_matches_single_process(rank, world_size, in_dim, hidden, out_dim, batch_size,
                                                           seed, backend=backend)
     torch.manual_seed(seed + 100 + rank)  # different on every rank: the wrapper's broadcast evens them out
-    model = NaiveDistributedDataParallel(make_model(in_dim, hidden, out_dim), comm=_comm(backend))
+    model = NaiveDistributedDataParallel(make_model(in_dim, hidden, out_dim), comm=collectives(backend))
     opt = torch.optim.SGD(model.parameters(), lr=lr)
     loss_fn = nn.CrossEntropyLoss()
     losses = []

@@ -1,8 +1,8 @@
 """`pycollect demo --fsdp`: train a small GPT on local ranks with FSDP, then with DDP,
 and show what each rank holds.
 
-    from pycollect import fsdp_demo
-    fsdp_demo.main(world_size=2, steps=8)
+    from pycollect.demo import fsdp_job
+    fsdp_job.main(world_size=2, steps=8)
 
 Each rank is a process on loopback, started by pycollect.launch.run_ranks. The ranks
 send their losses and memory figures to this process as events, which prints a progress line per step
@@ -18,20 +18,12 @@ DEMO_CONFIG = dict(vocab=256, seq=32, dim=64, layers=4, heads=4, tied=True)
 BATCH_PER_RANK = 4
 
 
-def ddp_replicate(model):
-    """(model, sync, label) for the DDP side: pycollect's bucketed DDP (it averages the
-    gradients during backward, so sync has nothing left to do)."""
-    from pycollect.ddp import DistributedDataParallel
-
-    return DistributedDataParallel(model), lambda: None, "pycollect.ddp.DistributedDataParallel"
-
-
-def _train(mode, model, sync, cfg, steps, rank, world, emit):
+def _train(mode, model, cfg, steps, rank, world, emit):
     import torch
 
-    from pycollect.fsdp import memory_stats, model_state_bytes, peak_rss_bytes, reset_peak_rss
-    from pycollect.fsdp.toy_models import counting_batch, lm_loss
-    import pycollect as pc
+    from .. import api as pc
+    from ..fsdp import memory_stats, model_state_bytes, peak_rss_bytes, reset_peak_rss
+    from .gpt import counting_batch, lm_loss
 
     opt = torch.optim.Adam(model.parameters(), lr=1e-2)
     reset_peak_rss()
@@ -42,8 +34,7 @@ def _train(mode, model, sync, cfg, steps, rank, world, emit):
         rows = slice(rank * BATCH_PER_RANK, (rank + 1) * BATCH_PER_RANK)
         loss = lm_loss(model(tokens[rows]), targets[rows])
         opt.zero_grad()
-        loss.backward()
-        sync()
+        loss.backward()  # both wrappers have averaged the gradients when this returns
         opt.step()
         times.append(time.perf_counter() - start)
         mean = loss.detach().reshape(1).clone()
@@ -60,18 +51,18 @@ def _job(rank: int, world: int, emit, steps: int) -> None:
     """One rank's work (pycollect is already initialised by run_ranks)."""
     import torch
 
-    from pycollect.fsdp import ModuleWrapPolicy, fully_shard
-    from pycollect.fsdp.toy_models import GPT, Block, GPTConfig
+    from ..ddp import DistributedDataParallel
+    from ..fsdp import ModuleWrapPolicy, fully_shard
+    from .gpt import GPT, Block, GPTConfig
 
     cfg = GPTConfig(**DEMO_CONFIG)
     torch.manual_seed(0)
     model = fully_shard(GPT(cfg), policy=ModuleWrapPolicy({Block}))
-    _train("FSDP", model, lambda: None, cfg, steps, rank, world, emit)
+    _train("FSDP", model, cfg, steps, rank, world, emit)
     torch.manual_seed(0)
-    model, sync, label = ddp_replicate(GPT(cfg))
     if rank == 0:
-        emit("note", f"DDP side: {label}")
-    _train("DDP", model, sync, cfg, steps, rank, world, emit)
+        emit("note", "DDP side: pycollect.ddp.DistributedDataParallel")
+    _train("DDP", DistributedDataParallel(GPT(cfg)), cfg, steps, rank, world, emit)
 
 
 def _bar(done: int, total: int, width: int = 20) -> str:
@@ -95,7 +86,7 @@ def _print_table(rows) -> None:
 
 def main(world_size: int = 2, steps: int = 8) -> int:
     """Run the demo; returns 0 on success, 1 if a rank failed."""
-    from pycollect.fsdp.toy_models import GPT, GPTConfig, num_params
+    from .gpt import GPT, GPTConfig, num_params
 
     n = num_params(GPT(GPTConfig(**DEMO_CONFIG)))
     print(f"pycollect FSDP demo: GPT {DEMO_CONFIG} ({n:,} parameters), {world_size} ranks, "
@@ -111,7 +102,7 @@ def main(world_size: int = 2, steps: int = 8) -> int:
         elif event[0] == "mem":
             rows.append(event[1:])
 
-    from .launch import run_ranks
+    from ..launch import run_ranks
 
     try:
         run_ranks(_job, world_size, backends=("pycollect",), job_args=(steps,), timeout=300.0, on_event=on_event)

@@ -28,16 +28,8 @@ import contextlib
 import torch
 from torch import nn
 
-from . import api
-
-
-def group_root(comm, process_group) -> int:
-    """Global rank of rank 0 of `process_group` (None: the default group)."""
-    if process_group is None:
-        return 0
-    if hasattr(process_group, "ranks"):  # a pycollect ProcessGroup
-        return process_group.ranks[0]
-    return comm.get_global_rank(process_group, 0)  # a torch.distributed group
+from .. import api
+from .._sync import average_gradients, broadcast_from_root
 
 
 class NaiveDistributedDataParallel(nn.Module):
@@ -49,10 +41,7 @@ class NaiveDistributedDataParallel(nn.Module):
         self.world_size = self.comm.get_world_size(process_group)
         self.require_backward_grad_sync = True
         self._callback_queued = False
-        src = group_root(self.comm, process_group)
-        with torch.no_grad():
-            for t in list(module.parameters()) + list(module.buffers()):
-                self.comm.broadcast(t.data, src=src, group=process_group)
+        broadcast_from_root(list(module.parameters()) + list(module.buffers()), process_group, self.comm)
         for p in module.parameters():
             if p.requires_grad:
                 p.register_post_accumulate_grad_hook(self._on_grad)
@@ -80,13 +69,7 @@ class NaiveDistributedDataParallel(nn.Module):
         self.sync_gradients()
 
     def sync_gradients(self) -> None:
-        """Average .grad over the ranks, one blocking all-reduce per parameter."""
-        for p in self.module.parameters():
-            if not p.requires_grad:
-                continue
-            if p.grad is None:
-                # Every rank must send the same sequence of messages, so a parameter
-                # that got no gradient here takes part with zeros.
-                p.grad = torch.zeros_like(p)
-            self.comm.all_reduce(p.grad, group=self.process_group)
-            p.grad.div_(self.world_size)
+        """Average .grad over the ranks, one blocking all-reduce per parameter (a parameter
+        that got no gradient here takes part with zeros)."""
+        params = [p for p in self.module.parameters() if p.requires_grad]
+        average_gradients(params, self.world_size, self.process_group, self.comm)

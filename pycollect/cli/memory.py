@@ -5,7 +5,7 @@
     pycollect memory --params 70B --plan --gpu-memory 80        fewest GPUs per stage
     pycollect memory --params 7.5B --gpus 64 --deepspeed        DeepSpeed's estimators
 
-The main ``pycollect`` command calls :func:`register`; ``python -m pycollect._cli_memory``
+The main ``pycollect`` command calls :func:`register`; ``python -m pycollect.cli.memory``
 runs the same command on its own.  Errors print one line to stderr and exit with 2.
 """
 
@@ -15,7 +15,7 @@ import argparse
 import sys
 from typing import Any, Callable, Optional, Sequence
 
-from . import memory as mem
+from .. import memory as mem
 
 _GPUS_DEFAULT = 8
 
@@ -289,7 +289,7 @@ def _deepspeed(args: argparse.Namespace) -> str:
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m pycollect._cli_memory",
+    parser = argparse.ArgumentParser(prog="python -m pycollect.cli.memory",
                                      description=(__doc__ or "").splitlines()[0])
     add_arguments(parser)
     return run(parser.parse_args(argv))

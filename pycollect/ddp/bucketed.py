@@ -39,14 +39,10 @@ from typing import Dict, List, Optional
 import torch
 from torch import nn
 
-from . import api
+from .. import api
+from .._sync import broadcast_from_root, first_difference
 
 FIRST_BUCKET_BYTES = 1024 * 1024  # torch's dist._DEFAULT_FIRST_BUCKET_BYTES
-
-
-def _group_root(process_group) -> int:
-    """Global rank of the group's rank 0 (the source of broadcasts)."""
-    return 0 if process_group is None else process_group.ranks[0]
 
 
 def _signature(module: nn.Module) -> List[str]:
@@ -54,59 +50,13 @@ def _signature(module: nn.Module) -> List[str]:
             for name, p in module.named_parameters()]
 
 
-def _describe_difference(sigs: List[List[str]]) -> Optional[str]:
-    """None if every rank lists the same parameters, else a sentence naming the first difference."""
-    ref = sigs[0]
-    for r, sig in enumerate(sigs[1:], start=1):
-        if sig == ref:
-            continue
-        for i in range(max(len(ref), len(sig))):
-            a = ref[i] if i < len(ref) else "(nothing)"
-            b = sig[i] if i < len(sig) else "(nothing)"
-            if a != b:
-                return (f"parameter #{i} differs across ranks: rank 0 has {a!r}, rank {r} has {b!r} "
-                        f"(rank 0 has {len(ref)} parameters, rank {r} has {len(sig)})")
-    return None
-
-
 def check_same_parameters(module: nn.Module, process_group=None) -> None:
-    """Raise ValueError on every rank if any rank's parameters differ (name, shape, dtype).
-
-    Two collectives whose sizes do not depend on the parameters (a MAX of the
-    signature length, then an all-gather of padded signatures), so ranks that
-    disagree still agree on the calls and all of them raise instead of hanging.
-    """
-    world = api.get_world_size(process_group)
-    if world == 1:
+    """Raise ValueError on every rank if any rank's parameters differ (name, shape, dtype)."""
+    if api.get_world_size(process_group) == 1:
         return
-    local = "\n".join(_signature(module)).encode()
-    length = torch.tensor([len(local)], dtype=torch.int64)
-    api.all_reduce(length, op=api.ReduceOp.MAX, group=process_group)
-    padded = torch.zeros(int(length.item()), dtype=torch.uint8)
-    if local:
-        padded[:len(local)] = torch.frombuffer(bytearray(local), dtype=torch.uint8)
-    gathered = torch.empty(world * padded.numel(), dtype=torch.uint8)
-    api.all_gather_into_tensor(gathered, padded, group=process_group)
-    rows = gathered.view(world, -1).numpy()
-    sigs = [bytes(row).rstrip(b"\0").decode().split("\n") for row in rows]
-    problem = _describe_difference(sigs)
+    problem = first_difference(_signature(module), process_group, noun="parameter")
     if problem:
         raise ValueError(f"DistributedDataParallel: {problem}; every rank must wrap the same model")
-
-
-def broadcast_coalesced(tensors: List[torch.Tensor], src: int, process_group=None) -> None:
-    """Copy `src`'s values of `tensors` to every rank: one broadcast per dtype."""
-    by_dtype: Dict[torch.dtype, List[torch.Tensor]] = {}
-    for t in tensors:
-        by_dtype.setdefault(t.dtype, []).append(t)
-    with torch.no_grad():
-        for group in by_dtype.values():
-            flat = torch.cat([t.detach().reshape(-1) for t in group])
-            api.broadcast(flat, src=src, group=process_group)
-            offset = 0
-            for t in group:
-                t.copy_(flat[offset:offset + t.numel()].view_as(t))
-                offset += t.numel()
 
 
 def assign_buckets(params: List[torch.Tensor], cap_bytes: int, first_cap_bytes: int) -> List[List[int]]:
@@ -197,9 +147,8 @@ class DistributedDataParallel(nn.Module):
         self.require_backward_grad_sync = True
         self.require_forward_param_sync = True
         self.world_size = api.get_world_size(process_group)
-        self._src = _group_root(process_group)
         check_same_parameters(module, process_group)
-        broadcast_coalesced(list(module.parameters()) + list(module.buffers()), self._src, process_group)
+        broadcast_from_root(list(module.parameters()) + list(module.buffers()), process_group)
 
         named = [(n, p) for n, p in module.named_parameters() if p.requires_grad]
         self._names = [n for n, _ in named]
@@ -245,7 +194,7 @@ class DistributedDataParallel(nn.Module):
         if self.broadcast_buffers and self.require_forward_param_sync:
             buffers = list(self.module.buffers())
             if buffers and self.world_size > 1:
-                broadcast_coalesced(buffers, self._src, self.process_group)
+                broadcast_from_root(buffers, self.process_group)
         output = self.module(*inputs, **kwargs)
         # Like torch: buffers are synced before a forward that follows a synced forward.
         self.require_forward_param_sync = sync

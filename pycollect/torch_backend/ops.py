@@ -14,7 +14,7 @@ from typing import Optional, Tuple, Union
 import torch
 import torch.distributed as dist
 
-from .types import ReduceOp
+from ..types import ReduceOp
 
 _RedOpType = dist.ReduceOp.RedOpType
 _PLAIN = {

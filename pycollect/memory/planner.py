@@ -20,18 +20,18 @@ Two accountings of mixed-precision Adam (Ψ parameters):
 
 Either way 70 B does not fit on 8 x 80 GB before a single activation is stored.
 
-What is counted, per GPU (see the private modules for the formulas and their sources):
+What is counted, per GPU (see the modules beside this one for the formulas and their sources):
 
 * model states by stage: ``ddp``/``none``, ``zero1``, ``zero2``, ``zero3``/``fsdp``,
-  ``hybrid`` (zero3 inside a node, replicated across nodes) (:mod:`._memory_states`);
+  ``hybrid`` (zero3 inside a node, replicated across nodes) (:mod:`.states`);
 * activations from the model's shape, Korthikanti et al. 2022, with tensor and sequence
-  parallelism and selective or full recomputation (:mod:`._memory_activations`);
+  parallelism and selective or full recomputation (:mod:`.activations`);
 * CPU offload of the optimizer state, and of parameters and gradients under zero3;
 * FSDP working buffers: the largest unit's gathered 16-bit parameters, twice when the
   next unit is prefetched;
 * communication volume per step and its time at a given bus bandwidth
-  (:mod:`._memory_comm`);
-* DeepSpeed's own estimators, reproduced exactly (:mod:`._memory_deepspeed`).
+  (:mod:`.comm`);
+* DeepSpeed's own estimators, reproduced exactly (:mod:`.deepspeed`).
 """
 
 from __future__ import annotations
@@ -41,10 +41,10 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
-from ._memory_activations import RECOMPUTE_MODES, ModelShape, activation_bytes
-from ._memory_comm import CommEstimate, comm_bytes, comm_time
-from ._memory_deepspeed import DeepSpeedEstimate, deepspeed_zero2_estimate, deepspeed_zero3_estimate
-from ._memory_states import (PARAM_SHARDED_STAGES, STAGES, bytes_per_param, canonical_precision,
+from .activations import RECOMPUTE_MODES, ModelShape, activation_bytes
+from .comm import CommEstimate, comm_bytes, comm_time
+from .deepspeed import DeepSpeedEstimate, deepspeed_zero2_estimate, deepspeed_zero3_estimate
+from .states import (PARAM_SHARDED_STAGES, STAGES, bytes_per_param, canonical_precision,
                              canonical_stage, element_bytes, layout, model_state_bytes)
 
 __all__ = [

@@ -1,43 +1,24 @@
-"""``pycollect demo``: the main job. Train on local ranks with pycollect DDP, then again with
-torch DDP over Gloo, and compare.
+"""`pycollect demo`, the main job: train on local ranks with pycollect DDP, then again with
+torch DDP over Gloo, from the same initial weights on the same data, and compare.
 
-    pycollect demo                          2 ranks, the MLP, 20 Adam steps
-    pycollect demo --model cnn --steps 30   BatchNorm buffers broadcast before each forward
-    pycollect demo --world-size 3 --model gpt-tiny
-    pycollect demo --fsdp                   the FSDP demo instead
+    from pycollect.demo import ddp_job
+    ddp_job.main(world_size=2, steps=20, model="mlp")      # prints; returns the exit code
 
-The ranks are spawned processes on 127.0.0.1. Each one runs both trainings, from the
-same initial weights and on the same data. The parent prints a progress line per step
-(loss averaged over ranks, slowest rank's step time), then the largest parameter
-difference between the two runs and the median step time of each.
+The ranks are processes on 127.0.0.1 started by pycollect.launch.run_ranks. The parent
+prints a progress line per step (loss averaged over ranks, slowest rank's step time),
+then the largest parameter difference between the two runs and the median step time
+of each.
 """
 from __future__ import annotations
 
-import argparse
 import statistics
 import sys
 import time
-from typing import Any, Dict, List
+from typing import Dict, List
 
-from ._demo_models import MODELS, ROWS_PER_RANK
+from . import ROWS_PER_RANK
 
 PHASES = (("pycollect", "pycollect DDP"), ("gloo", "torch DDP/Gloo"))
-
-
-def register(subparsers: Any) -> argparse.ArgumentParser:
-    parser = subparsers.add_parser(
-        "demo", help="train on local ranks with pycollect DDP and compare with torch DDP over Gloo",
-        description="Spawn local ranks on loopback, train a small model with pycollect's DDP, "
-                    "train it again with torch DDP over Gloo, and compare parameters and step times.")
-    parser.add_argument("--world-size", type=int, default=2, help="ranks to spawn (default: 2)")
-    parser.add_argument("--steps", type=int, default=20, help="training steps per run (default: 20)")
-    parser.add_argument("--model", choices=MODELS, default="mlp", help="model to train (default: mlp)")
-    parser.add_argument("--lr", type=float, default=3e-3, help="Adam learning rate (default: 3e-3)")
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--timeout", type=float, default=120.0, help="seconds before the ranks are killed")
-    parser.add_argument("--fsdp", action="store_true", help="run the FSDP demo instead (pycollect.fsdp_demo)")
-    parser.set_defaults(func=run)
-    return parser
 
 
 def _rank_job(rank: int, world_size: int, emit, model_name: str, steps: int, lr: float, seed: int) -> Dict:
@@ -45,8 +26,8 @@ def _rank_job(rank: int, world_size: int, emit, model_name: str, steps: int, lr:
     import torch
     from torch.nn.parallel import DistributedDataParallel as TorchDDP
 
-    from . import _demo_models as dm
-    from .ddp import DistributedDataParallel
+    from ..ddp import DistributedDataParallel
+    from . import models as dm
 
     finals = {}
     for phase, _ in PHASES:
@@ -94,31 +75,23 @@ class _Progress:
               f"  loss {loss:.4f}  {seconds * 1e3:7.2f} ms", flush=True)
 
 
-def run(args: argparse.Namespace) -> int:
-    if args.fsdp:
-        try:
-            from .fsdp_demo import main as fsdp_main
-        except ModuleNotFoundError as e:
-            if e.name not in ("pycollect.fsdp_demo",):
-                raise
-            print("pycollect demo --fsdp: the FSDP demo (pycollect.fsdp_demo) is not part of this build",
-                  file=sys.stderr)
-            return 2
-        return int(fsdp_main(world_size=args.world_size, steps=args.steps) or 0)
-    if args.world_size < 1 or args.steps < 1:
+def main(world_size: int = 2, steps: int = 20, model: str = "mlp", lr: float = 3e-3, seed: int = 0,
+         timeout: float = 120.0) -> int:
+    """Run both trainings and print the comparison; 0 when the replicas agree, 1 otherwise, 2 on bad input."""
+    if world_size < 1 or steps < 1:
         print(f"pycollect demo: --world-size and --steps must be >= 1 "
-              f"(got {args.world_size} and {args.steps})", file=sys.stderr)
+              f"(got {world_size} and {steps})", file=sys.stderr)
         return 2
 
-    from .launch import run_ranks
+    from ..launch import run_ranks
 
-    print(f"pycollect demo: {args.world_size} ranks on 127.0.0.1, model {args.model}, {args.steps} Adam steps, "
-          f"{ROWS_PER_RANK[args.model]} rows per rank per step", flush=True)
-    progress = _Progress(args.world_size, args.steps)
+    print(f"pycollect demo: {world_size} ranks on 127.0.0.1, model {model}, {steps} Adam steps, "
+          f"{ROWS_PER_RANK[model]} rows per rank per step", flush=True)
+    progress = _Progress(world_size, steps)
     t0 = time.perf_counter()
     try:
-        results = run_ranks(_rank_job, args.world_size, ("pycollect", "gloo"), timeout=args.timeout,
-                            job_args=(args.model, args.steps, args.lr, args.seed), on_event=progress)
+        results = run_ranks(_rank_job, world_size, ("pycollect", "gloo"), timeout=timeout,
+                            job_args=(model, steps, lr, seed), on_event=progress)
     except (RuntimeError, TimeoutError) as e:
         print(f"pycollect demo failed: {e}", file=sys.stderr)
         return 1
@@ -133,15 +106,9 @@ def run(args: argparse.Namespace) -> int:
     print(f"  {'final loss':<28}{progress.losses['pycollect'][-1]:>16.4f}{progress.losses['gloo'][-1]:>16.4f}")
     print(f"  largest parameter difference between the runs: {diff:.3g} "
           f"({results[0]['params']:,} parameters, every rank)")
-    if diff > 0 and args.world_size > 2:
+    if diff > 0 and world_size > 2:
         print("  (with 3+ ranks the two engines add in a different order; Adam magnifies those "
               "last-bit differences on near-zero gradients)")
     print(f"  replicas identical on all ranks: {'yes' if same_across_ranks else 'NO'}; "
           f"step time ratio pycollect/Gloo: {med['pycollect'] / med['gloo']:.2f}; wall {wall:.1f} s")
     return 0 if same_across_ranks and diff <= 1e-2 else 1
-
-
-if __name__ == "__main__":
-    parser = argparse.ArgumentParser(prog="pycollect")
-    register(parser.add_subparsers())
-    sys.exit(run(parser.parse_args(["demo"] + sys.argv[1:])))

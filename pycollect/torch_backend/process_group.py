@@ -1,24 +1,17 @@
-"""The "pycollect" backend for torch.distributed.
+"""PyCollectProcessGroup: a torch ProcessGroup whose collectives run on one pycollect engine group.
 
-    import pycollect.torch_backend as tb
-    tb.register()                                   # pycollect does this on import
-    dist.init_process_group("pycollect")            # or dist.new_group(backend="pycollect")
-    model = DistributedDataParallel(model)          # or fully_shard(block, mesh=...)
+For each group torch calls `create` (registered by pycollect.torch_backend.register) with
+the group's own PrefixStore, rank, size and timeout. The result is a Python subclass of
+torch's ProcessGroup (torch uses such a subclass as the group itself). Each method
+validates through pycollect.api (same checks, same errors as pc.all_reduce & co.),
+queues the operation on the group's C++ communicator and returns a Work whose Future a
+completer thread fulfils when the engine is done (see work.py). Calls DDP, FSDP2 and
+the dist.* functions make from C++ (the reducer's allreduce, DDP's broadcasts and shape
+checks) reach these methods through torch's trampoline, so every byte moves on
+pycollect's engine; the engine's counters (`engine_group(pg).counters()`) show it.
 
-register() hands torch a creator; for each group torch calls it with the group's own
-PrefixStore, rank, size and timeout, and it returns a `PyCollectProcessGroup`, a
-Python subclass of torch's ProcessGroup (torch uses such a subclass as the group
-itself). Each method validates through pycollect.api (same checks, same errors as
-pc.all_reduce & co.), queues the operation on the group's C++ communicator and
-returns a Work whose Future a completer thread fulfils when the engine is done
-(see _torch_backend_work). Calls DDP, FSDP2 and the dist.* functions make from
-C++ (the reducer's allreduce, DDP's broadcasts and shape checks) reach these
-methods through torch's trampoline, so every byte moves on pycollect's engine; the
-engine's counters (`engine_group(pg).counters()`) show it.
-
-Methods torch may call that the engine cannot do (gather, scatter, reduce,
-the list form of all-to-all, recv from any source, ...) raise NotImplementedError
-naming the method.
+Methods torch may call that the engine cannot do (gather, scatter, reduce, the list form
+of all-to-all, recv from any source, ...) raise NotImplementedError naming the method.
 """
 from __future__ import annotations
 
@@ -28,15 +21,14 @@ from typing import List
 import torch
 import torch.distributed as dist
 
-from . import api
-from ._buffers import as_buffer
-from ._torch_backend_ops import check_premul, premultiplied, single, translate
-from ._torch_backend_work import Completer, TorchWork
-from .group import ProcessGroup as EngineGroup
-from .rendezvous import _store_host, listen_address
+from .. import api
+from .._buffers import as_buffer
+from ..group import ProcessGroup as EngineGroup
+from ..rendezvous import _store_host, listen_address
+from .ops import check_premul, premultiplied, single, translate
+from .work import Completer, TorchWork
 
-BACKEND = "pycollect"
-_registered = False
+from . import BACKEND
 
 
 class PyCollectProcessGroup(dist.ProcessGroup):
@@ -50,8 +42,7 @@ class PyCollectProcessGroup(dist.ProcessGroup):
         super().__init__(rank, size)
         host = listen_address(os.environ.get("MASTER_ADDR") or _store_host(store))
         # torch gives every group its own PrefixStore, so one fixed name suffices.
-        self._engine = EngineGroup("tb", store, range(size), rank, timeout, host)
-        api._groups.append(self._engine)  # lets pycollect.api accept it as group=
+        self._engine = api.register_group(EngineGroup("tb", store, range(size), rank, timeout, host))
         self._group_id = group_id
         self._group_name = group_id
         self._group_desc = ""
@@ -82,8 +73,8 @@ class PyCollectProcessGroup(dist.ProcessGroup):
         return f"<PyCollectProcessGroup {self._group_name!r} rank {self.rank()}/{self.size()}>"
 
     # -- helpers -----------------------------------------------------------------
-    def _submit(self, method: str, works, result: List[torch.Tensor], after=None) -> TorchWork:
-        return self._completer.add(TorchWork(method, works, result, after))
+    def _submit(self, method: str, works, result: List[torch.Tensor]) -> TorchWork:
+        return self._completer.add(TorchWork(method, works, result))
 
     def _many(self, method: str, outputs, inputs, one) -> TorchWork:
         if len(outputs) != len(inputs):
@@ -218,12 +209,10 @@ class PyCollectProcessGroup(dist.ProcessGroup):
     def shutdown(self) -> None:
         """Called by dist.destroy_process_group: settle queued Works, close the links."""
         self._completer.close()
-        if self._engine in api._groups:
-            api.destroy_process_group(self._engine)
+        api.unregister_group(self._engine)
 
     def abort(self) -> None:
-        if self._engine in api._groups:
-            api.destroy_process_group(self._engine)
+        api.unregister_group(self._engine)
         self._completer.close(timeout=0.0)
 
 
@@ -236,17 +225,7 @@ def engine_group(group=None) -> EngineGroup:
     return pg.engine
 
 
-def _create(options, backend_options=None) -> PyCollectProcessGroup:
+def create(options, backend_options=None) -> PyCollectProcessGroup:
     """torch's creator hook (extended API: one _DistributedBackendOptions)."""
     return PyCollectProcessGroup(options.store, options.group_rank, options.group_size, options.timeout,
                                  str(options.group_id))
-
-
-def register() -> None:
-    """Make "pycollect" a torch.distributed backend (CPU tensors). Safe to call again."""
-    global _registered
-    if _registered or BACKEND.upper() in dist.Backend._plugins:
-        _registered = True
-        return
-    dist.Backend.register_backend(BACKEND, _create, extended_api=True, devices=["cpu"])
-    _registered = True

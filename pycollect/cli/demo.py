@@ -1,0 +1,40 @@
+"""``pycollect demo``: the main job's command line (the job itself is pycollect.demo.ddp_job).
+
+    pycollect demo                          2 ranks, the MLP, 20 Adam steps
+    pycollect demo --model cnn --steps 30   BatchNorm buffers broadcast before each forward
+    pycollect demo --world-size 3 --model gpt-tiny
+    pycollect demo --fsdp                   the FSDP demo instead (pycollect.demo.fsdp_job)
+"""
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from ..demo import MODELS
+
+
+def register(subparsers: Any) -> argparse.ArgumentParser:
+    parser = subparsers.add_parser(
+        "demo", help="train on local ranks with pycollect DDP and compare with torch DDP over Gloo",
+        description="Spawn local ranks on loopback, train a small model with pycollect's DDP, "
+                    "train it again with torch DDP over Gloo, and compare parameters and step times.")
+    parser.add_argument("--world-size", type=int, default=2, help="ranks to spawn (default: 2)")
+    parser.add_argument("--steps", type=int, default=20, help="training steps per run (default: 20)")
+    parser.add_argument("--model", choices=MODELS, default="mlp", help="model to train (default: mlp)")
+    parser.add_argument("--lr", type=float, default=3e-3, help="Adam learning rate (default: 3e-3)")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--timeout", type=float, default=120.0, help="seconds before the ranks are killed")
+    parser.add_argument("--fsdp", action="store_true", help="run the FSDP demo instead (pycollect.demo.fsdp_job)")
+    parser.set_defaults(func=run)
+    return parser
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.fsdp:
+        from ..demo.fsdp_job import main as fsdp_main
+
+        return int(fsdp_main(world_size=args.world_size, steps=args.steps) or 0)
+    from ..demo.ddp_job import main as ddp_main
+
+    return ddp_main(world_size=args.world_size, steps=args.steps, model=args.model, lr=args.lr, seed=args.seed,
+                    timeout=args.timeout)

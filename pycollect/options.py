@@ -1,0 +1,94 @@
+"""What a group is configured with: the PYCOLLECT_* environment, read in one place, and timeouts.
+
+    Options.from_env()          # every PYCOLLECT_* variable, checked; a bad value raises ValueError
+    to_timedelta(30)            # seconds, a timedelta or None (the default) -> timedelta
+    to_seconds(timeout)         # None, seconds or a timedelta -> float seconds, or None (no limit)
+
+| variable                    | meaning                                               | default           |
+|-----------------------------|-------------------------------------------------------|-------------------|
+| PYCOLLECT_ALGO              | all-reduce algorithm: auto, ring or direct            | auto              |
+| PYCOLLECT_SEGMENT_BYTES     | pipelining unit of the ring algorithms (> 0)          | engine's (512 KiB)|
+| PYCOLLECT_INFLIGHT          | receive segments posted ahead (>= 1)                  | engine's (4)      |
+| PYCOLLECT_DIRECT_MAX_BYTES  | "auto" uses the direct all-reduce up to this (>= 0)   | engine's (16 KiB) |
+| PYCOLLECT_SOCKET_BUFFER     | SO_SNDBUF/SO_RCVBUF bytes, 0 = kernel autotuning      | 0                 |
+| PYCOLLECT_SOCKET_IFNAME     | interface to listen on (e.g. eth0, lo)                | route to MASTER_ADDR |
+"""
+from __future__ import annotations
+
+import datetime
+import os
+from dataclasses import dataclass
+from typing import Mapping, Optional
+
+from .types import Algo
+
+DEFAULT_TIMEOUT = datetime.timedelta(minutes=30)  # as torch.distributed's default
+
+# name -> (Options field, smallest allowed value); None: not an integer tunable.
+_INTEGERS = {
+    "PYCOLLECT_SEGMENT_BYTES": ("segment_bytes", 1),
+    "PYCOLLECT_INFLIGHT": ("inflight", 1),
+    "PYCOLLECT_DIRECT_MAX_BYTES": ("direct_max_bytes", 0),
+    "PYCOLLECT_SOCKET_BUFFER": ("socket_buffer", 0),
+}
+KNOWN = frozenset(_INTEGERS) | {"PYCOLLECT_ALGO", "PYCOLLECT_SOCKET_IFNAME"}
+
+
+@dataclass(frozen=True)
+class Options:
+    """Engine tunables; None leaves the engine's own default."""
+
+    algo: Algo = Algo.AUTO
+    segment_bytes: Optional[int] = None
+    inflight: Optional[int] = None
+    direct_max_bytes: Optional[int] = None
+    socket_buffer: Optional[int] = None
+    socket_ifname: Optional[str] = None
+
+    @classmethod
+    def from_env(cls, environ: Optional[Mapping[str, str]] = None) -> "Options":
+        """Read every PYCOLLECT_* variable; an unknown name or a bad value raises ValueError naming it."""
+        env = os.environ if environ is None else environ
+        unknown = sorted(k for k in env if k.startswith("PYCOLLECT_") and k not in KNOWN)
+        if unknown:
+            raise ValueError(f"unknown environment variable(s) {', '.join(unknown)}; pycollect reads "
+                             f"{', '.join(sorted(KNOWN))}")
+        values = {}
+        for name, (field, lowest) in _INTEGERS.items():
+            raw = env.get(name, "").strip()
+            if not raw:
+                continue
+            try:
+                value = int(raw)
+            except ValueError:
+                raise ValueError(f"{name}={raw!r} is not an integer") from None
+            if value < lowest:
+                raise ValueError(f"{name}={raw!r} must be >= {lowest}")
+            values[field] = value
+        algo = env.get("PYCOLLECT_ALGO", "").strip()
+        if algo:
+            values["algo"] = Algo.parse(algo, "PYCOLLECT_ALGO")
+        ifname = env.get("PYCOLLECT_SOCKET_IFNAME", "").strip()
+        if ifname:
+            values["socket_ifname"] = ifname
+        return cls(**values)
+
+
+def to_timedelta(timeout) -> datetime.timedelta:
+    """None -> DEFAULT_TIMEOUT; a timedelta as it is; a number as seconds (must be > 0)."""
+    if timeout is None:
+        return DEFAULT_TIMEOUT
+    if not isinstance(timeout, datetime.timedelta):
+        timeout = datetime.timedelta(seconds=float(timeout))
+    if timeout.total_seconds() <= 0:
+        raise ValueError(f"timeout must be positive, got {timeout}")
+    return timeout
+
+
+def to_seconds(timeout) -> Optional[float]:
+    """A wait's timeout (None, seconds or a timedelta) as float seconds; None stays None (no limit)."""
+    if timeout is None:
+        return None
+    if isinstance(timeout, datetime.timedelta):
+        return timeout.total_seconds()
+    return float(timeout)

@@ -1,0 +1,40 @@
+"""The "pycollect" backend for torch.distributed.
+
+    import pycollect                                # registers the backend (see register())
+    dist.init_process_group("pycollect")            # or dist.new_group(backend="pycollect")
+    model = DistributedDataParallel(model)          # or fully_shard(block, mesh=...)
+
+Files: process_group.py (PyCollectProcessGroup, the torch ProcessGroup subclass, and its
+creator), ops.py (torch's reduce ops onto the engine's), work.py (torch Work objects and
+the completer thread that settles them).
+
+register() is cheap: it imports torch.distributed but neither the engine nor
+process_group.py, which load when torch first creates a group of this backend.
+"""
+from __future__ import annotations
+
+BACKEND = "pycollect"
+
+
+def _create(options, backend_options=None):
+    from .process_group import create
+
+    return create(options, backend_options)
+
+
+def register() -> None:
+    """Make "pycollect" a torch.distributed backend (CPU tensors). Safe to call again."""
+    import torch.distributed as dist
+
+    if BACKEND.upper() in dist.Backend._plugins:
+        return
+    dist.Backend.register_backend(BACKEND, _create, extended_api=True, devices=["cpu"])
+
+
+def __getattr__(name):
+    # engine_group(group=None): the pycollect engine group behind a torch group of this backend.
+    if name in ("PyCollectProcessGroup", "engine_group", "create"):
+        from . import process_group
+
+        return getattr(process_group, name)
+    raise AttributeError(f"module 'pycollect.torch_backend' has no attribute {name!r}")

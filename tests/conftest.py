@@ -1,0 +1,29 @@
+"""Rank pools shared by every test module of a session: starting a pool (spawning ranks,
+importing torch, forming both default groups) is the slow part, so each size starts once.
+
+    def test_something(pool3):               # 3 ranks, pycollect and Gloo default groups
+        pool3.run(case_something, arg)
+
+Modules whose cases would disturb a shared pool (a killed rank, other environment
+variables, another address family) start their own RankPool.
+"""
+from __future__ import annotations
+
+import pytest
+from rank_pool import RankPool
+
+
+@pytest.fixture(scope="session")
+def pool3():
+    with RankPool(3, timeout=240) as pool:
+        yield pool
+
+
+@pytest.fixture(scope="session")
+def pool4():
+    with RankPool(4, timeout=240) as pool:
+        yield pool
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "slow: a long test (deselect with -m 'not slow' while iterating)")
