@@ -9,6 +9,7 @@ from pycollect.benchmark.sizes import bus_factor, parse_size, size_list
 from pycollect.cli import main
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("op", ["all_reduce", "reduce_scatter"])
 def test_bench_writes_verified_rows(tmp_path, capsys, op):
     out = tmp_path / "r.json"

@@ -7,6 +7,8 @@ import pytest
 
 import collective_cases as cc
 
+pytestmark = pytest.mark.slow  # the full dtype x op x size matrix: minutes, not seconds
+
 WORLD = 4
 
 

@@ -10,6 +10,8 @@ import torch
 import pycollect as pc
 from rank_pool import RankPool
 
+pytestmark = pytest.mark.slow  # its own 6-rank pool, several sizes per world
+
 WORLD = 6
 COUNTS = [0, 1, 13, 100003]
 

@@ -26,6 +26,7 @@ def results():
     return {b: demo.run_distributed_demo(backend=b, **EXAMPLE) for b in ("pycollect", "gloo")}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("backend", ["pycollect", "gloo"])
 def test_issue_example(results, backend):
     r = results[backend]
@@ -40,6 +41,7 @@ def test_issue_example(results, backend):
     assert len(r["loss_per_step"]) == EXAMPLE["num_steps"]
 
 
+@pytest.mark.slow
 def test_both_transports_give_the_same_run(results):
     a, b = results["pycollect"], results["gloo"]
     assert a["param_sum_per_rank"][0] == pytest.approx(b["param_sum_per_rank"][0], rel=1e-6)
@@ -87,6 +89,7 @@ def test_a_failing_rank_is_reported_and_nobody_hangs():
         run_ranks(_failing_job, 2, ("pycollect",), timeout=60, on_event=lambda r, e: events.append(r))
 
 
+@pytest.mark.slow
 def test_cli_demo_trains_and_compares(capsys):
     from pycollect.cli import main
 

@@ -89,6 +89,7 @@ def case_strangers_during_rendezvous():
 # -- tests -----------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_killed_rank_fails_every_other_rank_fast():
     with RankPool(4, init_gloo=False, timeout=60) as pool:
         pool.submit(case_all_reduce_until_failure)

@@ -152,6 +152,7 @@ def test_wrap_policies_choose_units():
     assert plan_units(mlp, ModuleWrapPolicy({nn.Linear}))[0].params == []
 
 
+@pytest.mark.slow
 def test_demo_main_runs(capsys):
     from pycollect.demo import fsdp_job
 

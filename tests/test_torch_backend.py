@@ -526,6 +526,7 @@ def test_unsupported_calls_raise_naming_the_method(pool3):
         assert after == [float(WORLD)] * 6
 
 
+@pytest.mark.slow
 def test_default_group_by_env():
     with RankPool(2, init_gloo=False) as default_pool:
         results = default_pool.run(case_default_group_env, free_port())

@@ -1,0 +1,83 @@
+"""Options.from_env (every PYCOLLECT_* variable, read once, checked), Algo, timeouts, and
+what importing a part of pycollect loads."""
+from __future__ import annotations
+
+import datetime
+import subprocess
+import sys
+
+import pytest
+
+from pycollect.options import DEFAULT_TIMEOUT, Options, to_seconds, to_timedelta
+from pycollect.types import Algo
+
+
+def test_defaults_leave_the_engine_alone():
+    o = Options.from_env({"PATH": "/bin"})
+    assert o == Options()
+    assert o.algo is Algo.AUTO and o.segment_bytes is None and o.socket_ifname is None
+
+
+def test_every_variable_is_read():
+    o = Options.from_env({"PYCOLLECT_ALGO": "Ring", "PYCOLLECT_SEGMENT_BYTES": "4096", "PYCOLLECT_INFLIGHT": "2",
+                          "PYCOLLECT_DIRECT_MAX_BYTES": "0", "PYCOLLECT_SOCKET_BUFFER": " 65536 ",
+                          "PYCOLLECT_SOCKET_IFNAME": "lo"})
+    assert o == Options(algo=Algo.RING, segment_bytes=4096, inflight=2, direct_max_bytes=0, socket_buffer=65536,
+                        socket_ifname="lo")
+
+
+@pytest.mark.parametrize("env, words", [
+    ({"PYCOLLECT_SEGMENT_BYTES": "0"}, "PYCOLLECT_SEGMENT_BYTES='0' must be >= 1"),
+    ({"PYCOLLECT_SEGMENT_BYTES": "1M"}, "PYCOLLECT_SEGMENT_BYTES='1M' is not an integer"),
+    ({"PYCOLLECT_INFLIGHT": "-1"}, "PYCOLLECT_INFLIGHT='-1' must be >= 1"),
+    ({"PYCOLLECT_SOCKET_BUFFER": "-5"}, "PYCOLLECT_SOCKET_BUFFER='-5' must be >= 0"),
+    ({"PYCOLLECT_ALGO": "tree"}, "PYCOLLECT_ALGO='tree': choose one of auto, ring, direct"),
+    ({"PYCOLLECT_SEGMENT_BYTE": "4096"}, "unknown environment variable(s) PYCOLLECT_SEGMENT_BYTE"),
+])
+def test_bad_values_name_the_variable(env, words):
+    with pytest.raises(ValueError) as info:
+        Options.from_env(env)
+    assert words in str(info.value)
+
+
+def test_algo_parse():
+    assert Algo.parse("direct", "x") is Algo.DIRECT and Algo.parse(Algo.RING, "x") is Algo.RING
+    with pytest.raises(ValueError, match=r"all_reduce\(algo\)=3"):
+        Algo.parse(3, "all_reduce(algo)")
+
+
+def test_timeouts():
+    assert to_timedelta(None) == DEFAULT_TIMEOUT
+    assert to_timedelta(2.5) == datetime.timedelta(seconds=2.5)
+    assert to_timedelta(datetime.timedelta(minutes=1)) == datetime.timedelta(minutes=1)
+    with pytest.raises(ValueError, match="positive"):
+        to_timedelta(0)
+    assert to_seconds(None) is None and to_seconds(3) == 3.0
+    assert to_seconds(datetime.timedelta(milliseconds=1500)) == 1.5
+
+
+def _loaded_after(code: str) -> set:
+    script = code + "\nimport sys\nprint(' '.join(sorted(sys.modules)))"
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120, check=True)
+    return set(out.stdout.split())
+
+
+def test_memory_planner_loads_neither_torch_nor_the_engine():
+    loaded = _loaded_after("import pycollect.memory; pycollect.memory.gpus_needed(70)")
+    assert "pycollect.memory" in loaded
+    assert "torch" not in loaded and "pycollect._C" not in loaded
+
+
+def test_cli_memory_loads_neither_torch_nor_the_engine():
+    loaded = _loaded_after("from pycollect.cli import main; main(['memory', '--params', '7B', '--gpus', '8'])")
+    assert "torch" not in loaded and "pycollect._C" not in loaded
+
+
+@pytest.mark.parametrize("order", ["pycollect first", "torch first"])
+def test_backend_is_registered_whatever_the_import_order(order):
+    imports = ["import pycollect", "import torch.distributed as dist"]
+    if order == "torch first":
+        imports.reverse()
+    code = "; ".join(imports) + "; import torch.distributed as dist; print('pycollect' in dist.Backend.backend_list)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
+    assert out.stdout.strip() == "True", out.stderr
