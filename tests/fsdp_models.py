@@ -103,12 +103,20 @@ def max_diff(a: dict, b: dict) -> float:
 
 # -- equivalence ---------------------------------------------------------------------------
 
-def case_train_vs_reference(kind, world):
-    pg, _, member = groups(world)
+def _train_ours(kind, world):
+    """(model, its losses, the Gloo group) after FSDP training on ranks [0, world); None outside them."""
+    pg, dg, member = groups(world)
     if not member:
         return None
     model, opt = sharded(kind, pg)
-    losses = train(kind, model, opt, pg, world)
+    return model, train(kind, model, opt, pg, world), dg
+
+
+def case_train_vs_reference(kind, world):
+    trained = _train_ours(kind, world)
+    if trained is None:
+        return None
+    model, losses, _ = trained
     ref_losses, ref = train_reference(kind, world)
     padding = sum(u.layout.padding for u in get_state(model).units)
     return losses, ref_losses, max_diff(full_state_dict(model, rank0_only=False), ref.state_dict()), padding
@@ -145,11 +153,10 @@ def train_fsdp2(kind, model, dg, world):
 
 
 def case_ours_vs_fsdp2(kind, world):
-    pg, dg, member = groups(world)
-    if not member:
+    trained = _train_ours(kind, world)
+    if trained is None:
         return None
-    model, opt = sharded(kind, pg)
-    ours = train(kind, model, opt, pg, world)
+    model, ours, dg = trained
     theirs, their_params = train_fsdp2(kind, torch_fsdp2(kind, dg), dg, world)
     our_params = full_state_dict(model, rank0_only=False)
     common = sorted(set(our_params) & set(their_params))  # FSDP2 names a tied weight once

@@ -119,38 +119,41 @@ def case_large_exchange_both_ways():
     return float(got.min()), float(got.max()), float(tail.sum())
 
 
-def case_recv_mismatch():
-    g = pc.new_group(list(range(pc.get_world_size())), timeout=20)
-    r = pc.get_rank()
-    result = None
+def _on_fresh_group(fn, timeout: float):
+    """fn(group, rank) on a new group over every rank, so that breaking it leaves the pool's
+    groups usable; None if it returned, else (error class name, message)."""
+    g = pc.new_group(list(range(pc.get_world_size())), timeout=timeout)
     try:
-        if r == 0:
-            pc.send(torch.ones(10), 1, group=g)
-        elif r == 1:
-            pc.recv(torch.empty(12), 0, group=g)
-    except pc.PyCollectError as e:
-        result = (type(e).__name__, str(e))
-    pc.destroy_process_group(g)
-    return result
-
-
-def case_all_to_all_disagreement():
-    """Rank 0 sends rank 1 two elements where rank 1 expects three."""
-    g = pc.new_group(list(range(pc.get_world_size())), timeout=20)
-    r, n = pc.get_rank(), pc.get_world_size()
-    send = [1] * n
-    recv = [1] * n
-    if r == 0:
-        send[1] = 2
-    if r == 1:
-        recv[0] = 3
-    try:
-        pc.all_to_all_single(torch.empty(sum(recv)), torch.ones(sum(send)), recv, send, group=g)
+        fn(g, pc.get_rank())
         result = None
     except pc.PyCollectError as e:
         result = (type(e).__name__, str(e))
     pc.destroy_process_group(g)
     return result
+
+
+def case_recv_mismatch():
+    def exchange(g, r):
+        if r == 0:
+            pc.send(torch.ones(10), 1, group=g)
+        elif r == 1:
+            pc.recv(torch.empty(12), 0, group=g)
+
+    return _on_fresh_group(exchange, timeout=20)
+
+
+def case_all_to_all_disagreement():
+    """Rank 0 sends rank 1 two elements where rank 1 expects three."""
+    def exchange(g, r):
+        n = pc.get_world_size()
+        send, recv = [1] * n, [1] * n
+        if r == 0:
+            send[1] = 2
+        if r == 1:
+            recv[0] = 3
+        pc.all_to_all_single(torch.empty(sum(recv)), torch.ones(sum(send)), recv, send, group=g)
+
+    return _on_fresh_group(exchange, timeout=20)
 
 
 def case_recv_timeout():

@@ -59,6 +59,11 @@ def _pair(size):
     return g["pycollect", size], g["gloo", size]
 
 
+def _calls(pg) -> Counter:
+    """Calls per kind that ran on the engine group behind torch group `pg` so far."""
+    return Counter(tb.engine_group(pg).counters())
+
+
 def _data(numel, dtype, rank, salt):
     gen = torch.Generator().manual_seed(7919 * salt + rank)
     if dtype.is_floating_point:
@@ -102,7 +107,7 @@ def case_cross_check(size):
         return None
     pg, gloo = pair
     me, n = pg.rank(), pg.size()
-    before = Counter(tb.engine_group(pg).counters())
+    before = _calls(pg)
     expected, bad, keep = Counter(), [], {}
     salt = 0
 
@@ -175,7 +180,7 @@ def case_cross_check(size):
             expected["send/recv"] += 2
     dist.barrier(group=pg)
     expected["barrier"] += 1
-    delta = Counter(tb.engine_group(pg).counters()) - before
+    delta = _calls(pg) - before
     return bad, dict(delta), dict(expected), keep
 
 
@@ -223,9 +228,9 @@ def case_core_suite(kind, size):
     if pair is None:
         return None
     pg = pair[0]
-    before = Counter(tb.engine_group(pg).counters())
+    before = _calls(pg)
     out = cc.run_cases(kind, pair, size, 3, counts=[0, 1, 13, 4099], comm=_ViaBackend)
-    return out, dict(Counter(tb.engine_group(pg).counters()) - before)
+    return out, dict(_calls(pg) - before)
 
 
 class _Net(torch.nn.Module):
@@ -254,7 +259,7 @@ def case_ddp(size, steps=5):
     if pair is None:
         return None
     pg, _ = pair
-    before = Counter(tb.engine_group(pg).counters())
+    before = _calls(pg)
     params = {}
     for name, group in zip(("pycollect", "gloo"), pair):
         torch.manual_seed(0)
@@ -266,7 +271,7 @@ def case_ddp(size, steps=5):
             torch.nn.functional.mse_loss(model(x), y).backward()
             opt.step()
         params[name] = [p.detach().clone() for p in model.parameters()]
-    delta = Counter(tb.engine_group(pg).counters()) - before
+    delta = _calls(pg) - before
     return params, dict(delta)
 
 
@@ -292,7 +297,7 @@ def case_fsdp(size, divide_factor=None, steps=4):
     ops = []
     spy = ours.reduce_scatter_single
     ours.reduce_scatter_single = lambda o, i, opts=None: (ops.append(opts.reduceOp.op.name), spy(o, i, opts))[1]
-    before = Counter(tb.engine_group(ours).counters())
+    before = _calls(ours)
     losses = {}
     for name in ("pycollect", "gloo"):
         torch.manual_seed(0)
@@ -314,7 +319,7 @@ def case_fsdp(size, divide_factor=None, steps=4):
             opt.step()
             losses[name].append(loss.item())
     del ours.reduce_scatter_single
-    delta = Counter(tb.engine_group(ours).counters()) - before
+    delta = _calls(ours) - before
     return losses, dict(delta), sorted(set(ops)), isinstance(ours, tb.PyCollectProcessGroup)
 
 
@@ -325,7 +330,7 @@ def case_work_semantics():
         return None
     pg, _ = pair
     me = pg.rank()
-    before = Counter(tb.engine_group(pg).counters())
+    before = _calls(pg)
     out = {}
     t = torch.full((4,), float(me + 1))
     fut = dist.all_reduce(t, group=pg, async_op=True).get_future().then(lambda f: f.value()[0] * 10)
@@ -347,7 +352,7 @@ def case_work_semantics():
     else:
         time.sleep(1.0)
         dist.send(torch.arange(1000.0), group=pg, group_dst=0)
-    out["engine"] = dict(Counter(tb.engine_group(pg).counters()) - before)
+    out["engine"] = dict(_calls(pg) - before)
     return out
 
 
@@ -357,8 +362,8 @@ def case_all_to_all(size):
     if pair is None:
         return None
     pg, gg = pair
+    before = _calls(pg)
     r, n = pg.rank(), pg.size()
-    before = Counter(tb.engine_group(pg).counters())
     x = _data(n * 6, torch.float32, r, 11).reshape(n * 3, 2)
     ours, theirs = torch.empty(n * 3, 2), torch.empty(n * 3, 2)
     dist.all_to_all_single(ours, x, group=pg)
@@ -370,7 +375,7 @@ def case_all_to_all(size):
     ours, theirs = torch.empty(sum(recv), dtype=torch.int64), torch.empty(sum(recv), dtype=torch.int64)
     dist.all_to_all_single(ours, y, recv, send, group=pg)
     dist.all_to_all_single(theirs, y, recv, send, group=gg)
-    return same and torch.equal(ours, theirs), dict(Counter(tb.engine_group(pg).counters()) - before)
+    return same and torch.equal(ours, theirs), dict(_calls(pg) - before)
 
 
 def case_unsupported():
