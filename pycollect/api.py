@@ -169,7 +169,8 @@ def all_reduce(tensor, op=ReduceOp.SUM, group=None, async_op: bool = False, algo
     if algo not in _ALGOS:
         raise ValueError(f"all_reduce(algo={algo!r}): choose one of {', '.join(_ALGOS)}")
     b = as_buffer(tensor, "all_reduce(tensor)", writable=True)
-    return _run(g, lambda c: c.all_reduce(b.address, b.numel, b.code, int(op), algo), (b,), async_op)
+    code = {"auto": 0, "ring": 1, "direct": 2}[algo]  # the engine's Algo codes
+    return _run(g, lambda c: c.all_reduce(b.address, b.numel, b.code, int(op), code), (b,), async_op)
 
 
 def all_gather_into_tensor(output_tensor, input_tensor, group=None, async_op: bool = False):

@@ -17,7 +17,8 @@ std::string describeCall(const WireHeader& h) {
   }
   if (kind == OpKind::kBroadcast) s += ", root=" + std::to_string(h.root);
   if (kind == OpKind::kSend) s += ", tag=" + std::to_string(h.root);
-  if (kind == OpKind::kAllReduce && h.reserved != 0) s += h.reserved == 1 ? ", ring" : ", direct";
+  auto algo = static_cast<Algo>(h.algo);
+  if (kind == OpKind::kAllReduce && algo != Algo::kAuto) s += std::string(", ") + algoName(algo);
   s += ")";
   return s;
 }
@@ -62,7 +63,7 @@ void Context::checkHeaders() {
     }
     bool same = h.kind == call.kind && h.dtype == call.dtype && h.redop == call.redop &&
                 h.seq == call.seq && h.count == call.count && h.root == call.root &&
-                h.reserved == call.reserved;
+                h.algo == call.algo;
     if (!same) {
       throw MismatchError("mismatched collectives: rank " + std::to_string(rank) + " called " +
                           describeCall(call) + " as call #" + std::to_string(call.seq) +

@@ -2,9 +2,9 @@
 // deadline, tunables and scratch memory. It never sees a socket.
 //
 // Every collective starts with a header exchange: each rank sends a 32-byte
-// WireHeader (sequence number, kind, dtype, op, count, root) to the peers it will
-// talk to and checks theirs. Ranks that disagree raise MismatchError naming both
-// calls before any payload is read.
+// WireHeader (sequence number, kind, dtype, op, algorithm, count, root) to the
+// peers it will talk to and checks theirs. Ranks that disagree raise
+// MismatchError naming both calls before any payload is read.
 #pragma once
 
 #include <cstdint>
@@ -22,7 +22,7 @@ struct WireHeader {
   uint8_t kind = 0;
   uint8_t dtype = 0;
   uint8_t redop = 0;
-  uint8_t reserved = 0;
+  uint8_t algo = 0;  // the Algo that runs: ranks that chose differently mismatch
   uint64_t seq = 0;
   uint64_t count = 0;
   int32_t root = -1;  // broadcast root, or the tag of a send/recv

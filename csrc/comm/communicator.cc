@@ -13,10 +13,12 @@
 namespace pycollect {
 namespace {
 
-// Algorithm ids carried in WireHeader::reserved, so ranks that chose differently
-// (e.g. a different PYCOLLECT_ALGO) fail with a mismatch instead of hanging.
-constexpr uint8_t kAlgoRing = 1;
-constexpr uint8_t kAlgoDirect = 2;
+// What kAuto means: the direct algorithm for small messages on small groups (one
+// round instead of 2(size-1)), the ring otherwise.
+Algo chooseAllreduce(const CommOptions& o, int size, size_t bytes) {
+  if (size > 1 && size <= o.directMaxRanks && bytes <= o.directMaxBytes) return Algo::kDirect;
+  return Algo::kRing;
+}
 
 }  // namespace
 
@@ -113,26 +115,18 @@ std::shared_ptr<Work> Communicator::enqueue(WireHeader header, std::function<voi
   return work;
 }
 
-std::string Communicator::chooseAllreduce(size_t bytes) const {
-  if (size_ > 1 && size_ <= options_.directMaxRanks && bytes <= options_.directMaxBytes) {
-    return "direct";
-  }
-  return "ring";
-}
-
 std::shared_ptr<Work> Communicator::allReduce(void* data, size_t count, DType dtype, ReduceOp op,
-                                              const std::string& algo) {
+                                              Algo algo) {
   if (op == ReduceOp::kAvg && !isFloating(dtype)) {
     throw InvalidArgument(std::string("ReduceOp.AVG is not supported for integer dtype ") +
                           dtypeName(dtype) + " (as in NCCL); use SUM and divide");
   }
-  std::string chosen = algo.empty() || algo == "auto" ? chooseAllreduce(count * dtypeSize(dtype)) : algo;
-  if (chosen != "ring" && chosen != "direct") {
-    throw InvalidArgument("unknown all-reduce algorithm '" + algo + "' (choose auto, ring or direct)");
-  }
+  // The header carries the algorithm that runs, so ranks that chose differently
+  // (e.g. a different PYCOLLECT_ALGO) fail with a mismatch instead of hanging.
+  Algo chosen = algo == Algo::kAuto ? chooseAllreduce(options_, size_, count * dtypeSize(dtype)) : algo;
   WireHeader h = makeHeader(OpKind::kAllReduce, dtype, op, count, -1);
-  h.reserved = chosen == "ring" ? kAlgoRing : kAlgoDirect;
-  if (chosen == "ring") {
+  h.algo = static_cast<uint8_t>(chosen);
+  if (chosen == Algo::kRing) {
     return enqueue(h, [=](Context& c) { allreduceRing(c, data, count, dtype, op); });
   }
   return enqueue(h, [=](Context& c) { allreduceDirect(c, data, count, dtype, op); });

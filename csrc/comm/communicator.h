@@ -54,9 +54,8 @@ class Communicator {
                uint64_t token);
 
   // Operations. Pointers must stay valid until the returned Work completes.
-  // `algo`: "" or "auto" chooses by size, "ring" or "direct" forces one.
-  std::shared_ptr<Work> allReduce(void* data, size_t count, DType dtype, ReduceOp op,
-                                  const std::string& algo);
+  // `algo`: kAuto chooses by size (options().directMax*), kRing or kDirect forces one.
+  std::shared_ptr<Work> allReduce(void* data, size_t count, DType dtype, ReduceOp op, Algo algo);
   std::shared_ptr<Work> allGather(const void* in, void* out, size_t count, DType dtype);
   std::shared_ptr<Work> reduceScatter(const void* in, void* out, size_t count, DType dtype,
                                       ReduceOp op);
@@ -73,9 +72,6 @@ class Communicator {
   std::map<std::string, uint64_t> counters();
 
   const CommOptions& options() const { return options_; }
-
-  // Which all-reduce algorithm "auto" picks for this many bytes.
-  std::string chooseAllreduce(size_t bytes) const;
 
  private:
   struct Op {
