@@ -9,6 +9,7 @@
 
 #include "collectives/collectives.h"
 #include "common/error.h"
+#include "reduce/reduce.h"
 
 namespace pycollect {
 namespace {
@@ -63,6 +64,7 @@ void Communicator::connect(const std::vector<std::string>& hosts, const std::vec
 }
 
 WireHeader Communicator::makeHeader(OpKind kind, DType dtype, ReduceOp op, size_t count, int root) {
+  checkReduction(op, dtype);  // every call passes here; non-reductions pass kSum
   WireHeader h;
   h.kind = static_cast<uint8_t>(kind);
   h.dtype = static_cast<uint8_t>(dtype);
@@ -117,10 +119,6 @@ std::shared_ptr<Work> Communicator::enqueue(WireHeader header, std::function<voi
 
 std::shared_ptr<Work> Communicator::allReduce(void* data, size_t count, DType dtype, ReduceOp op,
                                               Algo algo) {
-  if (op == ReduceOp::kAvg && !isFloating(dtype)) {
-    throw InvalidArgument(std::string("ReduceOp.AVG is not supported for integer dtype ") +
-                          dtypeName(dtype) + " (as in NCCL); use SUM and divide");
-  }
   // The header carries the algorithm that runs, so ranks that chose differently
   // (e.g. a different PYCOLLECT_ALGO) fail with a mismatch instead of hanging.
   Algo chosen = algo == Algo::kAuto ? chooseAllreduce(options_, size_, count * dtypeSize(dtype)) : algo;
@@ -139,10 +137,6 @@ std::shared_ptr<Work> Communicator::allGather(const void* in, void* out, size_t 
 
 std::shared_ptr<Work> Communicator::reduceScatter(const void* in, void* out, size_t count,
                                                   DType dtype, ReduceOp op) {
-  if (op == ReduceOp::kAvg && !isFloating(dtype)) {
-    throw InvalidArgument(std::string("ReduceOp.AVG is not supported for integer dtype ") +
-                          dtypeName(dtype) + " (as in NCCL); use SUM and divide");
-  }
   WireHeader h = makeHeader(OpKind::kReduceScatter, dtype, op, count, -1);
   return enqueue(h, [=](Context& c) { reduceScatterRing(c, in, out, count, dtype, op); });
 }

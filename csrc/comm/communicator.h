@@ -90,6 +90,7 @@ class Communicator {
   // A mismatch found in an arrived header wins over a peer that has since left.
   void progressIdle();
   Clock::time_point deadlineFromNow() const;
+  // The header of a call by this rank; refuses an (op, dtype) the kernels lack.
   WireHeader makeHeader(OpKind kind, DType dtype, ReduceOp op, size_t count, int root);
   void checkPeer(int peer, const char* what) const;
   void workerLoop();
