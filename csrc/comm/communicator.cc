@@ -86,28 +86,35 @@ void Communicator::checkPeer(int peer, const char* what) const {
   }
 }
 
-std::shared_ptr<Work> Communicator::enqueue(WireHeader header, std::function<void(Context&)> run,
-                                            std::unique_ptr<PendingP2P> p2p) {
+WireHeader& Communicator::headerOf(Op& op) {
+  if (auto* p2p = std::get_if<std::unique_ptr<PendingP2P>>(&op)) return (*p2p)->header;
+  return std::get<Collective>(op).header;
+}
+
+std::shared_ptr<Work>& Communicator::workOf(Op& op) {
+  if (auto* p2p = std::get_if<std::unique_ptr<PendingP2P>>(&op)) return (*p2p)->work;
+  return std::get<Collective>(op).work;
+}
+
+std::shared_ptr<Work> Communicator::enqueue(Op op) {
   std::lock_guard<std::mutex> lock(mu_);
   if (!failure_.empty()) {
     throw GroupFailedError("process group failed earlier; no further calls are possible: " + failure_);
   }
   if (stopping_) throw GroupFailedError("process group was destroyed");
   if (!connected_) throw InvalidArgument("communicator is not connected");
-  auto kind = static_cast<OpKind>(header.kind);
-  if (p2p) {
+  WireHeader& header = headerOf(op);
+  if (auto* p2p = std::get_if<std::unique_ptr<PendingP2P>>(&op)) {
     // p2p messages are numbered per pair and direction.
-    auto& seqs = p2p->isSend ? sendSeq_ : recvSeq_;
-    header.seq = seqs[p2p->peer]++;
-    p2p->header = header;
+    auto& seqs = (*p2p)->isSend ? sendSeq_ : recvSeq_;
+    header.seq = seqs[(*p2p)->peer]++;
   } else {
     header.seq = seq_++;
   }
-  std::string what = "rank " + std::to_string(rank_) + " " + describeCall(header);
-  auto work = std::make_shared<Work>(what);
-  if (p2p) p2p->work = work;
-  queue_.push_back(Op{header, std::move(run), std::move(p2p), work});
-  ++calls_[opKindName(kind)];  // send and recv both count as "send/recv"
+  auto work = std::make_shared<Work>("rank " + std::to_string(rank_) + " " + describeCall(header));
+  workOf(op) = work;
+  ++calls_[opKindName(static_cast<OpKind>(header.kind))];  // send and recv both count as "send/recv"
+  queue_.push_back(std::move(op));
   cv_.notify_one();
   if (idlePolling_) {
     uint64_t one = 1;
@@ -165,9 +172,9 @@ std::shared_ptr<Work> Communicator::enqueueP2P(bool isSend, void* data, size_t c
   p->self = rank_;
   p->data = data;
   p->bytes = count * dtypeSize(dtype);
-  WireHeader h = makeHeader(OpKind::kSend, dtype, ReduceOp::kSum, count, tag);
-  if (!isSend) h.rank = peer;  // the header we expect was written by the peer
-  return enqueue(h, nullptr, std::move(p));
+  p->header = makeHeader(OpKind::kSend, dtype, ReduceOp::kSum, count, tag);
+  if (!isSend) p->header.rank = peer;  // the header we expect was written by the peer
+  return enqueue(std::move(p));
 }
 
 std::shared_ptr<Work> Communicator::send(const void* data, size_t count, DType dtype, int peer,
@@ -267,15 +274,18 @@ void Communicator::workerLoop() {
       op = std::move(queue_.front());
       queue_.pop_front();
     }
+    // A posted p2p op moves on to p2p_, so keep its Work at hand for the catch.
+    std::shared_ptr<Work> work = workOf(op);
     try {
-      if (op.p2p) {
-        op.p2p->post(linkPtrs_[op.p2p->peer], deadlineFromNow());
-        p2p_.push_back(std::move(op.p2p));
+      if (auto* p2p = std::get_if<std::unique_ptr<PendingP2P>>(&op)) {
+        (*p2p)->post(linkPtrs_[(*p2p)->peer], deadlineFromNow());
+        p2p_.push_back(std::move(*p2p));
       } else {
-        Context ctx(rank_, size_, linkPtrs_, op.header, deadlineFromNow(), options_.tunables, scratch_);
-        op.run(ctx);
+        Collective& c = std::get<Collective>(op);
+        Context ctx(rank_, size_, linkPtrs_, c.header, deadlineFromNow(), options_.tunables, scratch_);
+        c.run(ctx);
         ctx.drainSends();  // header sends of early-returning algorithms
-        op.work->finish(nullptr);
+        work->finish(nullptr);
       }
       reapP2P();
     } catch (const std::exception& e) {
@@ -284,14 +294,14 @@ void Communicator::workerLoop() {
         std::lock_guard<std::mutex> lock(mu_);
         stopping = stopping_;
       }
-      bool own = !op.work->isCompleted();  // a p2p failure found by reapP2P finished its own work
+      bool own = !work->isCompleted();  // a p2p failure found by reapP2P finished its own work
       if (own) {
-        op.work->finish(stopping ? std::make_exception_ptr(GroupFailedError(
-                                       "process group was destroyed while " + op.work->what() +
-                                       " was running"))
-                                 : std::current_exception());
+        work->finish(stopping ? std::make_exception_ptr(GroupFailedError(
+                                    "process group was destroyed while " + work->what() +
+                                    " was running"))
+                              : std::current_exception());
       }
-      std::string message = own ? op.work->what() + ": " + e.what() : std::string(e.what());
+      std::string message = own ? work->what() + ": " + e.what() : std::string(e.what());
       failWith(stopping ? "process group was destroyed" : message);
     }
   }
@@ -309,8 +319,9 @@ void Communicator::failWith(const std::string& message) {
     if (l != nullptr) l->abort();
   }
   for (auto& op : dropped) {
-    op.work->finish(std::make_exception_ptr(
-        GroupFailedError(op.work->what() + " was not run: the process group failed: " + message)));
+    Work& work = *workOf(op);
+    work.finish(std::make_exception_ptr(
+        GroupFailedError(work.what() + " was not run: the process group failed: " + message)));
   }
   for (auto& p : p2p_) {
     p->work->finish(std::make_exception_ptr(
@@ -340,8 +351,9 @@ void Communicator::shutdown() {
     dropped.swap(queue_);
   }
   for (auto& op : dropped) {
-    op.work->finish(std::make_exception_ptr(
-        GroupFailedError(op.work->what() + " was not run: the process group was destroyed")));
+    Work& work = *workOf(op);
+    work.finish(std::make_exception_ptr(
+        GroupFailedError(work.what() + " was not run: the process group was destroyed")));
   }
   for (auto& p : p2p_) {
     p->work->finish(std::make_exception_ptr(

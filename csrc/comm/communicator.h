@@ -19,6 +19,7 @@
 #include <mutex>
 #include <string>
 #include <thread>
+#include <variant>
 #include <vector>
 
 #include "collectives/context.h"
@@ -74,14 +75,22 @@ class Communicator {
   const CommOptions& options() const { return options_; }
 
  private:
-  struct Op {
+  // A queued operation: a collective, run to completion on the worker, or a
+  // point-to-point transfer, posted there and left in flight.
+  struct Collective {
     WireHeader header;
-    std::function<void(Context&)> run;   // a collective, run to completion
-    std::unique_ptr<PendingP2P> p2p;     // or a send/recv, posted and left in flight
+    std::function<void(Context&)> run;
     std::shared_ptr<Work> work;
   };
-  std::shared_ptr<Work> enqueue(WireHeader header, std::function<void(Context&)> run,
-                                std::unique_ptr<PendingP2P> p2p = nullptr);
+  using Op = std::variant<Collective, std::unique_ptr<PendingP2P>>;
+  static WireHeader& headerOf(Op& op);
+  static std::shared_ptr<Work>& workOf(Op& op);
+
+  // Numbers the op, gives it its Work and queues it; throws if the group failed.
+  std::shared_ptr<Work> enqueue(Op op);
+  std::shared_ptr<Work> enqueue(const WireHeader& header, std::function<void(Context&)> run) {
+    return enqueue(Collective{header, std::move(run), nullptr});
+  }
   std::shared_ptr<Work> enqueueP2P(bool isSend, void* data, size_t count, DType dtype, int peer,
                                    int tag);
   // Completes finished point-to-point transfers; throws on a mismatch or timeout.
