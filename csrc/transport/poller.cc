@@ -11,7 +11,6 @@ namespace pycollect {
 void waitUntil(const std::vector<Link*>& links, const std::function<bool()>& done,
                Clock::time_point deadline, const std::function<std::string()>& describe) {
   std::vector<pollfd> fds;
-  std::vector<Link*> polled;
   for (;;) {
     // Optimistic pass: the socket usually has room or data already.
     for (Link* l : links) {
@@ -21,14 +20,12 @@ void waitUntil(const std::vector<Link*>& links, const std::function<bool()>& don
     if (done()) return;
 
     fds.clear();
-    polled.clear();
     for (Link* l : links) {
       short ev = 0;
       if (l->sendPending()) ev |= POLLOUT;
       if (l->recvPending()) ev |= POLLIN;
       if (ev == 0) continue;
       fds.push_back({l->fd(), ev, 0});
-      polled.push_back(l);
     }
     if (fds.empty()) {
       throw Error("internal error: waiting with nothing in flight (" + describe() + ")");
