@@ -27,6 +27,7 @@
 #include "comm/work.h"
 #include "common/types.h"
 #include "transport/link.h"
+#include "transport/tcp/listener.h"
 #include "transport/tcp/mesh.h"
 
 namespace pycollect {

@@ -4,16 +4,14 @@
 // enforces the deadline.
 #pragma once
 
-#include <chrono>
 #include <functional>
 #include <string>
 #include <vector>
 
+#include "common/clock.h"
 #include "transport/link.h"
 
 namespace pycollect {
-
-using Clock = std::chrono::steady_clock;
 
 // Returns once done() is true. Throws TimeoutError with describe() as its message
 // if `deadline` passes first, and PeerLostError if a link fails.
