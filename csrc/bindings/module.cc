@@ -42,6 +42,7 @@ PYBIND11_MODULE(_C, m) {
   m.doc() = "pycollect's C++ engine: TCP ring collectives (private; use the pycollect package)";
   pycollect::registerErrors(m);
   pycollect::registerCommunicator(m);
+  pycollect::registerTransport(m);
   // Exposed for tests of the 16-bit rounding used by the reduction kernels.
   m.def("half_round_trip", [](float f) { return pycollect::halfToFloat(pycollect::floatToHalf(f)); });
   m.def("bfloat16_round_trip",

@@ -6,7 +6,6 @@
 #include "bindings/register.h"
 #include "comm/communicator.h"
 #include "common/error.h"
-#include "transport/tcp/address.h"
 
 namespace py = pybind11;
 
@@ -89,11 +88,6 @@ void registerCommunicator(py::module_& m) {
       .def("failed", &Communicator::failed)
       .def("failure", &Communicator::failure)
       .def("counters", &Communicator::counters);
-
-  m.def(
-      "interface_address",
-      [](const std::string& name, int family) { return tcp::interfaceAddress(name, family); },
-      py::arg("name"), py::arg("family") = 0);
 }
 
 }  // namespace pycollect

@@ -4,6 +4,7 @@
 #include <cstdio>
 
 #include "common/error.h"
+#include "transport/wait.h"
 
 namespace pycollect {
 
@@ -23,10 +24,10 @@ std::string describeCall(const WireHeader& h) {
   return s;
 }
 
-Context::Context(int rank, int size, const std::vector<Link*>& links, const WireHeader& call,
-                 Clock::time_point deadline, const Tunables& tunables,
+Context::Context(int rank, int size, Transport& transport, const std::vector<Link*>& links,
+                 const WireHeader& call, Clock::time_point deadline, const Tunables& tunables,
                  std::vector<char>& scratch)
-    : rank(rank), size(size), call(call), tunables(tunables), links_(links),
+    : rank(rank), size(size), call(call), tunables(tunables), transport_(transport), links_(links),
       deadline_(deadline), start_(Clock::now()), scratch_(scratch) {
   for (Link* l : links_) {
     if (l != nullptr) active_.push_back(l);
@@ -85,7 +86,7 @@ std::string Context::describeWait(const Link& l, const char* what) const {
 }
 
 void Context::wait(Link& l, const std::function<bool()>& done, const char* what) {
-  waitUntil(active_, done, deadline_, [&] { return describeWait(l, what); });
+  waitUntil(transport_, done, deadline_, [&] { return describeWait(l, what); });
 }
 
 void Context::waitRecv(Link& l, uint64_t ticket) {

@@ -1,11 +1,6 @@
 #include "comm/communicator.h"
 
-#include <poll.h>
-#include <sys/eventfd.h>
-#include <unistd.h>
-
-#include <cerrno>
-#include <cstdio>
+#include <algorithm>
 
 #include "collectives/collectives.h"
 #include "common/error.h"
@@ -30,34 +25,30 @@ Communicator::Communicator(int rank, int size, CommOptions options)
     throw InvalidArgument("rank " + std::to_string(rank) + " is outside [0, " +
                           std::to_string(size) + ")");
   }
-  wakeFd_ = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-  if (wakeFd_ < 0) throw Error(syscallMessage("eventfd", errno, "creating the worker's wake-up fd"));
+  TransportOptions to;
+  to.rank = rank;
+  to.size = size;
+  to.timeoutSec = options_.timeoutSec;
+  to.socketBuffer = options_.socketBuffer;
+  transport_ = makeTransport(TransportKind::kTcp, to);
 }
 
-Communicator::~Communicator() {
-  shutdown();
-  ::close(wakeFd_);
-}
+Communicator::~Communicator() { shutdown(); }
 
 std::pair<std::string, int> Communicator::listen(const std::string& host) {
-  listener_ = std::make_unique<tcp::Listener>(host);
-  return {listener_->address().host(), listener_->address().port()};
+  Endpoint e = transport_->listen(host);
+  return {e.host, e.port};
 }
 
 void Communicator::connect(const std::vector<std::string>& hosts, const std::vector<int>& ports,
                            uint64_t token) {
   if (connected_) throw InvalidArgument("communicator is already connected");
-  if (!listener_) throw InvalidArgument("call listen() before connect()");
-  tcp::MeshOptions mo;
-  mo.rank = rank_;
-  mo.size = size_;
-  mo.token = token;
-  mo.timeoutSec = options_.timeoutSec;
-  mo.socketBuffer = options_.socketBuffer;
-  links_ = tcp::connectMesh(*listener_, hosts, ports, mo);
-  // The mesh is complete: later strangers on the port are refused by the kernel.
-  listener_->close();
-  for (auto& l : links_) linkPtrs_.push_back(l.get());
+  if (hosts.size() != ports.size()) {
+    throw InvalidArgument("connect: need one host and one port per rank");
+  }
+  std::vector<Endpoint> peers;
+  for (size_t i = 0; i < hosts.size(); ++i) peers.push_back({hosts[i], ports[i]});
+  links_ = transport_->connect(peers, token);
   std::lock_guard<std::mutex> lock(mu_);
   connected_ = true;
   worker_ = std::thread([this] { workerLoop(); });
@@ -116,11 +107,7 @@ std::shared_ptr<Work> Communicator::enqueue(Op op) {
   ++calls_[opKindName(static_cast<OpKind>(header.kind))];  // send and recv both count as "send/recv"
   queue_.push_back(std::move(op));
   cv_.notify_one();
-  if (idlePolling_) {
-    uint64_t one = 1;
-    ssize_t ignored = ::write(wakeFd_, &one, sizeof(one));
-    (void)ignored;
-  }
+  if (idlePolling_) transport_->wake();
   return work;
 }
 
@@ -213,28 +200,12 @@ void Communicator::reapP2P() {
 }
 
 void Communicator::progressIdle() {
-  std::vector<pollfd> fds{{wakeFd_, POLLIN, 0}};
-  auto nearest = Clock::time_point::max();
-  for (auto& p : p2p_) nearest = std::min(nearest, p->deadline);
-  for (Link* l : linkPtrs_) {
-    if (l == nullptr) continue;
-    short ev = (l->sendPending() ? POLLOUT : 0) | (l->recvPending() ? POLLIN : 0);
-    if (ev) fds.push_back({l->fd(), ev, 0});
-  }
-  auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(nearest - Clock::now()).count();
-  int timeout = static_cast<int>(std::max<int64_t>(0, std::min<int64_t>(ms + 1, 1000)));
-  if (::poll(fds.data(), fds.size(), timeout) < 0 && errno != EINTR) {
-    throw Error(syscallMessage("poll", errno, "while point-to-point transfers were in flight"));
-  }
-  uint64_t drained;
-  while (::read(wakeFd_, &drained, sizeof(drained)) > 0) {
-  }
+  // Wake at the nearest transfer deadline, and at least once a second.
+  auto until = Clock::now() + std::chrono::seconds(1);
+  for (auto& p : p2p_) until = std::min(until, p->deadline);
+  transport_->waitReady(until);
   try {
-    for (Link* l : linkPtrs_) {
-      if (l == nullptr) continue;
-      if (l->sendPending()) l->progressSend();
-      if (l->recvPending()) l->progressRecv();
-    }
+    transport_->progress();
   } catch (const PeerLostError&) {
     // A peer that finished and left is not the cause if a header that already
     // arrived shows a mismatch: reapP2P throws that instead.
@@ -278,11 +249,12 @@ void Communicator::workerLoop() {
     std::shared_ptr<Work> work = workOf(op);
     try {
       if (auto* p2p = std::get_if<std::unique_ptr<PendingP2P>>(&op)) {
-        (*p2p)->post(linkPtrs_[(*p2p)->peer], deadlineFromNow());
+        (*p2p)->post(links_[(*p2p)->peer], deadlineFromNow());
         p2p_.push_back(std::move(*p2p));
       } else {
         Collective& c = std::get<Collective>(op);
-        Context ctx(rank_, size_, linkPtrs_, c.header, deadlineFromNow(), options_.tunables, scratch_);
+        Context ctx(rank_, size_, *transport_, links_, c.header, deadlineFromNow(),
+                    options_.tunables, scratch_);
         c.run(ctx);
         ctx.drainSends();  // header sends of early-returning algorithms
         work->finish(nullptr);
@@ -315,7 +287,7 @@ void Communicator::failWith(const std::string& message) {
     dropped.swap(queue_);
   }
   // Aborting every link makes the neighbours fail at once, and theirs in turn.
-  for (Link* l : linkPtrs_) {
+  for (Link* l : links_) {
     if (l != nullptr) l->abort();
   }
   for (auto& op : dropped) {
@@ -337,11 +309,9 @@ void Communicator::shutdown() {
     stopping_ = true;
   }
   cv_.notify_all();
-  uint64_t one = 1;
-  ssize_t ignored = ::write(wakeFd_, &one, sizeof(one));
-  (void)ignored;
-  // Wakes a worker blocked in poll(); the link's own state is left to the worker.
-  for (Link* l : linkPtrs_) {
+  transport_->wake();
+  // Wakes a worker blocked on a link; the link's own state is left to the worker.
+  for (Link* l : links_) {
     if (l != nullptr) l->interrupt();
   }
   if (worker_.joinable()) worker_.join();
@@ -360,10 +330,7 @@ void Communicator::shutdown() {
         GroupFailedError(p->work->what() + " did not complete: the process group was destroyed")));
   }
   p2p_.clear();
-  for (Link* l : linkPtrs_) {
-    if (l != nullptr) l->close();
-  }
-  if (listener_) listener_->close();
+  transport_->close();
 }
 
 bool Communicator::failed() {

@@ -1,5 +1,6 @@
-// A Communicator is one group's engine: its links (a full mesh), a queue of
-// operations, and one worker thread that runs them in the order they were issued.
+// A Communicator is one group's engine: its links (a full mesh, made and driven
+// by a Transport from makeTransport), a queue of operations, and one worker
+// thread that runs them in the order they were issued.
 // Python holds it through pycollect._C; every public method is safe to call
 // without the GIL.
 //
@@ -27,8 +28,7 @@
 #include "comm/work.h"
 #include "common/types.h"
 #include "transport/link.h"
-#include "transport/tcp/listener.h"
-#include "transport/tcp/mesh.h"
+#include "transport/transport.h"
 
 namespace pycollect {
 
@@ -96,7 +96,7 @@ class Communicator {
                                    int tag);
   // Completes finished point-to-point transfers; throws on a mismatch or timeout.
   void reapP2P();
-  // Idle with transfers in flight: poll the links and the wake-up fd, then reap.
+  // Idle with transfers in flight: wait for the links or a wake-up, then reap.
   // A mismatch found in an arrived header wins over a peer that has since left.
   void progressIdle();
   Clock::time_point deadlineFromNow() const;
@@ -109,9 +109,8 @@ class Communicator {
   const int rank_;
   const int size_;
   CommOptions options_;
-  std::unique_ptr<tcp::Listener> listener_;
-  std::vector<std::unique_ptr<Link>> links_;
-  std::vector<Link*> linkPtrs_;
+  std::unique_ptr<Transport> transport_;
+  std::vector<Link*> links_;  // indexed by rank, nullptr at self; owned by transport_
   std::vector<char> scratch_;
 
   std::mutex mu_;
@@ -121,8 +120,7 @@ class Communicator {
   bool connected_ = false;
   std::string failure_;
   std::thread worker_;
-  int wakeFd_ = -1;             // eventfd: enqueue wakes a worker polling in progressIdle
-  bool idlePolling_ = false;    // (under mu_) the worker is in progressIdle
+  bool idlePolling_ = false;    // (under mu_) the worker is in progressIdle: wake it
   std::deque<std::unique_ptr<PendingP2P>> p2p_;  // worker thread only
 
   uint64_t seq_ = 0;                 // collective calls issued (under mu_)

@@ -42,10 +42,9 @@ void configure(Socket& s, const MeshOptions& opts) {
 }
 
 std::vector<std::unique_ptr<Link>> connectMesh(Listener& listener,
-                                               const std::vector<std::string>& hosts,
-                                               const std::vector<int>& ports,
+                                               const std::vector<Endpoint>& peers,
                                                const MeshOptions& opts) {
-  if (static_cast<int>(hosts.size()) != opts.size || static_cast<int>(ports.size()) != opts.size) {
+  if (static_cast<int>(peers.size()) != opts.size) {
     throw InvalidArgument("connectMesh: need one address per rank");
   }
   auto deadline = Clock::now() + std::chrono::milliseconds(static_cast<int64_t>(opts.timeoutSec * 1000));
@@ -53,7 +52,7 @@ std::vector<std::unique_ptr<Link>> connectMesh(Listener& listener,
   // Higher ranks first connect, lowest rank last accepts: rank size-1 only accepts,
   // so the chain of waits always ends and no cycle can form.
   for (int peer = opts.rank + 1; peer < opts.size; ++peer) {
-    links[peer] = connectTo(peer, Address::resolve(hosts[peer], ports[peer]), opts, deadline);
+    links[peer] = connectTo(peer, Address::resolve(peers[peer].host, peers[peer].port), opts, deadline);
   }
   acceptLower(listener, links, opts, deadline);
   return links;

@@ -10,7 +10,8 @@
 #include <vector>
 
 #include "common/clock.h"
-#include "transport/link.h"
+#include "transport/tcp/link.h"
+#include "transport/transport.h"
 #include "transport/tcp/address.h"
 #include "transport/tcp/socket.h"
 
@@ -27,12 +28,11 @@ struct MeshOptions {
 
 class Listener;
 
-// Returns links indexed by peer rank (nullptr at `opts.rank`). `hosts[i]`/`ports[i]`
-// is where rank i listens. Throws TimeoutError/PeerLostError naming the rank that
-// could not be reached.
+// Returns links indexed by peer rank (nullptr at `opts.rank`). `peers[i]` is where
+// rank i listens. Throws TimeoutError/PeerLostError naming the rank that could not
+// be reached.
 std::vector<std::unique_ptr<Link>> connectMesh(Listener& listener,
-                                               const std::vector<std::string>& hosts,
-                                               const std::vector<int>& ports,
+                                               const std::vector<Endpoint>& peers,
                                                const MeshOptions& opts);
 
 // The connecting half (connector.cc): connects to rank `peer` and exchanges Hellos.
