@@ -172,7 +172,7 @@ def all_reduce(tensor, op=ReduceOp.SUM, group=None, async_op: bool = False, algo
     op = to_reduce_op(op)
     algo = g.algo if algo is None else Algo.parse(algo, "all_reduce(algo)")
     b = as_buffer(tensor, "all_reduce(tensor)", writable=True)
-    return _run(g, lambda c: c.all_reduce(b.address, b.numel, b.code, int(op), algo.name.lower()), (b,), async_op)
+    return _run(g, lambda c: c.all_reduce(b.address, b.numel, b.code, int(op), int(algo)), (b,), async_op)
 
 
 def all_gather_into_tensor(output_tensor, input_tensor, group=None, async_op: bool = False):

@@ -1,7 +1,6 @@
 // pycollect._C: the only door into the C++ engine. One register_* function per area.
 #include "bindings/register.h"
 #include "common/error.h"
-#include "common/types.h"
 #include "reduce/reduce.h"
 
 namespace py = pybind11;
@@ -43,7 +42,7 @@ PYBIND11_MODULE(_C, m) {
   m.doc() = "pycollect's C++ engine: TCP ring collectives (private; use the pycollect package)";
   pycollect::registerErrors(m);
   pycollect::registerCommunicator(m);
-  m.def("dtype_size", [](int d) { return pycollect::dtypeSize(pycollect::checkedDType(d)); });
+  pycollect::registerTransport(m);
   // Exposed for tests of the 16-bit rounding used by the reduction kernels.
   m.def("half_round_trip", [](float f) { return pycollect::halfToFloat(pycollect::floatToHalf(f)); });
   m.def("bfloat16_round_trip",

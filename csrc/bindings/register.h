@@ -5,4 +5,5 @@
 namespace pycollect {
 void registerErrors(pybind11::module_& m);
 void registerCommunicator(pybind11::module_& m);
+void registerTransport(pybind11::module_& m);
 }  // namespace pycollect

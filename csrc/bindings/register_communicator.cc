@@ -6,7 +6,6 @@
 #include "bindings/register.h"
 #include "comm/communicator.h"
 #include "common/error.h"
-#include "transport/tcp/address.h"
 
 namespace py = pybind11;
 
@@ -49,10 +48,11 @@ void registerCommunicator(py::module_& m) {
       .def("connect", &Communicator::connect, py::arg("hosts"), py::arg("ports"), py::arg("token"), R())
       .def(
           "all_reduce",
-          [](Communicator& c, uintptr_t data, size_t count, int dtype, int op, const std::string& algo) {
-            return c.allReduce(ptr(data), count, checkedDType(dtype), checkedReduceOp(op), algo);
+          [](Communicator& c, uintptr_t data, size_t count, int dtype, int op, int algo) {
+            return c.allReduce(ptr(data), count, checkedDType(dtype), checkedReduceOp(op),
+                               checkedAlgo(algo));
           },
-          py::arg("data"), py::arg("count"), py::arg("dtype"), py::arg("op"), py::arg("algo") = "", R())
+          py::arg("data"), py::arg("count"), py::arg("dtype"), py::arg("op"), py::arg("algo") = 0, R())
       .def(
           "all_gather",
           [](Communicator& c, uintptr_t in, uintptr_t out, size_t count, int dtype) {
@@ -87,13 +87,7 @@ void registerCommunicator(py::module_& m) {
       .def("shutdown", &Communicator::shutdown, R())
       .def("failed", &Communicator::failed)
       .def("failure", &Communicator::failure)
-      .def("counters", &Communicator::counters)
-      .def("choose_allreduce", &Communicator::chooseAllreduce);
-
-  m.def(
-      "interface_address",
-      [](const std::string& name, int family) { return tcp::interfaceAddress(name, family); },
-      py::arg("name"), py::arg("family") = 0);
+      .def("counters", &Communicator::counters);
 }
 
 }  // namespace pycollect

@@ -5,7 +5,7 @@
 // the same sequence of operations on the same inputs, so every rank ends with
 // bit-identical results. Cost: one message latency instead of the ring's
 // 2(size-1), for (size-1) times the bytes; worth it only below a few KiB to tens
-// of KiB and for small groups (see Communicator::chooseAllreduce).
+// of KiB and for small groups (see chooseAllreduce in comm/communicator.cc).
 //
 // Example with 3 ranks: rank 1 sends x1 to ranks 0 and 2, receives x0 and x2, and
 // computes (x0 + x1) + x2, exactly as ranks 0 and 2 do.

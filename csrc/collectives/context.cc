@@ -4,6 +4,7 @@
 #include <cstdio>
 
 #include "common/error.h"
+#include "transport/wait.h"
 
 namespace pycollect {
 
@@ -17,15 +18,16 @@ std::string describeCall(const WireHeader& h) {
   }
   if (kind == OpKind::kBroadcast) s += ", root=" + std::to_string(h.root);
   if (kind == OpKind::kSend) s += ", tag=" + std::to_string(h.root);
-  if (kind == OpKind::kAllReduce && h.reserved != 0) s += h.reserved == 1 ? ", ring" : ", direct";
+  auto algo = static_cast<Algo>(h.algo);
+  if (kind == OpKind::kAllReduce && algo != Algo::kAuto) s += std::string(", ") + algoName(algo);
   s += ")";
   return s;
 }
 
-Context::Context(int rank, int size, const std::vector<Link*>& links, const WireHeader& call,
-                 Clock::time_point deadline, const Tunables& tunables,
+Context::Context(int rank, int size, Transport& transport, const std::vector<Link*>& links,
+                 const WireHeader& call, Clock::time_point deadline, const Tunables& tunables,
                  std::vector<char>& scratch)
-    : rank(rank), size(size), call(call), tunables(tunables), links_(links),
+    : rank(rank), size(size), call(call), tunables(tunables), transport_(transport), links_(links),
       deadline_(deadline), start_(Clock::now()), scratch_(scratch) {
   for (Link* l : links_) {
     if (l != nullptr) active_.push_back(l);
@@ -62,7 +64,7 @@ void Context::checkHeaders() {
     }
     bool same = h.kind == call.kind && h.dtype == call.dtype && h.redop == call.redop &&
                 h.seq == call.seq && h.count == call.count && h.root == call.root &&
-                h.reserved == call.reserved;
+                h.algo == call.algo;
     if (!same) {
       throw MismatchError("mismatched collectives: rank " + std::to_string(rank) + " called " +
                           describeCall(call) + " as call #" + std::to_string(call.seq) +
@@ -84,7 +86,7 @@ std::string Context::describeWait(const Link& l, const char* what) const {
 }
 
 void Context::wait(Link& l, const std::function<bool()>& done, const char* what) {
-  waitUntil(active_, done, deadline_, [&] { return describeWait(l, what); });
+  waitUntil(transport_, done, deadline_, [&] { return describeWait(l, what); });
 }
 
 void Context::waitRecv(Link& l, uint64_t ticket) {

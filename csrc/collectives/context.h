@@ -1,19 +1,22 @@
 // What an algorithm sees of its group: its rank, the links to its peers, a
-// deadline, tunables and scratch memory. It never sees a socket.
+// deadline, tunables and scratch memory. It never sees a socket: only the Link
+// and Transport interfaces of transport/.
 //
 // Every collective starts with a header exchange: each rank sends a 32-byte
-// WireHeader (sequence number, kind, dtype, op, count, root) to the peers it will
-// talk to and checks theirs. Ranks that disagree raise MismatchError naming both
-// calls before any payload is read.
+// WireHeader (sequence number, kind, dtype, op, algorithm, count, root) to the
+// peers it will talk to and checks theirs. Ranks that disagree raise
+// MismatchError naming both calls before any payload is read.
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
 #include "common/types.h"
+#include "common/clock.h"
 #include "transport/link.h"
-#include "transport/poller.h"
+#include "transport/transport.h"
 
 namespace pycollect {
 
@@ -22,7 +25,7 @@ struct WireHeader {
   uint8_t kind = 0;
   uint8_t dtype = 0;
   uint8_t redop = 0;
-  uint8_t reserved = 0;
+  uint8_t algo = 0;  // the Algo that runs: ranks that chose differently mismatch
   uint64_t seq = 0;
   uint64_t count = 0;
   int32_t root = -1;  // broadcast root, or the tag of a send/recv
@@ -40,8 +43,9 @@ struct Tunables {
 
 class Context {
  public:
-  Context(int rank, int size, const std::vector<Link*>& links, const WireHeader& call,
-          Clock::time_point deadline, const Tunables& tunables, std::vector<char>& scratch);
+  Context(int rank, int size, Transport& transport, const std::vector<Link*>& links,
+          const WireHeader& call, Clock::time_point deadline, const Tunables& tunables,
+          std::vector<char>& scratch);
 
   const int rank;
   const int size;
@@ -88,6 +92,7 @@ class Context {
   std::vector<int> headerPeers_;
   std::vector<WireHeader> theirs_;
   std::vector<uint64_t> headerTickets_;
+  Transport& transport_;      // drives every link while we wait
   std::vector<Link*> links_;  // indexed by rank, nullptr at self
   std::vector<Link*> active_;  // non-null links
   Clock::time_point deadline_;

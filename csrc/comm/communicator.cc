@@ -1,22 +1,20 @@
 #include "comm/communicator.h"
 
-#include <poll.h>
-#include <sys/eventfd.h>
-#include <unistd.h>
-
-#include <cerrno>
-#include <cstdio>
+#include <algorithm>
 
 #include "collectives/collectives.h"
 #include "common/error.h"
+#include "reduce/reduce.h"
 
 namespace pycollect {
 namespace {
 
-// Algorithm ids carried in WireHeader::reserved, so ranks that chose differently
-// (e.g. a different PYCOLLECT_ALGO) fail with a mismatch instead of hanging.
-constexpr uint8_t kAlgoRing = 1;
-constexpr uint8_t kAlgoDirect = 2;
+// What kAuto means: the direct algorithm for small messages on small groups (one
+// round instead of 2(size-1)), the ring otherwise.
+Algo chooseAllreduce(const CommOptions& o, int size, size_t bytes) {
+  if (size > 1 && size <= o.directMaxRanks && bytes <= o.directMaxBytes) return Algo::kDirect;
+  return Algo::kRing;
+}
 
 }  // namespace
 
@@ -27,40 +25,37 @@ Communicator::Communicator(int rank, int size, CommOptions options)
     throw InvalidArgument("rank " + std::to_string(rank) + " is outside [0, " +
                           std::to_string(size) + ")");
   }
-  wakeFd_ = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-  if (wakeFd_ < 0) throw Error(syscallMessage("eventfd", errno, "creating the worker's wake-up fd"));
+  TransportOptions to;
+  to.rank = rank;
+  to.size = size;
+  to.timeoutSec = options_.timeoutSec;
+  to.socketBuffer = options_.socketBuffer;
+  transport_ = makeTransport(TransportKind::kTcp, to);
 }
 
-Communicator::~Communicator() {
-  shutdown();
-  ::close(wakeFd_);
-}
+Communicator::~Communicator() { shutdown(); }
 
 std::pair<std::string, int> Communicator::listen(const std::string& host) {
-  listener_ = std::make_unique<tcp::Listener>(host);
-  return {listener_->address().host(), listener_->address().port()};
+  Endpoint e = transport_->listen(host);
+  return {e.host, e.port};
 }
 
 void Communicator::connect(const std::vector<std::string>& hosts, const std::vector<int>& ports,
                            uint64_t token) {
   if (connected_) throw InvalidArgument("communicator is already connected");
-  if (!listener_) throw InvalidArgument("call listen() before connect()");
-  tcp::MeshOptions mo;
-  mo.rank = rank_;
-  mo.size = size_;
-  mo.token = token;
-  mo.timeoutSec = options_.timeoutSec;
-  mo.socketBuffer = options_.socketBuffer;
-  links_ = tcp::connectMesh(*listener_, hosts, ports, mo);
-  // The mesh is complete: later strangers on the port are refused by the kernel.
-  listener_->close();
-  for (auto& l : links_) linkPtrs_.push_back(l.get());
+  if (hosts.size() != ports.size()) {
+    throw InvalidArgument("connect: need one host and one port per rank");
+  }
+  std::vector<Endpoint> peers;
+  for (size_t i = 0; i < hosts.size(); ++i) peers.push_back({hosts[i], ports[i]});
+  links_ = transport_->connect(peers, token);
   std::lock_guard<std::mutex> lock(mu_);
   connected_ = true;
   worker_ = std::thread([this] { workerLoop(); });
 }
 
 WireHeader Communicator::makeHeader(OpKind kind, DType dtype, ReduceOp op, size_t count, int root) {
+  checkReduction(op, dtype);  // every call passes here; non-reductions pass kSum
   WireHeader h;
   h.kind = static_cast<uint8_t>(kind);
   h.dtype = static_cast<uint8_t>(dtype);
@@ -82,57 +77,48 @@ void Communicator::checkPeer(int peer, const char* what) const {
   }
 }
 
-std::shared_ptr<Work> Communicator::enqueue(WireHeader header, std::function<void(Context&)> run,
-                                            std::unique_ptr<PendingP2P> p2p) {
+WireHeader& Communicator::headerOf(Op& op) {
+  if (auto* p2p = std::get_if<std::unique_ptr<PendingP2P>>(&op)) return (*p2p)->header;
+  return std::get<Collective>(op).header;
+}
+
+std::shared_ptr<Work>& Communicator::workOf(Op& op) {
+  if (auto* p2p = std::get_if<std::unique_ptr<PendingP2P>>(&op)) return (*p2p)->work;
+  return std::get<Collective>(op).work;
+}
+
+std::shared_ptr<Work> Communicator::enqueue(Op op) {
   std::lock_guard<std::mutex> lock(mu_);
   if (!failure_.empty()) {
     throw GroupFailedError("process group failed earlier; no further calls are possible: " + failure_);
   }
   if (stopping_) throw GroupFailedError("process group was destroyed");
   if (!connected_) throw InvalidArgument("communicator is not connected");
-  auto kind = static_cast<OpKind>(header.kind);
-  if (p2p) {
+  WireHeader& header = headerOf(op);
+  if (auto* p2p = std::get_if<std::unique_ptr<PendingP2P>>(&op)) {
     // p2p messages are numbered per pair and direction.
-    auto& seqs = p2p->isSend ? sendSeq_ : recvSeq_;
-    header.seq = seqs[p2p->peer]++;
-    p2p->header = header;
+    auto& seqs = (*p2p)->isSend ? sendSeq_ : recvSeq_;
+    header.seq = seqs[(*p2p)->peer]++;
   } else {
     header.seq = seq_++;
   }
-  std::string what = "rank " + std::to_string(rank_) + " " + describeCall(header);
-  auto work = std::make_shared<Work>(what);
-  if (p2p) p2p->work = work;
-  queue_.push_back(Op{header, std::move(run), std::move(p2p), work});
-  ++calls_[opKindName(kind)];  // send and recv both count as "send/recv"
+  auto work = std::make_shared<Work>("rank " + std::to_string(rank_) + " " + describeCall(header));
+  workOf(op) = work;
+  ++calls_[opKindName(static_cast<OpKind>(header.kind))];  // send and recv both count as "send/recv"
+  queue_.push_back(std::move(op));
   cv_.notify_one();
-  if (idlePolling_) {
-    uint64_t one = 1;
-    ssize_t ignored = ::write(wakeFd_, &one, sizeof(one));
-    (void)ignored;
-  }
+  if (idlePolling_) transport_->wake();
   return work;
 }
 
-std::string Communicator::chooseAllreduce(size_t bytes) const {
-  if (size_ > 1 && size_ <= options_.directMaxRanks && bytes <= options_.directMaxBytes) {
-    return "direct";
-  }
-  return "ring";
-}
-
 std::shared_ptr<Work> Communicator::allReduce(void* data, size_t count, DType dtype, ReduceOp op,
-                                              const std::string& algo) {
-  if (op == ReduceOp::kAvg && !isFloating(dtype)) {
-    throw InvalidArgument(std::string("ReduceOp.AVG is not supported for integer dtype ") +
-                          dtypeName(dtype) + " (as in NCCL); use SUM and divide");
-  }
-  std::string chosen = algo.empty() || algo == "auto" ? chooseAllreduce(count * dtypeSize(dtype)) : algo;
-  if (chosen != "ring" && chosen != "direct") {
-    throw InvalidArgument("unknown all-reduce algorithm '" + algo + "' (choose auto, ring or direct)");
-  }
+                                              Algo algo) {
+  // The header carries the algorithm that runs, so ranks that chose differently
+  // (e.g. a different PYCOLLECT_ALGO) fail with a mismatch instead of hanging.
+  Algo chosen = algo == Algo::kAuto ? chooseAllreduce(options_, size_, count * dtypeSize(dtype)) : algo;
   WireHeader h = makeHeader(OpKind::kAllReduce, dtype, op, count, -1);
-  h.reserved = chosen == "ring" ? kAlgoRing : kAlgoDirect;
-  if (chosen == "ring") {
+  h.algo = static_cast<uint8_t>(chosen);
+  if (chosen == Algo::kRing) {
     return enqueue(h, [=](Context& c) { allreduceRing(c, data, count, dtype, op); });
   }
   return enqueue(h, [=](Context& c) { allreduceDirect(c, data, count, dtype, op); });
@@ -145,10 +131,6 @@ std::shared_ptr<Work> Communicator::allGather(const void* in, void* out, size_t 
 
 std::shared_ptr<Work> Communicator::reduceScatter(const void* in, void* out, size_t count,
                                                   DType dtype, ReduceOp op) {
-  if (op == ReduceOp::kAvg && !isFloating(dtype)) {
-    throw InvalidArgument(std::string("ReduceOp.AVG is not supported for integer dtype ") +
-                          dtypeName(dtype) + " (as in NCCL); use SUM and divide");
-  }
   WireHeader h = makeHeader(OpKind::kReduceScatter, dtype, op, count, -1);
   return enqueue(h, [=](Context& c) { reduceScatterRing(c, in, out, count, dtype, op); });
 }
@@ -177,9 +159,9 @@ std::shared_ptr<Work> Communicator::enqueueP2P(bool isSend, void* data, size_t c
   p->self = rank_;
   p->data = data;
   p->bytes = count * dtypeSize(dtype);
-  WireHeader h = makeHeader(OpKind::kSend, dtype, ReduceOp::kSum, count, tag);
-  if (!isSend) h.rank = peer;  // the header we expect was written by the peer
-  return enqueue(h, nullptr, std::move(p));
+  p->header = makeHeader(OpKind::kSend, dtype, ReduceOp::kSum, count, tag);
+  if (!isSend) p->header.rank = peer;  // the header we expect was written by the peer
+  return enqueue(std::move(p));
 }
 
 std::shared_ptr<Work> Communicator::send(const void* data, size_t count, DType dtype, int peer,
@@ -218,28 +200,12 @@ void Communicator::reapP2P() {
 }
 
 void Communicator::progressIdle() {
-  std::vector<pollfd> fds{{wakeFd_, POLLIN, 0}};
-  auto nearest = Clock::time_point::max();
-  for (auto& p : p2p_) nearest = std::min(nearest, p->deadline);
-  for (Link* l : linkPtrs_) {
-    if (l == nullptr) continue;
-    short ev = (l->sendPending() ? POLLOUT : 0) | (l->recvPending() ? POLLIN : 0);
-    if (ev) fds.push_back({l->fd(), ev, 0});
-  }
-  auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(nearest - Clock::now()).count();
-  int timeout = static_cast<int>(std::max<int64_t>(0, std::min<int64_t>(ms + 1, 1000)));
-  if (::poll(fds.data(), fds.size(), timeout) < 0 && errno != EINTR) {
-    throw Error(syscallMessage("poll", errno, "while point-to-point transfers were in flight"));
-  }
-  uint64_t drained;
-  while (::read(wakeFd_, &drained, sizeof(drained)) > 0) {
-  }
+  // Wake at the nearest transfer deadline, and at least once a second.
+  auto until = Clock::now() + std::chrono::seconds(1);
+  for (auto& p : p2p_) until = std::min(until, p->deadline);
+  transport_->waitReady(until);
   try {
-    for (Link* l : linkPtrs_) {
-      if (l == nullptr) continue;
-      if (l->sendPending()) l->progressSend();
-      if (l->recvPending()) l->progressRecv();
-    }
+    transport_->progress();
   } catch (const PeerLostError&) {
     // A peer that finished and left is not the cause if a header that already
     // arrived shows a mismatch: reapP2P throws that instead.
@@ -279,15 +245,19 @@ void Communicator::workerLoop() {
       op = std::move(queue_.front());
       queue_.pop_front();
     }
+    // A posted p2p op moves on to p2p_, so keep its Work at hand for the catch.
+    std::shared_ptr<Work> work = workOf(op);
     try {
-      if (op.p2p) {
-        op.p2p->post(linkPtrs_[op.p2p->peer], deadlineFromNow());
-        p2p_.push_back(std::move(op.p2p));
+      if (auto* p2p = std::get_if<std::unique_ptr<PendingP2P>>(&op)) {
+        (*p2p)->post(links_[(*p2p)->peer], deadlineFromNow());
+        p2p_.push_back(std::move(*p2p));
       } else {
-        Context ctx(rank_, size_, linkPtrs_, op.header, deadlineFromNow(), options_.tunables, scratch_);
-        op.run(ctx);
+        Collective& c = std::get<Collective>(op);
+        Context ctx(rank_, size_, *transport_, links_, c.header, deadlineFromNow(),
+                    options_.tunables, scratch_);
+        c.run(ctx);
         ctx.drainSends();  // header sends of early-returning algorithms
-        op.work->finish(nullptr);
+        work->finish(nullptr);
       }
       reapP2P();
     } catch (const std::exception& e) {
@@ -296,14 +266,14 @@ void Communicator::workerLoop() {
         std::lock_guard<std::mutex> lock(mu_);
         stopping = stopping_;
       }
-      bool own = !op.work->isCompleted();  // a p2p failure found by reapP2P finished its own work
+      bool own = !work->isCompleted();  // a p2p failure found by reapP2P finished its own work
       if (own) {
-        op.work->finish(stopping ? std::make_exception_ptr(GroupFailedError(
-                                       "process group was destroyed while " + op.work->what() +
-                                       " was running"))
-                                 : std::current_exception());
+        work->finish(stopping ? std::make_exception_ptr(GroupFailedError(
+                                    "process group was destroyed while " + work->what() +
+                                    " was running"))
+                              : std::current_exception());
       }
-      std::string message = own ? op.work->what() + ": " + e.what() : std::string(e.what());
+      std::string message = own ? work->what() + ": " + e.what() : std::string(e.what());
       failWith(stopping ? "process group was destroyed" : message);
     }
   }
@@ -317,12 +287,13 @@ void Communicator::failWith(const std::string& message) {
     dropped.swap(queue_);
   }
   // Aborting every link makes the neighbours fail at once, and theirs in turn.
-  for (Link* l : linkPtrs_) {
+  for (Link* l : links_) {
     if (l != nullptr) l->abort();
   }
   for (auto& op : dropped) {
-    op.work->finish(std::make_exception_ptr(
-        GroupFailedError(op.work->what() + " was not run: the process group failed: " + message)));
+    Work& work = *workOf(op);
+    work.finish(std::make_exception_ptr(
+        GroupFailedError(work.what() + " was not run: the process group failed: " + message)));
   }
   for (auto& p : p2p_) {
     p->work->finish(std::make_exception_ptr(
@@ -338,11 +309,9 @@ void Communicator::shutdown() {
     stopping_ = true;
   }
   cv_.notify_all();
-  uint64_t one = 1;
-  ssize_t ignored = ::write(wakeFd_, &one, sizeof(one));
-  (void)ignored;
-  // Wakes a worker blocked in poll(); the link's own state is left to the worker.
-  for (Link* l : linkPtrs_) {
+  transport_->wake();
+  // Wakes a worker blocked on a link; the link's own state is left to the worker.
+  for (Link* l : links_) {
     if (l != nullptr) l->interrupt();
   }
   if (worker_.joinable()) worker_.join();
@@ -352,18 +321,16 @@ void Communicator::shutdown() {
     dropped.swap(queue_);
   }
   for (auto& op : dropped) {
-    op.work->finish(std::make_exception_ptr(
-        GroupFailedError(op.work->what() + " was not run: the process group was destroyed")));
+    Work& work = *workOf(op);
+    work.finish(std::make_exception_ptr(
+        GroupFailedError(work.what() + " was not run: the process group was destroyed")));
   }
   for (auto& p : p2p_) {
     p->work->finish(std::make_exception_ptr(
         GroupFailedError(p->work->what() + " did not complete: the process group was destroyed")));
   }
   p2p_.clear();
-  for (Link* l : linkPtrs_) {
-    if (l != nullptr) l->close();
-  }
-  if (listener_) listener_->close();
+  transport_->close();
 }
 
 bool Communicator::failed() {

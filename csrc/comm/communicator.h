@@ -1,5 +1,6 @@
-// A Communicator is one group's engine: its links (a full mesh), a queue of
-// operations, and one worker thread that runs them in the order they were issued.
+// A Communicator is one group's engine: its links (a full mesh, made and driven
+// by a Transport from makeTransport), a queue of operations, and one worker
+// thread that runs them in the order they were issued.
 // Python holds it through pycollect._C; every public method is safe to call
 // without the GIL.
 //
@@ -19,6 +20,7 @@
 #include <mutex>
 #include <string>
 #include <thread>
+#include <variant>
 #include <vector>
 
 #include "collectives/context.h"
@@ -26,7 +28,7 @@
 #include "comm/work.h"
 #include "common/types.h"
 #include "transport/link.h"
-#include "transport/tcp/mesh.h"
+#include "transport/transport.h"
 
 namespace pycollect {
 
@@ -54,9 +56,8 @@ class Communicator {
                uint64_t token);
 
   // Operations. Pointers must stay valid until the returned Work completes.
-  // `algo`: "" or "auto" chooses by size, "ring" or "direct" forces one.
-  std::shared_ptr<Work> allReduce(void* data, size_t count, DType dtype, ReduceOp op,
-                                  const std::string& algo);
+  // `algo`: kAuto chooses by size (options().directMax*), kRing or kDirect forces one.
+  std::shared_ptr<Work> allReduce(void* data, size_t count, DType dtype, ReduceOp op, Algo algo);
   std::shared_ptr<Work> allGather(const void* in, void* out, size_t count, DType dtype);
   std::shared_ptr<Work> reduceScatter(const void* in, void* out, size_t count, DType dtype,
                                       ReduceOp op);
@@ -74,26 +75,32 @@ class Communicator {
 
   const CommOptions& options() const { return options_; }
 
-  // Which all-reduce algorithm "auto" picks for this many bytes.
-  std::string chooseAllreduce(size_t bytes) const;
-
  private:
-  struct Op {
+  // A queued operation: a collective, run to completion on the worker, or a
+  // point-to-point transfer, posted there and left in flight.
+  struct Collective {
     WireHeader header;
-    std::function<void(Context&)> run;   // a collective, run to completion
-    std::unique_ptr<PendingP2P> p2p;     // or a send/recv, posted and left in flight
+    std::function<void(Context&)> run;
     std::shared_ptr<Work> work;
   };
-  std::shared_ptr<Work> enqueue(WireHeader header, std::function<void(Context&)> run,
-                                std::unique_ptr<PendingP2P> p2p = nullptr);
+  using Op = std::variant<Collective, std::unique_ptr<PendingP2P>>;
+  static WireHeader& headerOf(Op& op);
+  static std::shared_ptr<Work>& workOf(Op& op);
+
+  // Numbers the op, gives it its Work and queues it; throws if the group failed.
+  std::shared_ptr<Work> enqueue(Op op);
+  std::shared_ptr<Work> enqueue(const WireHeader& header, std::function<void(Context&)> run) {
+    return enqueue(Collective{header, std::move(run), nullptr});
+  }
   std::shared_ptr<Work> enqueueP2P(bool isSend, void* data, size_t count, DType dtype, int peer,
                                    int tag);
   // Completes finished point-to-point transfers; throws on a mismatch or timeout.
   void reapP2P();
-  // Idle with transfers in flight: poll the links and the wake-up fd, then reap.
+  // Idle with transfers in flight: wait for the links or a wake-up, then reap.
   // A mismatch found in an arrived header wins over a peer that has since left.
   void progressIdle();
   Clock::time_point deadlineFromNow() const;
+  // The header of a call by this rank; refuses an (op, dtype) the kernels lack.
   WireHeader makeHeader(OpKind kind, DType dtype, ReduceOp op, size_t count, int root);
   void checkPeer(int peer, const char* what) const;
   void workerLoop();
@@ -102,9 +109,8 @@ class Communicator {
   const int rank_;
   const int size_;
   CommOptions options_;
-  std::unique_ptr<tcp::Listener> listener_;
-  std::vector<std::unique_ptr<Link>> links_;
-  std::vector<Link*> linkPtrs_;
+  std::unique_ptr<Transport> transport_;
+  std::vector<Link*> links_;  // indexed by rank, nullptr at self; owned by transport_
   std::vector<char> scratch_;
 
   std::mutex mu_;
@@ -114,8 +120,7 @@ class Communicator {
   bool connected_ = false;
   std::string failure_;
   std::thread worker_;
-  int wakeFd_ = -1;             // eventfd: enqueue wakes a worker polling in progressIdle
-  bool idlePolling_ = false;    // (under mu_) the worker is in progressIdle
+  bool idlePolling_ = false;    // (under mu_) the worker is in progressIdle: wake it
   std::deque<std::unique_ptr<PendingP2P>> p2p_;  // worker thread only
 
   uint64_t seq_ = 0;                 // collective calls issued (under mu_)

@@ -1,7 +1,7 @@
 // Point-to-point transfers that complete in the background.
 //
 // A send or recv is posted on its link's FIFO queue (header, then payload) and
-// the worker moves on to the next operation at once; the poller moves the bytes
+// the worker moves on to the next operation at once; the transport moves the bytes
 // while later operations wait, or while the worker idles. So two ranks that each
 // isend a large message and then irecv the other's do not deadlock, as they would
 // if a send had to finish before the recv was posted.

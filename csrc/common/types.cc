@@ -68,6 +68,15 @@ const char* opKindName(OpKind k) {
   return "?";
 }
 
+const char* algoName(Algo a) {
+  switch (a) {
+    case Algo::kAuto: return "auto";
+    case Algo::kRing: return "ring";
+    case Algo::kDirect: return "direct";
+  }
+  return "?";
+}
+
 DType checkedDType(int v) {
   if (v < 0 || v >= kNumDTypes) {
     throw InvalidArgument("unknown dtype code " + std::to_string(v));
@@ -80,6 +89,14 @@ ReduceOp checkedReduceOp(int v) {
     throw InvalidArgument("unknown reduce op code " + std::to_string(v));
   }
   return static_cast<ReduceOp>(v);
+}
+
+Algo checkedAlgo(int v) {
+  if (v < 0 || v >= kNumAlgos) {
+    throw InvalidArgument("unknown all-reduce algorithm code " + std::to_string(v) +
+                          " (0 auto, 1 ring, 2 direct)");
+  }
+  return static_cast<Algo>(v);
 }
 
 }  // namespace pycollect

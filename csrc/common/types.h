@@ -37,14 +37,25 @@ enum class OpKind : uint8_t {
   kSend = 5,  // on the wire, a send and its matching recv carry the same kind
 };
 
+// All-reduce algorithms. kAuto lets the communicator choose by size; the header
+// always carries the algorithm that actually runs (kAuto only for other kinds).
+enum class Algo : uint8_t {
+  kAuto = 0,
+  kRing = 1,
+  kDirect = 2,
+};
+constexpr int kNumAlgos = 3;
+
 size_t dtypeSize(DType t);
 bool isFloating(DType t);
 const char* dtypeName(DType t);
 const char* reduceOpName(ReduceOp op);
 const char* opKindName(OpKind k);
+const char* algoName(Algo a);
 
 // Throws InvalidArgument for values outside the enums (they come from Python as ints).
 DType checkedDType(int v);
 ReduceOp checkedReduceOp(int v);
+Algo checkedAlgo(int v);
 
 }  // namespace pycollect

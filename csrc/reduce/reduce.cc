@@ -16,6 +16,13 @@
 
 namespace pycollect {
 
+void checkReduction(ReduceOp op, DType dtype) {
+  if (op == ReduceOp::kAvg && !isFloating(dtype)) {
+    throw InvalidArgument(std::string("ReduceOp.AVG is not supported for integer dtype ") +
+                          dtypeName(dtype) + " (as in NCCL); use SUM and divide");
+  }
+}
+
 float halfToFloat(uint16_t h) {
   uint32_t sign = static_cast<uint32_t>(h & 0x8000) << 16;
   uint32_t exp = (h >> 10) & 0x1f;
@@ -159,8 +166,8 @@ void divide(void* data, size_t count, DType dtype, int divisor) {
       for (size_t i = 0; i < count; ++i) p[i] = floatToBFloat16(bfloat16ToFloat(p[i]) / divisor);
       return;
     }
-    default:
-      throw InvalidArgument(std::string("AVG is not defined for integer dtype ") + dtypeName(dtype));
+    default:  // unreachable: checkReduction refuses AVG on integers
+      throw Error(std::string("internal error: divide() on integer dtype ") + dtypeName(dtype));
   }
 }
 

@@ -9,11 +9,17 @@
 
 namespace pycollect {
 
+// Throws InvalidArgument if the kernels do not define `op` for `dtype`: AVG on an
+// integer dtype (as in NCCL). The communicator calls it once per call, before
+// anything is queued.
+void checkReduction(ReduceOp op, DType dtype);
+
 // `out` may alias `a` (the in-place case); `b` must not overlap `out` otherwise.
 // kAvg reduces like kSum: the division is a separate `divide` step by the caller.
 void reduce(void* out, const void* a, const void* b, size_t count, DType dtype, ReduceOp op);
 
-// data[i] /= divisor, for floating types (AVG's final step).
+// data[i] /= divisor, for floating types (AVG's final step; checkReduction
+// refused AVG on integers before the call was queued).
 void divide(void* data, size_t count, DType dtype, int divisor);
 
 // Conversions used by the kernels, exposed for tests.

@@ -1,61 +1,36 @@
-// A Link is one full-duplex byte stream to one peer. Algorithms post sends and
-// receives of byte ranges; each direction is a FIFO queue, so the bytes of
-// consecutive posts follow each other on the wire in order. Posting never blocks:
-// the Poller moves the bytes while the caller waits for a ticket.
+// A Link is one full-duplex byte stream to one peer, whatever carries it (a TCP
+// socket, a shared-memory ring). Algorithms post sends and receives of byte
+// ranges; each direction is a FIFO queue, so the bytes of consecutive posts
+// follow each other in order. Posting never blocks: the link's Transport moves
+// the bytes (transport.h) while the caller waits for a ticket.
 #pragma once
 
-#include <sys/uio.h>
-
+#include <cstddef>
 #include <cstdint>
-#include <deque>
-#include <string>
-
-#include "transport/tcp/socket.h"
 
 namespace pycollect {
 
 class Link {
  public:
-  Link(tcp::Socket socket, int peer);
+  virtual ~Link() = default;
 
-  int peer() const { return peer_; }
-  int fd() const { return socket_.fd(); }
+  virtual int peer() const = 0;
 
   // Queue a range; the returned ticket is done once sent(ticket) / received(ticket).
   // The memory must stay valid until then.
-  uint64_t postSend(const void* data, size_t bytes);
-  uint64_t postRecv(void* data, size_t bytes);
-  bool sent(uint64_t ticket) const { return sendsDone_ > ticket; }
-  bool received(uint64_t ticket) const { return recvsDone_ > ticket; }
-  bool sendPending() const { return !sends_.empty(); }
-  bool recvPending() const { return !recvs_.empty(); }
+  virtual uint64_t postSend(const void* data, size_t bytes) = 0;
+  virtual uint64_t postRecv(void* data, size_t bytes) = 0;
+  virtual bool sent(uint64_t ticket) const = 0;
+  virtual bool received(uint64_t ticket) const = 0;
+  virtual bool sendPending() const = 0;
+  virtual bool recvPending() const = 0;
 
-  // Move as many bytes as the socket takes right now; throw PeerLostError naming
-  // the peer if the connection failed or was closed.
-  void progressSend();
-  void progressRecv();
-
-  // Forget all queued work (after a failure) and wake anyone polling the socket.
-  void abort();
-  // Thread-safe: only wakes a poll() on the socket (shutdown(2)); used by shutdown.
-  void interrupt() { socket_.shutdownBoth(); }
-  void close();
-
- private:
-  struct Range {
-    char* data;
-    size_t left;
-  };
-  [[noreturn]] void fail(const char* call, int err, bool eof) const;
-  static int fillIov(std::deque<Range>& q, struct iovec* iov, int max);
-  static uint64_t consume(std::deque<Range>& q, size_t bytes);
-
-  tcp::Socket socket_;
-  int peer_;
-  std::deque<Range> sends_;
-  std::deque<Range> recvs_;
-  uint64_t sendsPosted_ = 0, sendsDone_ = 0;
-  uint64_t recvsPosted_ = 0, recvsDone_ = 0;
+  // Forget all queued work (after a failure) and make the peer notice at once.
+  virtual void abort() = 0;
+  // Thread-safe: only wakes a wait on this link (used by shutdown); the queues
+  // are left to the thread that drives the link.
+  virtual void interrupt() = 0;
+  virtual void close() = 0;
 };
 
 }  // namespace pycollect

@@ -1,7 +1,7 @@
 // Builds the full mesh of links for one group: every rank listens on a port the
 // kernel picks, publishes it (the Python layer does that through the store), then
-// connects to every higher rank and accepts every lower one, checking the Hello
-// on both sides.
+// connects to every higher rank (connector.cc) and accepts every lower one
+// (listener.cc), checking the Hello on both sides.
 #pragma once
 
 #include <cstdint>
@@ -9,7 +9,9 @@
 #include <string>
 #include <vector>
 
-#include "transport/link.h"
+#include "common/clock.h"
+#include "transport/tcp/link.h"
+#include "transport/transport.h"
 #include "transport/tcp/address.h"
 #include "transport/tcp/socket.h"
 
@@ -24,26 +26,31 @@ struct MeshOptions {
   int socketBuffer = 0;  // SO_SNDBUF/SO_RCVBUF, 0 for the kernel's autotuning
 };
 
-class Listener {
- public:
-  // Binds `host` (numeric IPv4/IPv6 or a name) on a kernel-chosen port and listens.
-  explicit Listener(const std::string& host);
-  const Address& address() const { return address_; }
-  Socket& socket() { return socket_; }
-  void close() { socket_.close(); }
+class Listener;
 
- private:
-  Socket socket_;
-  Address address_;
-};
-
-// Returns links indexed by peer rank (nullptr at `opts.rank`). `hosts[i]`/`ports[i]`
-// is where rank i listens. Throws TimeoutError/PeerLostError naming the rank that
-// could not be reached.
+// Returns links indexed by peer rank (nullptr at `opts.rank`). `peers[i]` is where
+// rank i listens. Throws TimeoutError/PeerLostError naming the rank that could not
+// be reached.
 std::vector<std::unique_ptr<Link>> connectMesh(Listener& listener,
-                                               const std::vector<std::string>& hosts,
-                                               const std::vector<int>& ports,
+                                               const std::vector<Endpoint>& peers,
                                                const MeshOptions& opts);
+
+// The connecting half (connector.cc): connects to rank `peer` and exchanges Hellos.
+// Retries refused connections until the deadline (the peer may still be starting).
+std::unique_ptr<Link> connectTo(int peer, const Address& addr, const MeshOptions& opts,
+                                Clock::time_point deadline);
+
+// The accepting half (listener.cc): fills links[r] for every r < opts.rank.
+void acceptLower(Listener& listener, std::vector<std::unique_ptr<Link>>& links,
+                 const MeshOptions& opts, Clock::time_point deadline);
+
+// Shared by both halves (mesh.cc).
+int msUntil(Clock::time_point deadline);
+// Moves exactly n bytes on a non-blocking socket, waiting with poll up to `deadline`.
+// Returns "" on success, else what went wrong.
+std::string transferAll(Socket& s, void* buf, size_t n, bool sending, Clock::time_point deadline);
+// Non-blocking, TCP_NODELAY, and the configured buffer sizes.
+void configure(Socket& s, const MeshOptions& opts);
 
 }  // namespace tcp
 }  // namespace pycollect

@@ -1,15 +1,16 @@
-#include "transport/link.h"
+#include "transport/tcp/link.h"
 
 #include <cerrno>
 
 #include "common/error.h"
 
 namespace pycollect {
+namespace tcp {
 namespace {
 constexpr int kMaxIov = 16;  // ranges batched into one sendmsg/recvmsg
 }
 
-Link::Link(tcp::Socket socket, int peer) : socket_(std::move(socket)), peer_(peer) {}
+Link::Link(Socket socket, int peer) : socket_(std::move(socket)), peer_(peer) {}
 
 uint64_t Link::postSend(const void* data, size_t bytes) {
   sends_.push_back({static_cast<char*>(const_cast<void*>(data)), bytes});
@@ -56,7 +57,7 @@ void Link::progressSend() {
       sendsDone_ += consume(sends_, 0);
       return;
     }
-    tcp::IoResult r = socket_.sendv(iov, n);
+    IoResult r = socket_.sendv(iov, n);
     if (r.err == EAGAIN) return;
     if (r.err != 0) fail("send", r.err, false);
     sendsDone_ += consume(sends_, r.bytes);
@@ -71,7 +72,7 @@ void Link::progressRecv() {
       recvsDone_ += consume(recvs_, 0);
       return;
     }
-    tcp::IoResult r = socket_.recvv(iov, n);
+    IoResult r = socket_.recvv(iov, n);
     if (r.eof) fail("recv", 0, true);
     if (r.err == EAGAIN) return;
     if (r.err != 0) fail("recv", r.err, false);
@@ -98,4 +99,5 @@ void Link::abort() {
 
 void Link::close() { socket_.close(); }
 
+}  // namespace tcp
 }  // namespace pycollect

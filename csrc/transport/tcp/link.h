@@ -1,0 +1,58 @@
+// The TCP Link: one non-blocking socket and a FIFO of byte ranges per direction.
+// progressSend/progressRecv move as many bytes as the socket takes right now,
+// batching queued ranges into one sendmsg/recvmsg; the TCP Transport calls them.
+#pragma once
+
+#include <sys/uio.h>
+
+#include <cstdint>
+#include <deque>
+
+#include "transport/link.h"
+#include "transport/tcp/socket.h"
+
+namespace pycollect {
+namespace tcp {
+
+class Link final : public pycollect::Link {
+ public:
+  Link(Socket socket, int peer);
+
+  int peer() const override { return peer_; }
+  int fd() const { return socket_.fd(); }
+
+  uint64_t postSend(const void* data, size_t bytes) override;
+  uint64_t postRecv(void* data, size_t bytes) override;
+  bool sent(uint64_t ticket) const override { return sendsDone_ > ticket; }
+  bool received(uint64_t ticket) const override { return recvsDone_ > ticket; }
+  bool sendPending() const override { return !sends_.empty(); }
+  bool recvPending() const override { return !recvs_.empty(); }
+
+  // Throw PeerLostError naming the peer if the connection failed or was closed.
+  void progressSend();
+  void progressRecv();
+
+  void abort() override;
+  // shutdown(2) wakes a poll() on the socket from any thread.
+  void interrupt() override { socket_.shutdownBoth(); }
+  void close() override;
+
+ private:
+  struct Range {
+    char* data;
+    size_t left;
+  };
+  [[noreturn]] void fail(const char* call, int err, bool eof) const;
+  static int fillIov(std::deque<Range>& q, struct iovec* iov, int max);
+  static uint64_t consume(std::deque<Range>& q, size_t bytes);
+
+  Socket socket_;
+  int peer_;
+  std::deque<Range> sends_;
+  std::deque<Range> recvs_;
+  uint64_t sendsPosted_ = 0, sendsDone_ = 0;
+  uint64_t recvsPosted_ = 0, recvsDone_ = 0;
+};
+
+}  // namespace tcp
+}  // namespace pycollect

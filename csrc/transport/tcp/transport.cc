@@ -1,0 +1,54 @@
+#include "transport/tcp/transport.h"
+
+#include "common/error.h"
+#include "transport/tcp/mesh.h"
+
+namespace pycollect {
+namespace tcp {
+
+Endpoint Transport::listen(const std::string& host) {
+  listener_ = std::make_unique<Listener>(host);
+  return {listener_->address().host(), listener_->address().port()};
+}
+
+std::vector<pycollect::Link*> Transport::connect(const std::vector<Endpoint>& peers,
+                                                 uint64_t token) {
+  if (!listener_) throw InvalidArgument("call listen() before connect()");
+  MeshOptions mo;
+  mo.rank = options_.rank;
+  mo.size = options_.size;
+  mo.token = token;
+  mo.timeoutSec = options_.timeoutSec;
+  mo.socketBuffer = options_.socketBuffer;
+  owned_ = connectMesh(*listener_, peers, mo);
+  // The mesh is complete: later strangers on the port are refused by the kernel.
+  listener_->close();
+  std::vector<pycollect::Link*> links;
+  for (auto& l : owned_) {
+    links.push_back(l.get());
+    if (l) active_.push_back(l.get());
+  }
+  return links;
+}
+
+void Transport::progress() {
+  for (Link* l : active_) {
+    if (l->sendPending()) l->progressSend();
+    if (l->recvPending()) l->progressRecv();
+  }
+}
+
+bool Transport::busy() const {
+  for (Link* l : active_) {
+    if (l->sendPending() || l->recvPending()) return true;
+  }
+  return false;
+}
+
+void Transport::close() {
+  for (Link* l : active_) l->close();
+  if (listener_) listener_->close();
+}
+
+}  // namespace tcp
+}  // namespace pycollect

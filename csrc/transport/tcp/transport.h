@@ -1,0 +1,37 @@
+// The TCP Transport: a full mesh of TCP links (mesh.h), driven by one Poller.
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include "transport/tcp/link.h"
+#include "transport/tcp/listener.h"
+#include "transport/tcp/poller.h"
+#include "transport/transport.h"
+
+namespace pycollect {
+namespace tcp {
+
+class Transport final : public pycollect::Transport {
+ public:
+  explicit Transport(const TransportOptions& options) : options_(options) {}
+
+  Endpoint listen(const std::string& host) override;
+  std::vector<pycollect::Link*> connect(const std::vector<Endpoint>& peers,
+                                        uint64_t token) override;
+  void progress() override;
+  bool busy() const override;
+  void waitReady(Clock::time_point until) override { poller_.wait(active_, until); }
+  void wake() override { poller_.wake(); }
+  void close() override;
+
+ private:
+  TransportOptions options_;
+  std::unique_ptr<Listener> listener_;
+  std::vector<std::unique_ptr<Link>> owned_;  // indexed by rank, nullptr at self
+  std::vector<Link*> active_;                 // the non-null ones
+  Poller poller_;
+};
+
+}  // namespace tcp
+}  // namespace pycollect

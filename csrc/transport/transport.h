@@ -1,0 +1,62 @@
+// A Transport makes and drives the links of one group. The communicator gets one
+// from makeTransport() and never learns what carries the bytes: it publishes the
+// Endpoint that listen() returns, connects the mesh, and from then on moves bytes
+// only through progress() and waitReady(), on its worker thread.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "common/clock.h"
+#include "transport/link.h"
+
+namespace pycollect {
+
+enum class TransportKind : uint8_t {
+  kTcp = 0,
+};
+
+struct TransportOptions {
+  int rank = 0;
+  int size = 1;
+  double timeoutSec = 300.0;  // for connecting the mesh
+  int socketBuffer = 0;       // TCP: SO_SNDBUF/SO_RCVBUF, 0 for the kernel's autotuning
+};
+
+// Where a rank can be reached; the Python layer publishes it in the store.
+struct Endpoint {
+  std::string host;
+  int port = 0;
+};
+
+class Transport {
+ public:
+  virtual ~Transport() = default;
+
+  // Setup, once, in this order. listen() makes this rank reachable; connect()
+  // takes every rank's Endpoint (index = rank) and the job's token, and returns
+  // the links indexed by rank, nullptr at this rank. The transport owns them.
+  // Throws TimeoutError / PeerLostError naming the rank that could not be reached.
+  virtual Endpoint listen(const std::string& host) = 0;
+  virtual std::vector<Link*> connect(const std::vector<Endpoint>& peers, uint64_t token) = 0;
+
+  // Worker thread only. progress() moves whatever moves right now on every link
+  // with queued work and never blocks; it throws PeerLostError naming the peer.
+  virtual void progress() = 0;
+  // Whether any link has queued work.
+  virtual bool busy() const = 0;
+  // Blocks until progress() may move bytes, wake() was called, or `until` passed.
+  virtual void waitReady(Clock::time_point until) = 0;
+
+  // Any thread: makes a blocked waitReady() return soon.
+  virtual void wake() = 0;
+  // Closes every link and stops accepting connections.
+  virtual void close() = 0;
+};
+
+// The only place that knows the implementations (transport/factory.cc).
+std::unique_ptr<Transport> makeTransport(TransportKind kind, const TransportOptions& options);
+
+}  // namespace pycollect
