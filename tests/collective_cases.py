@@ -7,6 +7,7 @@ result so the test can check that all ranks hold bit-identical results.
 """
 from __future__ import annotations
 
+import functools
 import hashlib
 
 import numpy as np
@@ -116,9 +117,16 @@ def run_cases(kind: str, pair, ws: int, seed: int = 0, counts=COUNTS, dtypes=DTY
     return out
 
 
+@functools.lru_cache(maxsize=2)
+def _all_inputs(dtype, count: int, ws: int, seed: int, product: bool):
+    """Every rank's input of one case. SUM, MIN, MAX and AVG draw the same inputs (only
+    PRODUCT's range differs), so consecutive ops reuse them; callers never modify them."""
+    return tuple(make_input(dtype, count, k, seed, "PRODUCT" if product else "SUM") for k in range(ws))
+
+
 def _run_one(comm, kind, pg, gg, ws, r, dtype, count, op, seed, what):
-    inputs = [make_input(dtype, count if kind not in ("reduce_scatter_tensor", "reduce_scatter") else count * ws,
-                         k, seed, op) for k in range(ws)]
+    per_rank = count * ws if kind in ("reduce_scatter_tensor", "reduce_scatter") else count
+    inputs = _all_inputs(dtype, per_rank, ws, seed, op == "PRODUCT")
     mine = inputs[r].clone()
     rop = getattr(comm.ReduceOp, op)
     compared = 0
