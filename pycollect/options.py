@@ -1,8 +1,8 @@
 """What a group is configured with: the PYCOLLECT_* environment, read in one place, and timeouts.
 
     Options.from_env()          # every PYCOLLECT_* variable, checked; a bad value raises ValueError
-    to_timedelta(30)            # seconds, a timedelta or None (the default) -> timedelta
-    to_seconds(timeout)         # None, seconds or a timedelta -> float seconds, or None (no limit)
+    to_timedelta(30)            # a group's timeout: seconds, a timedelta or None (the default)
+    to_seconds(timeout)         # a wait's: seconds, a timedelta, None or inf (no limit) -> seconds or None
 
 | variable                    | meaning                                               | default           |
 |-----------------------------|-------------------------------------------------------|-------------------|
@@ -23,6 +23,7 @@ from typing import Mapping, Optional
 from .types import Algo
 
 DEFAULT_TIMEOUT = datetime.timedelta(minutes=30)  # as torch.distributed's default
+MAX_TIMEOUT = datetime.timedelta(days=3650)  # longer is clamped: deadlines must not overflow the clock
 
 # name -> (Options field, smallest allowed value); None: not an integer tunable.
 _INTEGERS = {
@@ -75,20 +76,26 @@ class Options:
 
 
 def to_timedelta(timeout) -> datetime.timedelta:
-    """None -> DEFAULT_TIMEOUT; a timedelta as it is; a number as seconds (must be > 0)."""
+    """A group's timeout: None -> DEFAULT_TIMEOUT; a timedelta or seconds (> 0) as given, with
+    infinity and anything longer than MAX_TIMEOUT clamped to MAX_TIMEOUT."""
     if timeout is None:
         return DEFAULT_TIMEOUT
-    if not isinstance(timeout, datetime.timedelta):
-        timeout = datetime.timedelta(seconds=float(timeout))
-    if timeout.total_seconds() <= 0:
-        raise ValueError(f"timeout must be positive, got {timeout}")
-    return timeout
+    seconds = timeout.total_seconds() if isinstance(timeout, datetime.timedelta) else float(timeout)
+    if not seconds > 0:  # also refuses NaN
+        raise ValueError(f"timeout must be positive, got {timeout!r}")
+    if seconds >= MAX_TIMEOUT.total_seconds():
+        return MAX_TIMEOUT
+    return timeout if isinstance(timeout, datetime.timedelta) else datetime.timedelta(seconds=seconds)
 
 
 def to_seconds(timeout) -> Optional[float]:
-    """A wait's timeout (None, seconds or a timedelta) as float seconds; None stays None (no limit)."""
+    """A wait's timeout (None, seconds or a timedelta) as float seconds; None and infinity
+    mean no limit (None); anything longer than MAX_TIMEOUT is clamped to it."""
     if timeout is None:
         return None
-    if isinstance(timeout, datetime.timedelta):
-        return timeout.total_seconds()
-    return float(timeout)
+    seconds = timeout.total_seconds() if isinstance(timeout, datetime.timedelta) else float(timeout)
+    if seconds != seconds:
+        raise ValueError("timeout must be a number of seconds, got NaN")
+    if seconds == float("inf"):
+        return None
+    return min(seconds, MAX_TIMEOUT.total_seconds())

@@ -3,6 +3,7 @@ send/recv, new_group, and every error path that must be caught before anything i
 sent. The session's 4-rank pool (conftest.py); a case that breaks a group uses a fresh
 sub-group so the pool stays usable.
 """
+import datetime
 import threading
 import time
 
@@ -154,6 +155,17 @@ def case_all_to_all_disagreement():
         pc.all_to_all_single(torch.empty(sum(recv)), torch.ones(sum(send)), recv, send, group=g)
 
     return _on_fresh_group(exchange, timeout=20)
+
+
+def case_unlimited_timeouts():
+    """timeout=inf waits without limit; a group timeout of 1e10 s is clamped, not an overflow."""
+    g = pc.new_group(list(range(pc.get_world_size())), timeout=datetime.timedelta(seconds=1e10))
+    t = torch.ones(4)
+    pc.all_reduce(t, group=g)
+    w = pc.all_reduce(t, group=g, async_op=True)
+    done = w.wait(timeout=float("inf"))
+    pc.destroy_process_group(g)
+    return done, t.tolist()
 
 
 def case_recv_timeout():
@@ -345,6 +357,11 @@ def test_all_to_all_size_disagreement_is_a_mismatch(pool4):
     name, msg = pool4.run(case_all_to_all_disagreement, timeout=60)[1]
     assert name == "MismatchError", msg
     assert "count=3" in msg and "count=2" in msg and "rank 0" in msg, msg
+
+
+def test_infinite_and_huge_timeouts(pool4):
+    n = 4
+    assert pool4.run(case_unlimited_timeouts) == [(True, [float(n * n)] * 4)] * n
 
 
 def test_recv_without_sender_times_out(pool4):

@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from pycollect.options import DEFAULT_TIMEOUT, Options, to_seconds, to_timedelta
+from pycollect.options import DEFAULT_TIMEOUT, MAX_TIMEOUT, Options, to_seconds, to_timedelta
 from pycollect.types import Algo
 
 
@@ -47,6 +47,11 @@ def test_algo_parse():
 
 
 def test_timeouts():
+    assert to_timedelta(float("inf")) == MAX_TIMEOUT and to_timedelta(1e10) == MAX_TIMEOUT
+    assert to_timedelta(datetime.timedelta(seconds=1e10)) == MAX_TIMEOUT
+    assert to_seconds(float("inf")) is None and to_seconds(1e12) == MAX_TIMEOUT.total_seconds()
+    with pytest.raises(ValueError, match="NaN"):
+        to_seconds(float("nan"))
     assert to_timedelta(None) == DEFAULT_TIMEOUT
     assert to_timedelta(2.5) == datetime.timedelta(seconds=2.5)
     assert to_timedelta(datetime.timedelta(minutes=1)) == datetime.timedelta(minutes=1)
