@@ -12,12 +12,15 @@
 | PYCOLLECT_DIRECT_MAX_BYTES  | "auto" uses the direct all-reduce up to this (>= 0)   | engine's (16 KiB) |
 | PYCOLLECT_SOCKET_BUFFER     | SO_SNDBUF/SO_RCVBUF bytes, 0 = kernel autotuning      | 0                 |
 | PYCOLLECT_SOCKET_IFNAME     | interface to listen on (e.g. eth0, lo)                | route to MASTER_ADDR |
+| PYCOLLECT_LINK_TIMEOUT      | seconds before a link that stopped answering (no FIN: a cut cable) fails | 60 |
+| PYCOLLECT_SECRET            | shared secret for the handshake's mutual authentication (never in the store) | none |
+| PYCOLLECT_SECRET_FILE       | a file holding that secret (instead of PYCOLLECT_SECRET) | none |
 """
 from __future__ import annotations
 
 import datetime
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Mapping, Optional
 
 from .types import Algo
@@ -32,7 +35,8 @@ _INTEGERS = {
     "PYCOLLECT_DIRECT_MAX_BYTES": ("direct_max_bytes", 0),
     "PYCOLLECT_SOCKET_BUFFER": ("socket_buffer", 0),
 }
-KNOWN = frozenset(_INTEGERS) | {"PYCOLLECT_ALGO", "PYCOLLECT_SOCKET_IFNAME"}
+KNOWN = frozenset(_INTEGERS) | {"PYCOLLECT_ALGO", "PYCOLLECT_SOCKET_IFNAME", "PYCOLLECT_LINK_TIMEOUT",
+                                 "PYCOLLECT_SECRET", "PYCOLLECT_SECRET_FILE"}
 
 
 @dataclass(frozen=True)
@@ -45,6 +49,8 @@ class Options:
     direct_max_bytes: Optional[int] = None
     socket_buffer: Optional[int] = None
     socket_ifname: Optional[str] = None
+    link_timeout: Optional[float] = None
+    secret: Optional[bytes] = field(default=None, repr=False)  # never printed, never stored
 
     @classmethod
     def from_env(cls, environ: Optional[Mapping[str, str]] = None) -> "Options":
@@ -72,7 +78,36 @@ class Options:
         ifname = env.get("PYCOLLECT_SOCKET_IFNAME", "").strip()
         if ifname:
             values["socket_ifname"] = ifname
+        raw = env.get("PYCOLLECT_LINK_TIMEOUT", "").strip()
+        if raw:
+            try:
+                values["link_timeout"] = float(raw)
+            except ValueError:
+                raise ValueError(f"PYCOLLECT_LINK_TIMEOUT={raw!r} is not a number of seconds") from None
+            if not 0 < values["link_timeout"] < float("inf"):
+                raise ValueError(f"PYCOLLECT_LINK_TIMEOUT={raw!r} must be a positive, finite number of seconds")
+        values["secret"] = _secret(env)
         return cls(**values)
+
+
+def _secret(env: Mapping[str, str]) -> Optional[bytes]:
+    inline, path = env.get("PYCOLLECT_SECRET"), env.get("PYCOLLECT_SECRET_FILE")
+    if inline is not None and path is not None:
+        raise ValueError("set PYCOLLECT_SECRET or PYCOLLECT_SECRET_FILE, not both")
+    if path is not None:
+        try:
+            with open(path, "rb") as f:
+                secret = f.read().strip()
+        except OSError as e:
+            raise ValueError(f"PYCOLLECT_SECRET_FILE={path!r} cannot be read: {e.strerror}") from None
+        if not secret:
+            raise ValueError(f"PYCOLLECT_SECRET_FILE={path!r} is empty")
+        return secret
+    if inline is not None:
+        if not inline.strip():
+            raise ValueError("PYCOLLECT_SECRET is set but empty")
+        return inline.strip().encode()
+    return None
 
 
 def to_timedelta(timeout) -> datetime.timedelta:

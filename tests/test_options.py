@@ -86,3 +86,20 @@ def test_backend_is_registered_whatever_the_import_order(order):
     code = "; ".join(imports) + "; import torch.distributed as dist; print('pycollect' in dist.Backend.backend_list)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
     assert out.stdout.strip() == "True", out.stderr
+
+
+def test_secret_and_link_timeout(tmp_path):
+    path = tmp_path / "secret"
+    path.write_bytes(b"s3cret\n")
+    o = Options.from_env({"PYCOLLECT_SECRET_FILE": str(path), "PYCOLLECT_LINK_TIMEOUT": "2.5"})
+    assert o.secret == b"s3cret" and o.link_timeout == 2.5
+    assert "s3cret" not in repr(o)
+    assert Options.from_env({"PYCOLLECT_SECRET": "abc"}).secret == b"abc"
+    for env, words in [({"PYCOLLECT_SECRET": "a", "PYCOLLECT_SECRET_FILE": str(path)}, "not both"),
+                       ({"PYCOLLECT_SECRET_FILE": str(tmp_path / "none")}, "cannot be read"),
+                       ({"PYCOLLECT_SECRET": " "}, "empty"),
+                       ({"PYCOLLECT_LINK_TIMEOUT": "0"}, "positive"),
+                       ({"PYCOLLECT_LINK_TIMEOUT": "inf"}, "finite"),
+                       ({"PYCOLLECT_LINK_TIMEOUT": "soon"}, "not a number")]:
+        with pytest.raises(ValueError, match=words):
+            Options.from_env(env)
