@@ -11,6 +11,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from . import _C
 from .types import DTYPE_CODES, SUPPORTED_DTYPES, is_torch_tensor, torch_dtype_name
 
 
@@ -46,6 +47,9 @@ def as_buffer(x, what: str, writable: bool = False) -> Buffer:
             raise TypeError(f"{what}: dtype {x.dtype} is not supported; use one of {', '.join(SUPPORTED_DTYPES)}")
         if not x.is_contiguous():
             raise ValueError(f"{what}: tensor is not contiguous (shape {tuple(x.shape)}, stride {x.stride()}); call .contiguous()")
+        if writable and not _C.is_writable(x.data_ptr(), x.numel() * x.element_size()):
+            raise ValueError(f"{what}: tensor's memory is read-only (e.g. a read-only memmap) but is written "
+                             "by this call")
         return Buffer(x, x.data_ptr(), x.numel(), name)
     if isinstance(x, np.ndarray):
         name = x.dtype.name

@@ -11,6 +11,7 @@ Tensors are contiguous torch CPU tensors or numpy arrays. Source/destination ran
 from __future__ import annotations
 
 import atexit
+import os
 from typing import List, Optional, Sequence
 
 from ._buffers import (
@@ -135,6 +136,22 @@ def destroy_process_group(group=None) -> None:
 
 
 atexit.register(destroy_process_group)
+
+
+def _keep_inherited_alive() -> None:
+    """In a forked child: the parent's groups and store came along, their threads did not.
+    Their destructors would join those threads (our workers, torch's store server) and
+    hang, so each gets one reference that is never released. The groups themselves refuse
+    every call in the child with an error that says why (the engine checks the pid), and
+    destroy_process_group there only forgets them."""
+    import ctypes
+
+    for obj in (_store, *_groups):
+        if obj is not None:
+            ctypes.pythonapi.Py_IncRef(ctypes.py_object(obj))
+
+
+os.register_at_fork(after_in_child=_keep_inherited_alive)
 
 
 def get_rank(group=None) -> int:

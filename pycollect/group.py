@@ -5,6 +5,7 @@ from __future__ import annotations
 import datetime
 import json
 import secrets
+import threading
 import time
 from typing import Dict, List, Optional, Sequence
 
@@ -46,7 +47,8 @@ class ProcessGroup:
         self.algo = self.options.algo
         self._store = store
         self._prefix = name
-        self._pending: list = []  # (cwork, keepalive) of ops not yet known complete
+        self._pending: list = []  # (cwork, keepalive) of ops not yet known complete, under _lock
+        self._lock = threading.Lock()  # threads may submit on one group at once
         self._published = False   # this rank's failure is in the store
         self._comm = _C.Communicator(self.rank, self.size, _comm_options(timeout, self.options))
         self._connect(host)
@@ -68,9 +70,10 @@ class ProcessGroup:
     # -- used by api.py -------------------------------------------------------
     def submit(self, launch, keepalive=(), finish=None) -> Work:
         """Run `launch(comm)` (which returns a C++ Work) and track the buffers."""
-        self._pending = [(w, k) for (w, k) in self._pending if not w.is_completed()]
-        cwork = launch(self._comm)
-        self._pending.append((cwork, keepalive))  # buffers live until the engine is done
+        with self._lock:  # issue order is the order of the lock, so the queue sees it too
+            self._pending = [(w, k) for (w, k) in self._pending if not w.is_completed()]
+            cwork = launch(self._comm)
+            self._pending.append((cwork, keepalive))  # buffers live until the engine is done
         return Work(self, cwork, keepalive, finish)
 
     def group_rank(self, global_rank: int, what: str) -> int:
@@ -137,6 +140,16 @@ class ProcessGroup:
     def counters(self) -> dict:
         """Calls per kind executed through this group's engine."""
         return dict(self._comm.counters())
+
+    def scratch_bytes(self) -> int:
+        """Scratch memory the engine holds for this group (released after a second idle
+        once it exceeds 8 MiB)."""
+        return self._comm.scratch_bytes()
+
+    def abort(self, reason: str) -> None:
+        """Fail the group from any thread: later calls raise GroupFailedError naming `reason`,
+        and the peers see the links close."""
+        self._comm.abort(reason)
 
     def destroy(self) -> None:
         self._comm.shutdown()

@@ -8,6 +8,15 @@ from .errors import CollectiveTimeoutError, GroupFailedError, PyCollectError
 from .options import to_seconds
 
 
+WAIT_SLICE_S = 0.05  # longest a wait goes without returning to Python (signal handlers)
+
+
+def _slice(deadline: Optional[float]) -> float:
+    if deadline is None:
+        return WAIT_SLICE_S
+    return min(WAIT_SLICE_S, max(0.0, deadline - time.monotonic()))
+
+
 class Work:
     """A queued operation. Operations of a group complete in the order issued.
 
@@ -30,15 +39,21 @@ class Work:
             self._keepalive = ()
 
     def wait(self, timeout: Optional[float] = None) -> bool:
+        """Block until done; raise its error. Waits in slices of WAIT_SLICE_S, so Ctrl-C
+        (any Python signal handler) gets through within one slice; a KeyboardInterrupt
+        fails the group, so that the peers learn of it instead of waiting for this rank."""
         seconds = to_seconds(timeout)
+        deadline = None if seconds is None else time.monotonic() + seconds
         try:
-            done = self._cwork.wait(-1.0 if seconds is None else seconds)
+            while not self._cwork.wait(_slice(deadline)):
+                if deadline is not None and time.monotonic() >= deadline:
+                    raise CollectiveTimeoutError(f"{self._cwork.what}: not completed within {seconds:.3g} s of "
+                                                 "wait(); it is still running")
         except PyCollectError as e:
             raise self._group.explain(e) from None
-        if not done:
-            raise CollectiveTimeoutError(
-                f"{self._cwork.what}: not completed within {seconds:.3g} s of wait(); it is still running"
-            )
+        except KeyboardInterrupt:
+            self._group.abort(f"interrupted (KeyboardInterrupt) while waiting for {self._cwork.what}")
+            raise
         self._complete()
         return True
 

@@ -1,6 +1,7 @@
 // pycollect._C: the only door into the C++ engine. One register_* function per area.
 #include "bindings/register.h"
 #include "common/error.h"
+#include "common/memory.h"
 #include "reduce/reduce.h"
 
 namespace py = pybind11;
@@ -43,6 +44,10 @@ PYBIND11_MODULE(_C, m) {
   pycollect::registerErrors(m);
   pycollect::registerCommunicator(m);
   pycollect::registerTransport(m);
+  m.def(
+      "is_writable",
+      [](uintptr_t address, size_t nbytes) { return pycollect::isWritable(reinterpret_cast<void*>(address), nbytes); },
+      py::arg("address"), py::arg("nbytes"));
   // Exposed for tests of the 16-bit rounding used by the reduction kernels.
   m.def("half_round_trip", [](float f) { return pycollect::halfToFloat(pycollect::floatToHalf(f)); });
   m.def("bfloat16_round_trip",

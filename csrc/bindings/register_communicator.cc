@@ -87,7 +87,9 @@ void registerCommunicator(py::module_& m) {
       .def("shutdown", &Communicator::shutdown, R())
       .def("failed", &Communicator::failed)
       .def("failure", &Communicator::failure)
-      .def("counters", &Communicator::counters);
+      .def("counters", &Communicator::counters)
+      .def("scratch_bytes", &Communicator::scratchBytes)
+      .def("abort", &Communicator::abort, py::arg("reason"), R());
 }
 
 }  // namespace pycollect

@@ -1,5 +1,7 @@
 #include "comm/communicator.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 
 #include "collectives/collectives.h"
@@ -19,7 +21,7 @@ Algo chooseAllreduce(const CommOptions& o, int size, size_t bytes) {
 }  // namespace
 
 Communicator::Communicator(int rank, int size, CommOptions options)
-    : rank_(rank), size_(size), options_(options), sendSeq_(size, 0), recvSeq_(size, 0) {
+    : owner_(), rank_(rank), size_(size), options_(options), sendSeq_(size, 0), recvSeq_(size, 0) {
   if (size < 1) throw InvalidArgument("world size must be >= 1, got " + std::to_string(size));
   if (rank < 0 || rank >= size) {
     throw InvalidArgument("rank " + std::to_string(rank) + " is outside [0, " +
@@ -33,15 +35,34 @@ Communicator::Communicator(int rank, int size, CommOptions options)
   transport_ = makeTransport(TransportKind::kTcp, to);
 }
 
-Communicator::~Communicator() { shutdown(); }
+Communicator::~Communicator() {
+  if (!owner_.here()) {
+    // A std::thread still "joinable" would terminate the process when destroyed: move
+    // it into memory that is never freed (the thread itself was not copied by fork).
+    new std::thread(std::move(worker_));
+    return;
+  }
+  shutdown();
+}
+
+void Communicator::checkNotForked() const {
+  if (owner_.here()) return;
+  throw GroupFailedError("this process (pid " + std::to_string(::getpid()) + ") is a fork of pid " +
+                         std::to_string(owner_.pid()) +
+                         ", which made this process group; a forked child cannot use its parent's "
+                         "groups (their sockets were closed in the child at fork): call "
+                         "init_process_group in the child instead");
+}
 
 std::pair<std::string, int> Communicator::listen(const std::string& host) {
+  checkNotForked();
   Endpoint e = transport_->listen(host);
   return {e.host, e.port};
 }
 
 void Communicator::connect(const std::vector<std::string>& hosts, const std::vector<int>& ports,
                            uint64_t token) {
+  checkNotForked();
   if (connected_) throw InvalidArgument("communicator is already connected");
   if (hosts.size() != ports.size()) {
     throw InvalidArgument("connect: need one host and one port per rank");
@@ -88,6 +109,7 @@ std::shared_ptr<Work>& Communicator::workOf(Op& op) {
 }
 
 std::shared_ptr<Work> Communicator::enqueue(Op op) {
+  checkNotForked();
   std::lock_guard<std::mutex> lock(mu_);
   if (!failure_.empty()) {
     throw GroupFailedError("process group failed earlier; no further calls are possible: " + failure_);
@@ -222,7 +244,14 @@ void Communicator::workerLoop() {
       std::unique_lock<std::mutex> lock(mu_);
       while (queue_.empty() && !stopping_) {
         if (p2p_.empty()) {
-          cv_.wait(lock);
+          if (scratch_.capacity() <= kScratchKeepBytes) {
+            cv_.wait(lock);
+          } else if (!cv_.wait_for(lock, kScratchIdle, [this] { return !queue_.empty() || stopping_; })) {
+            // Idle for a while after a large op: give the scratch back (it is kept
+            // across back-to-back large ops, where reallocating would cost page faults).
+            scratchBytes_.store(0);
+            std::vector<char>().swap(scratch_);
+          }
           continue;
         }
         idlePolling_ = true;
@@ -257,6 +286,7 @@ void Communicator::workerLoop() {
                     options_.tunables, scratch_);
         c.run(ctx);
         ctx.drainSends();  // header sends of early-returning algorithms
+        scratchBytes_.store(scratch_.capacity());
         work->finish(nullptr);
       }
       reapP2P();
@@ -302,7 +332,29 @@ void Communicator::failWith(const std::string& message) {
   p2p_.clear();
 }
 
+void Communicator::abort(const std::string& reason) {
+  if (!owner_.here()) return;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (failure_.empty()) failure_ = reason;  // queued and later calls fail naming it
+  }
+  cv_.notify_all();
+  transport_->wake();
+  // Thread-safe: shutdown(2) only; the running op fails on the worker, which then
+  // fails what is queued, and the peers see the links close.
+  for (Link* l : links_) {
+    if (l != nullptr) l->interrupt();
+  }
+}
+
 void Communicator::shutdown() {
+  if (!owner_.here()) {
+    // A forked child: no worker thread exists here, the descriptors were closed at
+    // fork, and the locks may be held by threads that were not copied. Touch nothing;
+    // the destructor leaks the worker's handle rather than join or detach a thread that
+    // does not exist here.
+    return;
+  }
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (stopping_) return;
@@ -334,16 +386,21 @@ void Communicator::shutdown() {
 }
 
 bool Communicator::failed() {
+  if (!owner_.here()) return true;
   std::lock_guard<std::mutex> lock(mu_);
   return !failure_.empty();
 }
 
 std::string Communicator::failure() {
+  if (!owner_.here()) return "the process group belongs to pid " + std::to_string(owner_.pid());
   std::lock_guard<std::mutex> lock(mu_);
   return failure_;
 }
 
+size_t Communicator::scratchBytes() const { return scratchBytes_.load(); }
+
 std::map<std::string, uint64_t> Communicator::counters() {
+  checkNotForked();
   std::lock_guard<std::mutex> lock(mu_);
   return calls_;
 }

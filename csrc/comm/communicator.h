@@ -11,6 +11,7 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
@@ -26,6 +27,7 @@
 #include "collectives/context.h"
 #include "comm/p2p.h"
 #include "comm/work.h"
+#include "common/fork.h"
 #include "common/types.h"
 #include "transport/link.h"
 #include "transport/transport.h"
@@ -72,6 +74,14 @@ class Communicator {
   std::string failure();
   // Calls per kind issued on this communicator, for tests and tools.
   std::map<std::string, uint64_t> counters();
+  // Bytes of scratch memory the worker holds now. Large scratch (> kScratchKeepBytes)
+  // is released after kScratchIdle without work.
+  size_t scratchBytes() const;
+  // Fails the group from any thread (e.g. on Ctrl-C in a wait): records `reason` as
+  // the failure, and shuts the links down so the peers learn of it at once.
+  void abort(const std::string& reason);
+  static constexpr size_t kScratchKeepBytes = 8 << 20;
+  static constexpr std::chrono::milliseconds kScratchIdle{1000};
 
   const CommOptions& options() const { return options_; }
 
@@ -106,12 +116,17 @@ class Communicator {
   void workerLoop();
   void failWith(const std::string& message);
 
+  // Throws GroupFailedError in a process forked from the one that made this group.
+  void checkNotForked() const;
+
+  const fork::Owner owner_;  // first: a forked child must not touch the rest
   const int rank_;
   const int size_;
   CommOptions options_;
   std::unique_ptr<Transport> transport_;
   std::vector<Link*> links_;  // indexed by rank, nullptr at self; owned by transport_
-  std::vector<char> scratch_;
+  std::vector<char> scratch_;            // worker thread only
+  std::atomic<size_t> scratchBytes_{0};  // its capacity, for any thread to read
 
   std::mutex mu_;
   std::condition_variable cv_;

@@ -28,6 +28,7 @@ bool Work::failed() {
 void Work::finish(std::exception_ptr error) {
   {
     std::lock_guard<std::mutex> lock(mu_);
+    if (done_) return;  // finished once, with its first outcome
     done_ = true;
     error_ = error;
   }

@@ -19,6 +19,7 @@ class Work {
   bool failed();
   const std::string& what() const { return what_; }
 
+  // The first call decides the outcome; later ones (a second error) are ignored.
   void finish(std::exception_ptr error);
 
  private:

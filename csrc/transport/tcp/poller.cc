@@ -15,9 +15,14 @@ namespace tcp {
 Poller::Poller() {
   wakeFd_ = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
   if (wakeFd_ < 0) throw Error(syscallMessage("eventfd", errno, "creating the worker's wake-up fd"));
+  fork::track(wakeFd_);
 }
 
-Poller::~Poller() { ::close(wakeFd_); }
+Poller::~Poller() {
+  if (!owner_.here()) return;  // a forked child closed its copy at fork time
+  fork::untrack(wakeFd_);
+  ::close(wakeFd_);
+}
 
 void Poller::wake() {
   uint64_t one = 1;

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "common/clock.h"
+#include "common/fork.h"
 #include "transport/tcp/link.h"
 
 namespace pycollect {
@@ -26,6 +27,7 @@ class Poller {
   void wait(const std::vector<Link*>& links, Clock::time_point until);
 
  private:
+  fork::Owner owner_;
   int wakeFd_ = -1;
   std::vector<pollfd> fds_;  // reused across waits
 };

@@ -13,11 +13,16 @@
 namespace pycollect {
 namespace tcp {
 
+Socket::Socket(int fd) : fd_(fd) {
+  if (fd_ >= 0) fork::track(fd_);
+}
+
 Socket::~Socket() { close(); }
 
 Socket& Socket::operator=(Socket&& other) noexcept {
   if (this != &other) {
     close();
+    owner_ = other.owner_;
     fd_ = other.release();
   }
   return *this;
@@ -48,14 +53,15 @@ void Socket::setBuffers(int bytes) {
 }
 
 void Socket::shutdownBoth() {
-  if (fd_ >= 0) ::shutdown(fd_, SHUT_RDWR);
+  if (fd_ >= 0 && owner_.here()) ::shutdown(fd_, SHUT_RDWR);
 }
 
 void Socket::close() {
-  if (fd_ >= 0) {
+  if (fd_ >= 0 && owner_.here()) {
+    fork::untrack(fd_);
     ::close(fd_);
-    fd_ = -1;
   }
+  fd_ = -1;
 }
 
 IoResult Socket::sendv(const struct iovec* iov, int n) {

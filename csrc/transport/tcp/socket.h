@@ -7,6 +7,8 @@
 
 #include <string>
 
+#include "common/fork.h"
+
 namespace pycollect {
 namespace tcp {
 
@@ -20,9 +22,10 @@ struct IoResult {
 class Socket {
  public:
   Socket() = default;
-  explicit Socket(int fd) : fd_(fd) {}
+  // Takes ownership of `fd` (tracked, so a forked child closes its copy at once).
+  explicit Socket(int fd);
   ~Socket();
-  Socket(Socket&& other) noexcept : fd_(other.release()) {}
+  Socket(Socket&& other) noexcept : owner_(other.owner_), fd_(other.release()) {}
   Socket& operator=(Socket&& other) noexcept;
   Socket(const Socket&) = delete;
   Socket& operator=(const Socket&) = delete;
@@ -32,6 +35,7 @@ class Socket {
 
   int fd() const { return fd_; }
   bool valid() const { return fd_ >= 0; }
+  // Gives up ownership without closing (a moved-from socket).
   int release() {
     int fd = fd_;
     fd_ = -1;
@@ -43,6 +47,8 @@ class Socket {
   // Sets SO_SNDBUF and SO_RCVBUF; 0 leaves the kernel's autotuning alone.
   void setBuffers(int bytes);
   // Wakes any thread polling this socket (used to abort a running collective).
+  // Both do nothing in a forked child: its copy is already closed, and shutting
+  // down the shared connection would break the parent's group.
   void shutdownBoth();
   void close();
 
@@ -52,6 +58,7 @@ class Socket {
   IoResult recvSome(void* p, size_t n);
 
  private:
+  fork::Owner owner_;
   int fd_ = -1;
 };
 
