@@ -146,6 +146,11 @@ class ProcessGroup:
         once it exceeds 8 MiB)."""
         return self._comm.scratch_bytes()
 
+    def bytes_sent(self) -> int:
+        """Bytes this rank has put on its links for this group (payload and headers), as of
+        the last finished operation: communication volume measured, not estimated."""
+        return self._comm.bytes_sent()
+
     def abort(self, reason: str) -> None:
         """Fail the group from any thread: later calls raise GroupFailedError naming `reason`,
         and the peers see the links close."""

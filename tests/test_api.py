@@ -168,6 +168,18 @@ def case_unlimited_timeouts():
     return done, t.tolist()
 
 
+def case_bytes_sent():
+    """The engine's own count of bytes put on the wire by a ring all-reduce and an all-gather."""
+    g = pc.new_group(list(range(pc.get_world_size())))
+    before = g.bytes_sent()
+    pc.all_reduce(torch.ones(1 << 18), group=g, algo="ring")
+    ring = g.bytes_sent() - before
+    pc.all_gather_into_tensor(torch.empty(4 * 1000), torch.ones(1000), group=g)
+    gather = g.bytes_sent() - before - ring
+    pc.destroy_process_group(g)
+    return ring, gather
+
+
 def case_recv_timeout():
     g = pc.new_group(list(range(pc.get_world_size())), timeout=1.0)
     result = None
@@ -362,6 +374,14 @@ def test_all_to_all_size_disagreement_is_a_mismatch(pool4):
 def test_infinite_and_huge_timeouts(pool4):
     n = 4
     assert pool4.run(case_unlimited_timeouts) == [(True, [float(n * n)] * 4)] * n
+
+
+def test_bytes_sent_is_the_ring_volume(pool4):
+    n, nbytes = 4, (1 << 18) * 4
+    for ring, gather in pool4.run(case_bytes_sent):
+        payload = 2 * (n - 1) * nbytes // n  # reduce-scatter + all-gather, one chunk per step
+        assert payload <= ring <= payload + 2 * 32, ring  # plus a 32-byte header to each ring peer
+        assert (n - 1) * 4000 <= gather <= (n - 1) * 4000 + 2 * 32, gather
 
 
 def test_recv_without_sender_times_out(pool4):

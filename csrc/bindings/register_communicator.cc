@@ -89,6 +89,7 @@ void registerCommunicator(py::module_& m) {
       .def("failure", &Communicator::failure)
       .def("counters", &Communicator::counters)
       .def("scratch_bytes", &Communicator::scratchBytes)
+      .def("bytes_sent", &Communicator::bytesSent)
       .def("abort", &Communicator::abort, py::arg("reason"), R());
 }
 

@@ -287,9 +287,11 @@ void Communicator::workerLoop() {
         c.run(ctx);
         ctx.drainSends();  // header sends of early-returning algorithms
         scratchBytes_.store(scratch_.capacity());
+        countBytesSent();
         work->finish(nullptr);
       }
       reapP2P();
+      countBytesSent();
     } catch (const std::exception& e) {
       bool stopping;
       {
@@ -398,6 +400,16 @@ std::string Communicator::failure() {
 }
 
 size_t Communicator::scratchBytes() const { return scratchBytes_.load(); }
+
+uint64_t Communicator::bytesSent() const { return bytesSent_.load(); }
+
+void Communicator::countBytesSent() {
+  uint64_t total = 0;
+  for (Link* l : links_) {
+    if (l != nullptr) total += l->bytesPosted();
+  }
+  bytesSent_.store(total);
+}
 
 std::map<std::string, uint64_t> Communicator::counters() {
   checkNotForked();

@@ -77,6 +77,9 @@ class Communicator {
   // Bytes of scratch memory the worker holds now. Large scratch (> kScratchKeepBytes)
   // is released after kScratchIdle without work.
   size_t scratchBytes() const;
+  // Bytes this rank has posted for sending on its links (headers included), as of the
+  // last finished operation: the communication volume the engine measured.
+  uint64_t bytesSent() const;
   // Fails the group from any thread (e.g. on Ctrl-C in a wait): records `reason` as
   // the failure, and shuts the links down so the peers learn of it at once.
   void abort(const std::string& reason);
@@ -118,6 +121,7 @@ class Communicator {
 
   // Throws GroupFailedError in a process forked from the one that made this group.
   void checkNotForked() const;
+  void countBytesSent();  // worker thread
 
   const fork::Owner owner_;  // first: a forked child must not touch the rest
   const int rank_;
@@ -127,6 +131,7 @@ class Communicator {
   std::vector<Link*> links_;  // indexed by rank, nullptr at self; owned by transport_
   std::vector<char> scratch_;            // worker thread only
   std::atomic<size_t> scratchBytes_{0};  // its capacity, for any thread to read
+  std::atomic<uint64_t> bytesSent_{0};    // refreshed by the worker after each op
 
   std::mutex mu_;
   std::condition_variable cv_;

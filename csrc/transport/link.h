@@ -17,8 +17,12 @@ class Link {
   virtual int peer() const = 0;
 
   // Queue a range; the returned ticket is done once sent(ticket) / received(ticket).
-  // The memory must stay valid until then.
-  virtual uint64_t postSend(const void* data, size_t bytes) = 0;
+  // The memory must stay valid until then. Sends are counted here, for every
+  // transport alike (the engine's measured communication volume).
+  uint64_t postSend(const void* data, size_t bytes) {
+    bytesPosted_ += bytes;
+    return queueSend(data, bytes);
+  }
   virtual uint64_t postRecv(void* data, size_t bytes) = 0;
   virtual bool sent(uint64_t ticket) const = 0;
   virtual bool received(uint64_t ticket) const = 0;
@@ -31,6 +35,15 @@ class Link {
   // are left to the thread that drives the link.
   virtual void interrupt() = 0;
   virtual void close() = 0;
+
+  // Bytes posted for sending on this link so far (headers included).
+  uint64_t bytesPosted() const { return bytesPosted_; }
+
+ protected:
+  virtual uint64_t queueSend(const void* data, size_t bytes) = 0;
+
+ private:
+  uint64_t bytesPosted_ = 0;  // by the thread that drives the link
 };
 
 }  // namespace pycollect

@@ -12,7 +12,7 @@ constexpr int kMaxIov = 16;  // ranges batched into one sendmsg/recvmsg
 
 Link::Link(Socket socket, int peer) : socket_(std::move(socket)), peer_(peer) {}
 
-uint64_t Link::postSend(const void* data, size_t bytes) {
+uint64_t Link::queueSend(const void* data, size_t bytes) {
   sends_.push_back({static_cast<char*>(const_cast<void*>(data)), bytes});
   return sendsPosted_++;
 }

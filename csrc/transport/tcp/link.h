@@ -21,7 +21,6 @@ class Link final : public pycollect::Link {
   int peer() const override { return peer_; }
   int fd() const { return socket_.fd(); }
 
-  uint64_t postSend(const void* data, size_t bytes) override;
   uint64_t postRecv(void* data, size_t bytes) override;
   bool sent(uint64_t ticket) const override { return sendsDone_ > ticket; }
   bool received(uint64_t ticket) const override { return recvsDone_ > ticket; }
@@ -36,6 +35,9 @@ class Link final : public pycollect::Link {
   // shutdown(2) wakes a poll() on the socket from any thread.
   void interrupt() override { socket_.shutdownBoth(); }
   void close() override;
+
+ protected:
+  uint64_t queueSend(const void* data, size_t bytes) override;
 
  private:
   struct Range {
