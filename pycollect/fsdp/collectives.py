@@ -167,6 +167,15 @@ def reduce_scatter_grads(flat_grad: torch.Tensor, layout: FlatLayout, reduce_dty
     return work, shard
 
 
+def average_across_replicas(shard_grad: torch.Tensor, replicate_group) -> None:
+    """Hybrid sharding: the mean of this shard's gradient over the replicas holding the same
+    shard (one all-reduce in the replicate group), in place."""
+    replicas = api.get_world_size(replicate_group)
+    if replicas > 1:
+        shard_grad.div_(replicas)
+        api.all_reduce(shard_grad, op=ReduceOp.SUM, group=replicate_group)
+
+
 def accumulate_into(param: torch.Tensor, shard_grad: torch.Tensor) -> None:
     """param.grad += shard_grad (cast to the parameter's dtype); sets it if None.
 

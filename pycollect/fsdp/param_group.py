@@ -31,10 +31,11 @@ class ParamGroup:
     SHARDED, GATHERING, UNSHARDED = "sharded", "gathering", "unsharded"
 
     def __init__(self, plan: UnitPlan, group, rank: int, world_size: int, mp: MixedPrecision,
-                 tracker: UnshardedTracker, trace: Optional[list] = None):
+                 tracker: UnshardedTracker, trace: Optional[list] = None, replicate_group=None):
         self.name = plan.name or "<root>"
         self.module = plan.module
         self.group = group
+        self.replicate_group = replicate_group  # hybrid sharding: the same shard on other replicas
         self.tracker = tracker
         self.trace = trace if trace is not None else []
         params = [ref.param for ref in plan.params]
@@ -162,6 +163,9 @@ class ParamGroup:
         work, reduced = self._reduce
         self._reduce = None
         work.wait()
+        if self.replicate_group is not None:
+            C.average_across_replicas(reduced, self.replicate_group)
+            self.trace.append(("all_reduce", self.name))
         C.accumulate_into(self.shard, reduced)
         self.trace.append(("reduced", self.name))
 

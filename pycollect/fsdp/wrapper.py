@@ -26,7 +26,8 @@ from .state_dict import full_state_dict, load_full_state_dict, load_sharded_stat
 from .wrap_policy import Policy, as_policy, plan_units
 
 def fully_shard(module: nn.Module, *, group=None, policy: Policy = None, reshard_after_forward: bool = True,
-                mixed_precision: Optional[MixedPrecision] = None, sync_module_states: bool = False) -> nn.Module:
+                mixed_precision: Optional[MixedPrecision] = None, sync_module_states: bool = False,
+                replicate_group=None) -> nn.Module:
     """Shard `module`'s parameters, gradients and optimizer state over `group`, in place.
 
     group: a pycollect ProcessGroup (None: the default group). policy: which submodules
@@ -35,10 +36,15 @@ def fully_shard(module: nn.Module, *, group=None, policy: Policy = None, reshard
     gathered parameters after its forward (ZeRO-3) or keep them until its backward
     (ZeRO-2-like). mixed_precision: compute/reduce dtypes (shards stay fp32).
     sync_module_states: copy the first rank's parameters and buffers to every rank
-    instead of requiring them to be equal already. Returns `module`.
+    instead of requiring them to be equal already. replicate_group: hybrid sharding
+    (HSDP): `group` shards, and the ranks holding the same shard on other replicas
+    (e.g. from pycollect.mesh.grid_groups) average their reduced gradients. Returns
+    `module`.
     """
     if getattr(module, STATE_ATTR, None) is not None:
         raise ValueError(f"{type(module).__name__} is already sharded by fully_shard()")
+    if replicate_group is api.NON_GROUP_MEMBER:
+        raise ValueError("fully_shard: this rank is not a member of `replicate_group`")
     if group is api.NON_GROUP_MEMBER:
         raise ValueError("fully_shard: this rank is not a member of `group`, so it cannot hold a shard; "
                          "only the group's ranks may wrap the model")
@@ -47,14 +53,18 @@ def fully_shard(module: nn.Module, *, group=None, policy: Policy = None, reshard
         raise ValueError(f"fully_shard: cannot build shards for a world size of {world}")
     mp = mixed_precision or MixedPrecision()
     plans = plan_units(module, as_policy(policy))
-    consistency.check_same_structure(plans, group)
-    if sync_module_states:
-        consistency.broadcast_from_first(plans, module, group)
-    else:
-        consistency.check_same_values(plans, module, group)
+    groups = (group,) if replicate_group is None else (group, replicate_group)
+    for g in groups:
+        consistency.check_same_structure(plans, g)
+    for g in groups:
+        # shard group first, then across replicas: every rank ends with the first rank's values
+        if sync_module_states:
+            consistency.broadcast_from_first(plans, module, g)
+        else:
+            consistency.check_same_values(plans, module, g)
     full_keys = list(module.state_dict().keys())
     tracker, trace = UnshardedTracker(), []
-    units = [ParamGroup(p, group, rank, world, mp, tracker, trace) for p in plans]
+    units = [ParamGroup(p, group, rank, world, mp, tracker, trace, replicate_group) for p in plans]
     del plans  # drop the last references to the original full-size parameters
     for unit in units:
         unit.install()
