@@ -45,47 +45,27 @@ def _my_slice_last(x: torch.Tensor, group) -> torch.Tensor:
     return x.chunk(world, dim=-1)[rank].contiguous()
 
 
-class _CopyToTP(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, x, group):
+def _identity(x: torch.Tensor, group) -> torch.Tensor:
+    return x.view_as(x)
+
+
+def _operator(name: str, forward, backward):
+    """An autograd function that runs forward(x, group) and, on the gradient, backward(grad, group)."""
+    def fwd(ctx, x, group):
         ctx.group = group
-        return x.view_as(x)
+        return forward(x, group)
 
-    @staticmethod
-    def backward(ctx, grad):
-        return _all_reduce(grad, ctx.group), None
+    def bwd(ctx, grad):
+        return backward(grad, ctx.group), None
 
-
-class _ReduceFromTP(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, x, group):
-        return _all_reduce(x, group)
-
-    @staticmethod
-    def backward(ctx, grad):
-        return grad, None
+    return type(name, (torch.autograd.Function,), {"forward": staticmethod(fwd), "backward": staticmethod(bwd)})
 
 
-class _GatherFromTP(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, x, group):
-        ctx.group = group
-        return _all_gather_last(x, group)
-
-    @staticmethod
-    def backward(ctx, grad):
-        return _my_slice_last(grad, ctx.group), None
-
-
-class _SplitToTP(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, x, group):
-        ctx.group = group
-        return _my_slice_last(x, group)
-
-    @staticmethod
-    def backward(ctx, grad):
-        return _all_gather_last(grad, ctx.group), None
+# The table of the module docstring: each operator and its conjugate.
+_CopyToTP = _operator("_CopyToTP", _identity, _all_reduce)
+_ReduceFromTP = _operator("_ReduceFromTP", _all_reduce, _identity)
+_GatherFromTP = _operator("_GatherFromTP", _all_gather_last, _my_slice_last)
+_SplitToTP = _operator("_SplitToTP", _my_slice_last, _all_gather_last)
 
 
 def copy_to_tp(x: torch.Tensor, group=None) -> torch.Tensor:
