@@ -443,3 +443,23 @@ def test_cli_module_entry_point():
 def test_public_names():
     for name in mem.__all__:
         assert hasattr(mem, name)
+
+
+def test_pipeline_parallel_divides_model_states_not_activations():
+    shape = ModelShape(num_layers=32, hidden_size=4096, num_heads=32, seq_len=2048, micro_batch=1)
+    one = estimate_memory(7, 8, "ddp", model=shape)
+    two = estimate_memory(7, 8, "ddp", model=shape, pipeline_parallel=2)
+    assert two.weights_bytes == one.weights_bytes / 2 and two.optimizer_bytes == one.optimizer_bytes / 2
+    assert two.activations_bytes == one.activations_bytes
+    both = estimate_memory(7, 8, "zero3", tensor_parallel=2, pipeline_parallel=2)
+    assert both.shard_degree == 2 and both.pipeline_parallel == 2
+    with pytest.raises(ValueError, match="tensor_parallel x pipeline_parallel=2 x 3"):
+        estimate_memory(7, 8, "ddp", tensor_parallel=2, pipeline_parallel=3)
+    assert gpus_needed(70, 80, "zero3", pipeline_parallel=4) % 4 == 0
+
+
+def test_cli_pipeline_stages(capsys):
+    rc, out, _ = _run(["--params", "7B", "--gpus", "8", "--sharding", "ddp", "--pp", "2", "--precision", "fp32"],
+                      capsys)
+    assert rc == 0
+    assert "pipeline stages 2" in out and "56.00" in out

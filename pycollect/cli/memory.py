@@ -53,6 +53,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--micro-batch", type=int, default=1, help="sequences per GPU (default: 1)")
     g.add_argument("--recompute", default="none", choices=mem.RECOMPUTE_MODES)
     g.add_argument("--tp", type=int, default=1, help="tensor-parallel degree (default: 1)")
+    g.add_argument("--pp", type=int, default=1, help="pipeline stages (default: 1)")
     g.add_argument("--sp", action="store_true", help="sequence parallelism (with --tp)")
 
     g = parser.add_argument_group("offload, buffers, bandwidth")
@@ -104,7 +105,7 @@ def _options(args: argparse.Namespace) -> dict[str, Any]:
     unit = mem.parse_params(args.largest_unit) if args.largest_unit is not None else None
     return dict(precision=args.precision, optimizer=args.optimizer,
                 master_weights=args.master_weights, model=model, recompute=args.recompute,
-                tensor_parallel=args.tp, sequence_parallel=args.sp,
+                tensor_parallel=args.tp, pipeline_parallel=args.pp, sequence_parallel=args.sp,
                 offload_optimizer=args.offload_optimizer, offload_params=args.offload_params,
                 largest_unit_billions=unit, prefetch=args.prefetch,
                 gpus_per_node=args.gpus_per_node, gpu_memory_gb=args.gpu_memory,
@@ -181,7 +182,7 @@ def _breakdown(args: argparse.Namespace) -> str:
     fits = "yes" if est.fits else "no"
     lines = [
         f"{_size(params)} parameters on {est.num_gpus} GPUs, {est.sharding} "
-        f"({est.stage}, {shard}, tensor parallel {est.tensor_parallel})",
+        f"({est.stage}, {shard}, tensor parallel {est.tensor_parallel}, pipeline stages {est.pipeline_parallel})",
         _accounting(est),
         "",
         _table(["component", "GB"], rows),
@@ -250,7 +251,7 @@ def _plan(args: argparse.Namespace) -> str:
         notes.update(dict.fromkeys(est.notes))
         rows.append([stage, str(n), _gb(est.per_gpu_gb), _gb(est.comm.gb_per_rank)])
     lines = [f"{_size(params)} parameters: fewest {gpu_memory:g} GB GPUs per stage",
-             _accounting(mem.estimate_memory(params, args.tp, "ddp", **options)), "",
+             _accounting(mem.estimate_memory(params, args.tp * args.pp, "ddp", **options)), "",
              _table(["stage", "GPUs", "GB per GPU", "comm GB/step/rank"], rows)]
     lines += [f"note: {n}" for n in notes]
     return "\n".join(lines)

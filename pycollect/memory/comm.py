@@ -47,7 +47,7 @@ class CommEstimate:
 
 def comm_bytes(params: float, stage: str, lay: Layout, element_bytes: int) -> tuple[float, float]:
     """(group bytes, inter-node bytes) each rank moves per step; see the module table."""
-    local = params / lay.tensor_parallel * element_bytes
+    local = params / lay.model_parallel * element_bytes
     if stage == "hybrid":
         n, r = lay.shard_degree, lay.replicas
         return 3 * local * (n - 1) / n, 2 * (local / n) * (r - 1) / r

@@ -128,6 +128,7 @@ class MemoryEstimate:
     comm: CommEstimate
     gpu_memory_gb: float = 80.0
     notes: tuple[str, ...] = field(default=())
+    pipeline_parallel: int = 1
 
     @property
     def per_gpu_bytes(self) -> float:
@@ -164,6 +165,7 @@ class MemoryEstimate:
             "bytes_per_param": bytes_per_param(self.precision, self.optimizer,
                                                self.master_weights).total,
             "tensor_parallel": self.tensor_parallel,
+            "pipeline_parallel": self.pipeline_parallel,
             "shard_degree": self.shard_degree,
             "buffers_gb": self.buffers_bytes / GB,
             "cpu_offload_gb": self.cpu_bytes / GB,
@@ -178,7 +180,7 @@ class MemoryEstimate:
 def estimate_memory(params_billions: float, num_gpus: int = 1, sharding: str = "none", *,
                     precision: str = "mixed", optimizer: str = "adam",
                     master_weights: bool = True, model: Optional[ModelShape] = None,
-                    recompute: str = "none", tensor_parallel: int = 1,
+                    recompute: str = "none", tensor_parallel: int = 1, pipeline_parallel: int = 1,
                     sequence_parallel: bool = False, offload_optimizer: bool = False,
                     offload_params: bool = False, largest_unit_billions: Optional[float] = None,
                     prefetch: bool = True, gpus_per_node: int = 8, gpu_memory_gb: float = 80.0,
@@ -197,7 +199,10 @@ def estimate_memory(params_billions: float, num_gpus: int = 1, sharding: str = "
         model: the transformer's shape; without it activations count as 0.
         recompute: "none", "selective" or "full" activation recomputation.
         tensor_parallel, sequence_parallel: Megatron-style degree t; model states and
-            activations are divided by t, data parallelism spans num_gpus / t.
+            activations are divided by t, data parallelism spans num_gpus / (t x p).
+        pipeline_parallel: stages p; model states are divided by p. Activations are
+            not: under 1F1B the first stage holds p micro-batches of L/p layers, one
+            micro-batch's worth of the whole model (Narayanan et al. 2021).
         offload_optimizer: optimizer state lives in CPU memory.
         offload_params: parameters, gradients and optimizer state live in CPU memory
             (zero3/hybrid only; implies offload_optimizer, as in FSDP and DeepSpeed).
@@ -217,6 +222,7 @@ def estimate_memory(params_billions: float, num_gpus: int = 1, sharding: str = "
     params_billions = _positive("params_billions", params_billions)
     num_gpus = _count("num_gpus", num_gpus)
     tensor_parallel = _count("tensor_parallel", tensor_parallel)
+    pipeline_parallel = _count("pipeline_parallel", pipeline_parallel)
     gpus_per_node = _count("gpus_per_node", gpus_per_node)
     gpu_memory_gb = _positive("gpu_memory_gb", gpu_memory_gb)
     for name, bw in (("bus_bandwidth_gbs", bus_bandwidth_gbs),
@@ -235,7 +241,7 @@ def estimate_memory(params_billions: float, num_gpus: int = 1, sharding: str = "
     if offload_params and stage not in PARAM_SHARDED_STAGES:
         raise ValueError(f"offload_params needs sharded parameters (zero3, fsdp or hybrid), "
                          f"not {sharding!r}")
-    lay = layout(stage, num_gpus, tensor_parallel, gpus_per_node)
+    lay = layout(stage, num_gpus, tensor_parallel, gpus_per_node, pipeline_parallel)
     params = params_billions * 1e9
     notes: list[str] = []
 
@@ -269,7 +275,7 @@ def estimate_memory(params_billions: float, num_gpus: int = 1, sharding: str = "
     return MemoryEstimate(
         params_billions=params_billions, num_gpus=num_gpus, sharding=str(sharding).strip().lower(),
         stage=stage, precision=precision, optimizer=optimizer, master_weights=bool(master_weights),
-        tensor_parallel=tensor_parallel, shard_degree=lay.shard_degree,
+        tensor_parallel=tensor_parallel, pipeline_parallel=pipeline_parallel, shard_degree=lay.shard_degree,
         weights_bytes=states.weights, gradients_bytes=states.gradients,
         optimizer_bytes=states.optimizer, activations_bytes=acts, buffers_bytes=buffers,
         cpu_bytes=states.cpu, comm=comm, gpu_memory_gb=gpu_memory_gb, notes=tuple(notes))
@@ -311,13 +317,14 @@ def gpus_needed(params_billions: float, gpu_memory_gb: float = 80.0, sharding: s
     ``options`` are those of :func:`estimate_memory` (not ``num_gpus``).  Returns None
     when no count fits: DDP never gets smaller with more GPUs, zero1/zero2 keep their
     unsharded 16-bit parameters (and grads), hybrid is capped at one node's sharding.
-    Counts are multiples of ``tensor_parallel``; for hybrid, at most one node (beyond
+    Counts are multiples of ``tensor_parallel x pipeline_parallel``; for hybrid, at most one node (beyond
     that the per-GPU memory no longer falls).
     """
     if "num_gpus" in options:
         raise ValueError("gpus_needed chooses num_gpus itself; do not pass it")
     gpu_memory_gb = _positive("gpu_memory_gb", gpu_memory_gb)
-    step = _count("tensor_parallel", options.get("tensor_parallel", 1))
+    step = (_count("tensor_parallel", options.get("tensor_parallel", 1))
+            * _count("pipeline_parallel", options.get("pipeline_parallel", 1)))
     stage = canonical_stage(sharding)
 
     def fits(k: int) -> bool:

@@ -141,31 +141,39 @@ class Layout:
     tensor_parallel: int
     dp_degree: int
     shard_degree: int
+    pipeline_parallel: int = 1
 
     @property
     def replicas(self) -> int:
         return self.dp_degree // self.shard_degree
 
+    @property
+    def model_parallel(self) -> int:
+        """GPUs one copy of the model is cut over: tensor x pipeline degree."""
+        return self.tensor_parallel * self.pipeline_parallel
 
-def layout(stage: str, num_gpus: int, tensor_parallel: int, gpus_per_node: int) -> Layout:
-    """Split ``num_gpus`` into tensor-parallel groups and a ZeRO sharding group."""
-    if num_gpus % tensor_parallel:
-        raise ValueError(
-            f"num_gpus={num_gpus} is not a multiple of tensor_parallel={tensor_parallel}")
-    dp = num_gpus // tensor_parallel
+
+def layout(stage: str, num_gpus: int, tensor_parallel: int, gpus_per_node: int,
+           pipeline_parallel: int = 1) -> Layout:
+    """Split ``num_gpus`` into tensor x pipeline model-parallel groups and a ZeRO sharding group."""
+    mp = tensor_parallel * pipeline_parallel
+    if num_gpus % mp:
+        raise ValueError(f"num_gpus={num_gpus} is not a multiple of tensor_parallel x pipeline_parallel="
+                         f"{tensor_parallel} x {pipeline_parallel}")
+    dp = num_gpus // mp
     if stage == "ddp":
-        return Layout(num_gpus, tensor_parallel, dp, 1)
+        return Layout(num_gpus, tensor_parallel, dp, 1, pipeline_parallel)
     if stage != "hybrid":
-        return Layout(num_gpus, tensor_parallel, dp, dp)
+        return Layout(num_gpus, tensor_parallel, dp, dp, pipeline_parallel)
     # Hybrid: shard over the GPUs of one node, replicate across nodes.
     node = min(gpus_per_node, num_gpus)
     if num_gpus % node:
         raise ValueError(f"hybrid sharding needs whole nodes: num_gpus={num_gpus} is not a "
                          f"multiple of gpus_per_node={gpus_per_node}")
-    if node % tensor_parallel:
+    if node % mp:
         raise ValueError(f"hybrid sharding: the {node} GPUs of a node are not a multiple of "
-                         f"tensor_parallel={tensor_parallel}")
-    return Layout(num_gpus, tensor_parallel, dp, node // tensor_parallel)
+                         f"tensor_parallel x pipeline_parallel={mp}")
+    return Layout(num_gpus, tensor_parallel, dp, node // mp, pipeline_parallel)
 
 
 @dataclass(frozen=True)
@@ -182,12 +190,12 @@ def model_state_bytes(params: float, stage: str, per_param: BytesPerParam, lay: 
                       offload_optimizer: bool, offload_params: bool) -> StateBytes:
     """Per-GPU bytes of params, grads and optimizer state for ``params`` parameters.
 
-    Tensor parallelism gives each GPU ``params / tensor_parallel`` of the model; the
+    Tensor and pipeline parallelism give each GPU ``params / (tp x pp)`` of the model; the
     stage then divides each state over ``shard_degree`` ranks or not.  Offloading moves
     the optimizer state (``offload_optimizer``), or the parameter and gradient shards too
     (``offload_params``, zero3/hybrid only, as FSDP's CPUOffload does) to host memory.
     """
-    local = params / lay.tensor_parallel
+    local = params / lay.model_parallel
     d = lay.shard_degree
     weights = per_param.params * local / (d if stage in PARAM_SHARDED_STAGES else 1)
     grads = per_param.grads * local / (d if stage in _GRAD_SHARDED_STAGES else 1)
