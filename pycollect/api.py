@@ -356,3 +356,9 @@ def all_to_all_single(output, input, output_split_sizes=None, input_split_sizes=
 def get_counters(group=None) -> dict:
     """Calls per collective kind that ran through this group's engine."""
     return _group(group).counters()
+
+
+def get_bytes_sent(group=None) -> int:
+    """Bytes this rank has put on its links for the group (payload and headers), as counted
+    by the engine when each operation finished."""
+    return _group(group).bytes_sent()
