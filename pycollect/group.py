@@ -22,7 +22,7 @@ _ROOT_CAUSES = {"MismatchError": MismatchError, "CollectiveTimeoutError": Collec
 def _comm_options(timeout: datetime.timedelta, options: Options) -> "_C.CommOptions":
     o = _C.CommOptions()
     o.timeout = timeout.total_seconds()
-    for name in ("segment_bytes", "inflight", "direct_max_bytes", "socket_buffer"):
+    for name in ("segment_bytes", "inflight", "direct_max_bytes", "socket_buffer", "link_timeout", "secret"):
         value = getattr(options, name)
         if value is not None:
             setattr(o, name, value)
@@ -65,7 +65,57 @@ class ProcessGroup:
             hosts.append(h)
             ports.append(int(pt))
         token = int(store.get(f"{p}/token").decode())
-        self._comm.connect(hosts, ports, token)
+        self._connect_mesh(hosts, ports, token)
+
+    def _connect_mesh(self, hosts: List[str], ports: List[int], token: int) -> None:
+        """Connect the mesh on a helper thread (the engine releases the GIL) while this one
+        watches the store: a rank that fails to connect publishes why under `connect_failed`,
+        and every other rank then gives up within a fraction of a second, instead of waiting
+        for the rendezvous timeout for a peer that will never come (e.g. a rank whose
+        PYCOLLECT_SECRET differs: only the rank that checks the proof can tell, the other
+        end only sees a stranger fail)."""
+        store, key = self._store, f"{self._prefix}/connect_failed"
+        outcome: list = []
+
+        def connect() -> None:
+            try:
+                self._comm.connect(hosts, ports, token)
+            except BaseException as e:  # handed to the waiting thread
+                outcome.append(e)
+
+        worker = threading.Thread(target=connect, name=f"pycollect-connect-{self._prefix}", daemon=True)
+        worker.start()
+        report = None
+        try:
+            while worker.is_alive():
+                worker.join(0.1)
+                if report is None and worker.is_alive():
+                    report = self._connect_report(store, key)
+                    if report is not None:
+                        self._comm.cancel_connect()
+        except BaseException:
+            self._comm.cancel_connect()  # e.g. Ctrl-C: stop connecting, then raise
+            worker.join()
+            raise
+        if not outcome:
+            return
+        error = outcome[0]
+        if report is None:
+            try:
+                store.set(key, f"rank {self.rank}: {type(error).__name__}: {error}")
+            except Exception:
+                pass  # the store may be gone with rank 0; the local error stands
+        elif "authentication failed" not in str(error):
+            error = type(error)(f"{error}; {report}")
+        raise error
+
+    @staticmethod
+    def _connect_report(store, key: str) -> Optional[str]:
+        """Another rank's connect failure, or None; an unreachable store is one too."""
+        try:
+            return store.get(key).decode(errors="replace") if store.check([key]) else None
+        except Exception as e:  # noqa: BLE001 - the store's host (rank 0) may have exited
+            return f"the rendezvous store is unreachable ({e})"
 
     # -- used by api.py -------------------------------------------------------
     def submit(self, launch, keepalive=(), finish=None) -> Work:

@@ -70,6 +70,26 @@ def paired_groups(size: int):
     return None if pg is NON_GROUP_MEMBER else (pg, gg)
 
 
+def next_group_name() -> str:
+    """Worker side: the store prefix of the next group this process makes."""
+    import pycollect.api as api
+
+    return f"g{api._group_seq}"
+
+
+def next_group_address(rank: int, group: str | None = None, timeout: float = 15.0):
+    """Worker side: (host, port) where `rank` listens for `group` (default: the next group
+    this process makes), read from the store as any stranger could, once published."""
+    import datetime
+
+    import pycollect.api as api
+
+    key = f"{group or next_group_name()}/addr/{rank}"
+    api._store.wait([key], datetime.timedelta(seconds=timeout))
+    host, port = api._store.get(key).decode().rsplit(" ", 1)
+    return host, int(port)
+
+
 class RankPool:
     def __init__(self, world_size: int, *, init_gloo: bool = True, timeout: float = 60.0,
                  env: dict | None = None, op_timeout: float = 30.0, master_addr: str = "127.0.0.1"):

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 import pycollect as pc
-from rank_pool import RankPool
+from rank_pool import RankPool, next_group_address
 
 # -- worker functions ------------------------------------------------------------------
 
@@ -50,23 +50,17 @@ def _closed_by_peer(sock) -> bool:
 
 def case_strangers_during_rendezvous():
     """Rank 0 points three strangers at rank 1's port before the real connection."""
-    import pycollect.api as api
-
     r = pc.get_rank()
-    name = f"g{api._group_seq}"
     outcome = {}
     if r == 0:
         ready = threading.Event()
 
         def strangers():
-            key = f"{name}/addr/1"
-            api._store.wait([key])
-            host, port = api._store.get(key).decode().rsplit(" ", 1)
-            addr = (host, int(port))
+            addr = next_group_address(1)
             garbage = socket.create_connection(addr, timeout=15)
             garbage.sendall(b"GET / HTTP/1.0\r\n\r\n" + b"x" * 64)
             wrong_token = socket.create_connection(addr, timeout=15)
-            wrong_token.sendall(struct.pack("<IIQii", 0x4C4F4350, 1, 12345, 0, 1))
+            wrong_token.sendall(struct.pack("<IIQiiII", 0x4C4F4350, 2, 12345, 0, 1, 0, 0))
             silent = socket.create_connection(addr, timeout=15)
             ready.set()
             outcome["garbage_closed"] = _closed_by_peer(garbage)

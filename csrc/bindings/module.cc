@@ -2,6 +2,7 @@
 #include "bindings/register.h"
 #include "common/error.h"
 #include "common/memory.h"
+#include "common/hmac.h"
 #include "reduce/reduce.h"
 
 namespace py = pybind11;
@@ -52,4 +53,10 @@ PYBIND11_MODULE(_C, m) {
   m.def("half_round_trip", [](float f) { return pycollect::halfToFloat(pycollect::floatToHalf(f)); });
   m.def("bfloat16_round_trip",
         [](float f) { return pycollect::bfloat16ToFloat(pycollect::floatToBFloat16(f)); });
+  // Exposed for the known-answer tests of the handshake's HMAC (tests/test_auth.py).
+  m.def("hmac_sha256", [](const py::bytes& key, const py::bytes& msg) {
+    std::string k(key), s(msg);
+    auto d = pycollect::hmacSha256(k, s.data(), s.size());
+    return py::bytes(reinterpret_cast<const char*>(d.data()), d.size());
+  });
 }

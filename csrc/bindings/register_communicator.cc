@@ -35,7 +35,11 @@ void registerCommunicator(py::module_& m) {
           [](CommOptions& o, int v) { o.tunables.inflight = v; })
       .def_readwrite("direct_max_bytes", &CommOptions::directMaxBytes)
       .def_readwrite("direct_max_ranks", &CommOptions::directMaxRanks)
-      .def_readwrite("socket_buffer", &CommOptions::socketBuffer);
+      .def_readwrite("socket_buffer", &CommOptions::socketBuffer)
+      .def_readwrite("link_timeout", &CommOptions::linkTimeoutSec)
+      .def_property(
+          "secret", [](const CommOptions& o) { return py::bytes(o.secret); },
+          [](CommOptions& o, const py::bytes& v) { o.secret = std::string(v); });
 
   // Every method that may block or take the queue lock releases the GIL: the
   // communicator never calls back into Python, and the buffers are raw memory.
@@ -46,6 +50,7 @@ void registerCommunicator(py::module_& m) {
       .def_property_readonly("size", &Communicator::size)
       .def("listen", &Communicator::listen, py::arg("host"), R())
       .def("connect", &Communicator::connect, py::arg("hosts"), py::arg("ports"), py::arg("token"), R())
+      .def("cancel_connect", &Communicator::cancelConnect)
       .def(
           "all_reduce",
           [](Communicator& c, uintptr_t data, size_t count, int dtype, int op, int algo) {

@@ -32,6 +32,8 @@ Communicator::Communicator(int rank, int size, CommOptions options)
   to.size = size;
   to.timeoutSec = options_.timeoutSec;
   to.socketBuffer = options_.socketBuffer;
+  to.secret = options_.secret;
+  to.linkTimeoutSec = options_.linkTimeoutSec > 0 ? options_.linkTimeoutSec : kDefaultLinkTimeoutSec;
   transport_ = makeTransport(TransportKind::kTcp, to);
 }
 

@@ -40,7 +40,11 @@ struct CommOptions {
   size_t directMaxBytes = 16 * 1024;  // all-reduce uses the direct algorithm up to this
   int directMaxRanks = 8;             // ... and up to this many ranks
   int socketBuffer = 0;
+  std::string secret;         // PYCOLLECT_SECRET: the handshake's challenge-response
+  double linkTimeoutSec = 0;  // PYCOLLECT_LINK_TIMEOUT; 0: kDefaultLinkTimeoutSec
 };
+
+constexpr double kDefaultLinkTimeoutSec = 60.0;
 
 class Communicator {
  public:
@@ -56,6 +60,8 @@ class Communicator {
   std::pair<std::string, int> listen(const std::string& host);
   void connect(const std::vector<std::string>& hosts, const std::vector<int>& ports,
                uint64_t token);
+  // Any thread: a running connect() gives up soon (another rank failed to connect).
+  void cancelConnect() { transport_->cancelConnect(); }
 
   // Operations. Pointers must stay valid until the returned Work completes.
   // `algo`: kAuto chooses by size (options().directMax*), kRing or kDirect forces one.

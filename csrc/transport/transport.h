@@ -23,6 +23,8 @@ struct TransportOptions {
   int size = 1;
   double timeoutSec = 300.0;  // for connecting the mesh
   int socketBuffer = 0;       // TCP: SO_SNDBUF/SO_RCVBUF, 0 for the kernel's autotuning
+  std::string secret;         // shared by every rank, never sent; empty: none (handshake)
+  double linkTimeoutSec = 60.0;  // a link whose peer stops answering fails after this
 };
 
 // Where a rank can be reached; the Python layer publishes it in the store.
@@ -41,6 +43,10 @@ class Transport {
   // Throws TimeoutError / PeerLostError naming the rank that could not be reached.
   virtual Endpoint listen(const std::string& host) = 0;
   virtual std::vector<Link*> connect(const std::vector<Endpoint>& peers, uint64_t token) = 0;
+  // Any thread: makes a running connect() give up within a fraction of a second
+  // (another rank reported that it failed to connect), throwing PeerLostError, or
+  // the authentication failure it saw if there was one.
+  virtual void cancelConnect() = 0;
 
   // Worker thread only. progress() moves whatever moves right now on every link
   // with queued work and never blocks; it throws PeerLostError naming the peer.

@@ -1,6 +1,8 @@
 #include "transport/tcp/link.h"
 
+#include <algorithm>
 #include <cerrno>
+#include <cstdio>
 
 #include "common/error.h"
 
@@ -10,7 +12,8 @@ namespace {
 constexpr int kMaxIov = 16;  // ranges batched into one sendmsg/recvmsg
 }
 
-Link::Link(Socket socket, int peer) : socket_(std::move(socket)), peer_(peer) {}
+Link::Link(Socket socket, int peer, double linkTimeoutSec)
+    : socket_(std::move(socket)), peer_(peer), linkTimeoutSec_(linkTimeoutSec) {}
 
 uint64_t Link::queueSend(const void* data, size_t bytes) {
   sends_.push_back({static_cast<char*>(const_cast<void*>(data)), bytes});
@@ -80,7 +83,27 @@ void Link::progressRecv() {
   }
 }
 
+double Link::checkPeriodSec() const { return std::min(1.0, std::max(0.05, linkTimeoutSec_ / 10)); }
+
+void Link::checkAlive(Clock::time_point now) {
+  Socket::AckState s = socket_.ackState();
+  bool silent = s.awaiting && s.msSinceAck >= linkTimeoutSec_ * 1000;
+  // The previous check counts only if it was the one just before (the link may
+  // have been idle, and unchecked, since).
+  bool inARow = now - lastCheck_ < std::chrono::duration<double>(3 * checkPeriodSec());
+  if (silent && suspect_ && inARow) fail("tcp_info", ETIMEDOUT, false);
+  suspect_ = silent;
+  lastCheck_ = now;
+}
+
 void Link::fail(const char* call, int err, bool eof) const {
+  if (err == ETIMEDOUT) {
+    char seconds[32];
+    std::snprintf(seconds, sizeof(seconds), "%g", linkTimeoutSec_);
+    throw PeerLostError("link to rank " + std::to_string(peer_) + " timed out: its host answered " +
+                        "nothing for " + seconds + " s (PYCOLLECT_LINK_TIMEOUT; a cut link, a " +
+                        "partition or a host that is down): " + syscallMessage(call, err, ""));
+  }
   if (eof) {
     throw PeerLostError("connection to rank " + std::to_string(peer_) +
                         " was closed by the peer (it exited, crashed or failed)");

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <deque>
 
+#include "common/clock.h"
 #include "transport/link.h"
 #include "transport/tcp/socket.h"
 
@@ -16,7 +17,8 @@ namespace tcp {
 
 class Link final : public pycollect::Link {
  public:
-  Link(Socket socket, int peer);
+  // `linkTimeoutSec`: how long the peer's host may leave us unanswered (checkAlive).
+  Link(Socket socket, int peer, double linkTimeoutSec);
 
   int peer() const override { return peer_; }
   int fd() const { return socket_.fd(); }
@@ -30,6 +32,13 @@ class Link final : public pycollect::Link {
   // Throw PeerLostError naming the peer if the connection failed or was closed.
   void progressSend();
   void progressRecv();
+  // Worker thread, about every checkPeriod() while the link has queued work: throws
+  // PeerLostError ("link to rank N timed out") once the peer's host has acknowledged
+  // nothing for the link timeout while data or probes were outstanding, on two
+  // checks in a row (one stale reading, e.g. the first send after a long idle time,
+  // is not enough). A slow peer process does not trip it: its kernel acknowledges.
+  void checkAlive(Clock::time_point now);
+  double checkPeriodSec() const;
 
   void abort() override;
   // shutdown(2) wakes a poll() on the socket from any thread.
@@ -50,6 +59,9 @@ class Link final : public pycollect::Link {
 
   Socket socket_;
   int peer_;
+  double linkTimeoutSec_;
+  bool suspect_ = false;  // the last check saw no acknowledgement for the timeout ...
+  Clock::time_point lastCheck_{};  // ... at this time
   std::deque<Range> sends_;
   std::deque<Range> recvs_;
   uint64_t sendsPosted_ = 0, sendsDone_ = 0;

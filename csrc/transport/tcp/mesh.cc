@@ -2,6 +2,7 @@
 
 #include <poll.h>
 
+#include <algorithm>
 #include <cerrno>
 
 #include "common/error.h"
@@ -9,13 +10,32 @@
 
 namespace pycollect {
 namespace tcp {
+namespace {
+constexpr int kPollSliceMs = 200;  // how soon a wait notices MeshOptions::cancel
+}
 
 int msUntil(Clock::time_point deadline) {
   auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
   return left.count() < 0 ? 0 : static_cast<int>(left.count());
 }
 
-std::string transferAll(Socket& s, void* buf, size_t n, bool sending, Clock::time_point deadline) {
+int pollOne(int fd, short events, Clock::time_point deadline, const MeshOptions& opts) {
+  for (;;) {
+    int ms = msUntil(deadline);
+    if (ms == 0 || opts.cancelled()) return 0;
+    struct pollfd pfd {fd, events, 0};
+    int rc = ::poll(&pfd, 1, std::min(ms, kPollSliceMs));
+    if (rc != 0 && !(rc < 0 && errno == EINTR)) return rc;
+  }
+}
+
+void throwCancelled(const MeshOptions& opts) {
+  throw PeerLostError("rank " + std::to_string(opts.rank) +
+                      ": stopped connecting the group: another rank failed to connect");
+}
+
+std::string transferAll(Socket& s, void* buf, size_t n, bool sending, Clock::time_point deadline,
+                        const MeshOptions& opts) {
   char* p = static_cast<char*>(buf);
   while (n > 0) {
     IoResult r = sending ? s.sendSome(p, n) : s.recvSome(p, n);
@@ -26,11 +46,10 @@ std::string transferAll(Socket& s, void* buf, size_t n, bool sending, Clock::tim
       continue;
     }
     if (r.err != EAGAIN) return syscallMessage(sending ? "send" : "recv", r.err, "in handshake");
-    struct pollfd pfd {s.fd(), static_cast<short>(sending ? POLLOUT : POLLIN), 0};
-    int ms = msUntil(deadline);
-    if (ms == 0) return "handshake timed out";
-    int rc = ::poll(&pfd, 1, ms);
-    if (rc < 0 && errno != EINTR) return syscallMessage("poll", errno, "in handshake");
+    int rc = pollOne(s.fd(), sending ? POLLOUT : POLLIN, deadline, opts);
+    if (opts.cancelled()) throwCancelled(opts);
+    if (rc == 0) return "handshake timed out";
+    if (rc < 0) return syscallMessage("poll", errno, "in handshake");
   }
   return "";
 }
@@ -39,6 +58,7 @@ void configure(Socket& s, const MeshOptions& opts) {
   s.setNonBlocking();
   s.setNoDelay();
   s.setBuffers(opts.socketBuffer);
+  s.setLinkTimeout(opts.linkTimeoutSec);
 }
 
 std::vector<std::unique_ptr<Link>> connectMesh(Listener& listener,

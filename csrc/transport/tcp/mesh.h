@@ -4,6 +4,7 @@
 // (listener.cc), checking the Hello on both sides.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -24,6 +25,11 @@ struct MeshOptions {
   uint64_t token = 0;
   double timeoutSec = 300.0;
   int socketBuffer = 0;  // SO_SNDBUF/SO_RCVBUF, 0 for the kernel's autotuning
+  std::string secret;    // empty: no challenge-response (handshake.h)
+  double linkTimeoutSec = 60.0;  // keepalive of every link (Socket::setLinkTimeout)
+  // Set from another thread to make connectMesh give up soon (Transport::cancelConnect).
+  const std::atomic<bool>* cancel = nullptr;
+  bool cancelled() const { return cancel != nullptr && cancel->load(); }
 };
 
 class Listener;
@@ -46,10 +52,16 @@ void acceptLower(Listener& listener, std::vector<std::unique_ptr<Link>>& links,
 
 // Shared by both halves (mesh.cc).
 int msUntil(Clock::time_point deadline);
+// Polls one socket for `events` until `deadline` or a cancel, in slices short enough
+// to notice the cancel; returns poll's result (0: deadline passed or cancelled).
+int pollOne(int fd, short events, Clock::time_point deadline, const MeshOptions& opts);
 // Moves exactly n bytes on a non-blocking socket, waiting with poll up to `deadline`.
 // Returns "" on success, else what went wrong.
-std::string transferAll(Socket& s, void* buf, size_t n, bool sending, Clock::time_point deadline);
-// Non-blocking, TCP_NODELAY, and the configured buffer sizes.
+std::string transferAll(Socket& s, void* buf, size_t n, bool sending, Clock::time_point deadline,
+                        const MeshOptions& opts);
+// What a rank raises when another thread cancelled connectMesh.
+[[noreturn]] void throwCancelled(const MeshOptions& opts);
+// Non-blocking, TCP_NODELAY, the configured buffer sizes and the link timeout.
 void configure(Socket& s, const MeshOptions& opts);
 
 }  // namespace tcp

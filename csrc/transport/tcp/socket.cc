@@ -6,6 +6,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 
 #include "common/error.h"
@@ -50,6 +51,32 @@ void Socket::setBuffers(int bytes) {
   if (bytes <= 0) return;
   ::setsockopt(fd_, SOL_SOCKET, SO_SNDBUF, &bytes, sizeof(bytes));
   ::setsockopt(fd_, SOL_SOCKET, SO_RCVBUF, &bytes, sizeof(bytes));
+}
+
+void Socket::setLinkTimeout(double seconds) {
+  int on = 1;
+  int probe = std::max(1, static_cast<int>(seconds / 3));
+  int count = 3;
+  struct {
+    int level, name;
+    const int* value;
+    const char* what;
+  } options[] = {{SOL_SOCKET, SO_KEEPALIVE, &on, "SO_KEEPALIVE"},
+                 {IPPROTO_TCP, TCP_KEEPIDLE, &probe, "TCP_KEEPIDLE"},
+                 {IPPROTO_TCP, TCP_KEEPINTVL, &probe, "TCP_KEEPINTVL"},
+                 {IPPROTO_TCP, TCP_KEEPCNT, &count, "TCP_KEEPCNT"}};
+  for (const auto& o : options) {
+    if (::setsockopt(fd_, o.level, o.name, o.value, sizeof(int)) < 0) {
+      throw Error(syscallMessage("setsockopt", errno, std::string("setting ") + o.what));
+    }
+  }
+}
+
+Socket::AckState Socket::ackState() const {
+  struct tcp_info info {};
+  socklen_t len = sizeof(info);
+  if (::getsockopt(fd_, IPPROTO_TCP, TCP_INFO, &info, &len) < 0) return {};
+  return {info.tcpi_unacked > 0 || info.tcpi_probes > 0, info.tcpi_last_ack_recv};
 }
 
 void Socket::shutdownBoth() {

@@ -46,6 +46,21 @@ class Socket {
   void setNoDelay();
   // Sets SO_SNDBUF and SO_RCVBUF; 0 leaves the kernel's autotuning alone.
   void setBuffers(int bytes);
+  // Keepalive, so that an idle link whose peer host stopped answering (no FIN: a
+  // cut cable, a partition, a host that is down) fails in about `seconds`: probes
+  // every max(1, seconds/3) s after as long an idle time, 3 unanswered ones end the
+  // connection. A live peer's kernel answers them however long its process computes.
+  // (No TCP_USER_TIMEOUT: Linux also applies it to a zero window, so it would fail
+  // a live peer that is slow to read; links with work in flight are watched by
+  // Link::checkAlive instead.) Throws Error naming the option if one is refused.
+  void setLinkTimeout(double seconds);
+  // From TCP_INFO: whether sent bytes or probes await the peer's acknowledgement,
+  // and how long ago the last acknowledgement of any kind arrived.
+  struct AckState {
+    bool awaiting = false;
+    uint32_t msSinceAck = 0;
+  };
+  AckState ackState() const;
   // Wakes any thread polling this socket (used to abort a running collective).
   // Both do nothing in a forked child: its copy is already closed, and shutting
   // down the shared connection would break the parent's group.

@@ -1,5 +1,7 @@
 #include "transport/tcp/transport.h"
 
+#include <algorithm>
+
 #include "common/error.h"
 #include "transport/tcp/mesh.h"
 
@@ -20,6 +22,9 @@ std::vector<pycollect::Link*> Transport::connect(const std::vector<Endpoint>& pe
   mo.token = token;
   mo.timeoutSec = options_.timeoutSec;
   mo.socketBuffer = options_.socketBuffer;
+  mo.secret = options_.secret;
+  mo.linkTimeoutSec = options_.linkTimeoutSec;
+  mo.cancel = &cancel_;
   owned_ = connectMesh(*listener_, peers, mo);
   // The mesh is complete: later strangers on the port are refused by the kernel.
   listener_->close();
@@ -27,6 +32,10 @@ std::vector<pycollect::Link*> Transport::connect(const std::vector<Endpoint>& pe
   for (auto& l : owned_) {
     links.push_back(l.get());
     if (l) active_.push_back(l.get());
+  }
+  if (!active_.empty()) {
+    checkPeriod_ = std::chrono::duration_cast<Clock::duration>(
+        std::chrono::duration<double>(active_[0]->checkPeriodSec()));
   }
   return links;
 }
@@ -36,6 +45,16 @@ void Transport::progress() {
     if (l->sendPending()) l->progressSend();
     if (l->recvPending()) l->progressRecv();
   }
+  auto now = Clock::now();
+  if (now < nextCheck_) return;
+  nextCheck_ = now + checkPeriod_;
+  for (Link* l : active_) {
+    if (l->sendPending() || l->recvPending()) l->checkAlive(now);
+  }
+}
+
+void Transport::waitReady(Clock::time_point until) {
+  poller_.wait(active_, busy() ? std::min(until, nextCheck_) : until);
 }
 
 bool Transport::busy() const {

@@ -1,6 +1,7 @@
 // The TCP Transport: a full mesh of TCP links (mesh.h), driven by one Poller.
 #pragma once
 
+#include <atomic>
 #include <memory>
 #include <vector>
 
@@ -19,9 +20,12 @@ class Transport final : public pycollect::Transport {
   Endpoint listen(const std::string& host) override;
   std::vector<pycollect::Link*> connect(const std::vector<Endpoint>& peers,
                                         uint64_t token) override;
+  void cancelConnect() override { cancel_ = true; }
+  // progress() also checks every busy link's liveness (Link::checkAlive) once per
+  // check period, and waitReady() wakes up for it.
   void progress() override;
   bool busy() const override;
-  void waitReady(Clock::time_point until) override { poller_.wait(active_, until); }
+  void waitReady(Clock::time_point until) override;
   void wake() override { poller_.wake(); }
   void close() override;
 
@@ -31,6 +35,9 @@ class Transport final : public pycollect::Transport {
   std::vector<std::unique_ptr<Link>> owned_;  // indexed by rank, nullptr at self
   std::vector<Link*> active_;                 // the non-null ones
   Poller poller_;
+  std::atomic<bool> cancel_{false};
+  Clock::duration checkPeriod_{};
+  Clock::time_point nextCheck_{};
 };
 
 }  // namespace tcp
