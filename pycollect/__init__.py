@@ -8,8 +8,9 @@ reduce-scatter over TCP) with torch.distributed's names.
 The C++ engine lives in the private module pycollect._C; everything public is here,
 loaded on first use: `import pycollect.memory` (the memory planner) loads neither the
 engine nor torch. Packages: ddp/, fsdp/ (training wrappers), torch_backend/ ("pycollect"
-as a torch.distributed backend), memory/ (planner), benchmark/, demo/ (the lesson's
-jobs), cli/ (the `pycollect` command).
+as a torch.distributed backend), tp/ and pp/ (tensor and pipeline parallelism), mesh
+(2-D rank grids), memory/ (planner), benchmark/, demo/ (the lesson's jobs), cli/ (the
+`pycollect` command).
 """
 from __future__ import annotations
 

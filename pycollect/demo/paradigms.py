@@ -10,7 +10,7 @@ planner's prediction for the same layout, the bytes each rank put on the wire pe
 
     dp    pycollect DDP: full replicas, gradients all-reduced; each rank its rows
     tp    tensor parallel over all ranks: heads, MLP units and vocabulary split; same rows
-    pp    pipeline: one stage per rank, 1F1B over micro-batches of the whole batch
+    pp    pipeline (pycollect.pp): one stage per rank, 1F1B over 4 micro-batches of the batch
     fsdp  ZeRO-3 over all ranks: one unit per block; each rank its rows
     hsdp  FSDP inside pairs of ranks, replicated across the pairs (2 x W/2 grid)
 """
@@ -101,7 +101,24 @@ def _full_params(cfg) -> int:
 
 
 def _pipeline_job(rank: int, world: int, emit, cfg, steps: int) -> Dict:
-    raise NotImplementedError("the pipeline paradigm arrives with pycollect.pp")
+    """One stage per rank, 1F1B over MICRO_BATCHES micro-batches of the whole batch."""
+    import torch
+
+    from .. import api
+    from ..pp import gpt_pieces, train_steps
+    from .gpt import GPT, counting_batch, lm_loss
+
+    torch.manual_seed(0)
+    batches = [counting_batch(cfg, GLOBAL_ROWS, seed=step) for step in range(steps)]
+    sent_before = api.get_bytes_sent()
+    out = train_steps(gpt_pieces(GPT(cfg)), batches, lm_loss, micro_batches=MICRO_BATCHES, schedule="1f1b",
+                      lr=LR)
+    sent = api.get_bytes_sent() - sent_before
+    for step, (loss, seconds) in enumerate(zip(out["losses"], out["step_times"])):
+        emit("step", "pp", step, loss, seconds)
+    return {"state": out["state_bytes"], "sent_per_step": sent / steps, "params": _full_params(cfg),
+            "planner": dict(sharding="ddp", pipeline_parallel=world), "bubble": out["bubble"].mean_measured,
+            "textbook": out["bubble"].textbook}
 
 
 def _predicted_state_bytes(planner: dict, params: int, world: int) -> float:
@@ -145,7 +162,7 @@ def main(paradigms=PARADIGMS, world_size: int = 2, steps: int = 6, timeout: floa
         return 2
     print(f"pycollect demo --paradigm: GPT {CONFIG}, {world_size} ranks on 127.0.0.1, {steps} Adam steps of "
           f"{GLOBAL_ROWS} sequences", flush=True)
-    collector, rows = _Collector(world_size, steps), []
+    collector, rows, bubbles = _Collector(world_size, steps), [], []
     for paradigm in paradigms:
         try:
             results = run_ranks(_job, world_size, ("pycollect",), job_args=(paradigm, steps), timeout=timeout,
@@ -154,6 +171,8 @@ def main(paradigms=PARADIGMS, world_size: int = 2, steps: int = 6, timeout: floa
             print(f"pycollect demo --paradigm {paradigm} failed: {e}", file=sys.stderr)
             return 1
         first = results[0]
+        if "bubble" in first:
+            bubbles.append((paradigm, first))
         rows.append((paradigm, collector.losses[paradigm][-1], max(r["state"] for r in results),
                      _predicted_state_bytes(first["planner"], first["params"], world_size),
                      statistics.mean(r["sent_per_step"] for r in results),
@@ -165,6 +184,9 @@ def main(paradigms=PARADIGMS, world_size: int = 2, steps: int = 6, timeout: floa
               f"{step * 1e3:>16.1f}")
     print("  state = parameters + gradients + Adam state (fp32), largest over ranks; planner = "
           "pycollect.memory.estimate_memory for the same layout; sent = counted by the engine")
+    for paradigm, result in bubbles:
+        print(f"  pp bubble: measured {result['bubble']:.2f} of each stage's step idle, textbook "
+              f"(p-1)/(m+p-1) = {result['textbook']:.2f} for p={world_size}, m={MICRO_BATCHES}")
     if "hsdp" in paradigms and world_size < 4:
         print(f"  (hsdp on {world_size} ranks has a single replica; --world-size 4 gives a 2 x 2 grid)")
     return 0
