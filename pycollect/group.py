@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime
 import json
+import os
 import secrets
 import threading
 import time
@@ -11,7 +12,7 @@ from typing import Dict, List, Optional, Sequence
 
 from . import _C
 from .errors import CollectiveTimeoutError, GroupFailedError, MismatchError, PeerLostError, PyCollectError
-from .options import Options
+from .options import Options, default_spin_us
 from .work import Work
 
 # Kinds of failure that explain a neighbour's PeerLostError: the rank that saw one of these
@@ -19,9 +20,13 @@ from .work import Work
 _ROOT_CAUSES = {"MismatchError": MismatchError, "CollectiveTimeoutError": CollectiveTimeoutError}
 
 
-def _comm_options(timeout: datetime.timedelta, options: Options) -> "_C.CommOptions":
+def _comm_options(timeout: datetime.timedelta, options: Options, size: int) -> "_C.CommOptions":
     o = _C.CommOptions()
     o.timeout = timeout.total_seconds()
+    if options.spin_us is not None:
+        o.spin_us = options.spin_us
+    else:  # torchrun says how many ranks share this host; else assume the whole group does
+        o.spin_us = default_spin_us(min(size, int(os.environ.get("LOCAL_WORLD_SIZE") or size)))
     for name in ("segment_bytes", "inflight", "direct_max_bytes", "socket_buffer", "link_timeout", "secret"):
         value = getattr(options, name)
         if value is not None:
@@ -50,7 +55,7 @@ class ProcessGroup:
         self._pending: list = []  # (cwork, keepalive) of ops not yet known complete, under _lock
         self._lock = threading.Lock()  # threads may submit on one group at once
         self._published = False   # this rank's failure is in the store
-        self._comm = _C.Communicator(self.rank, self.size, _comm_options(timeout, self.options))
+        self._comm = _C.Communicator(self.rank, self.size, _comm_options(timeout, self.options, self.size))
         self._connect(host)
 
     def _connect(self, host: str) -> None:

@@ -12,6 +12,7 @@
 | PYCOLLECT_DIRECT_MAX_BYTES  | "auto" uses the direct all-reduce up to this (>= 0)   | engine's (16 KiB) |
 | PYCOLLECT_SOCKET_BUFFER     | SO_SNDBUF/SO_RCVBUF bytes, 0 = kernel autotuning      | 0                 |
 | PYCOLLECT_SOCKET_IFNAME     | interface to listen on (e.g. eth0, lo)                | route to MASTER_ADDR |
+| PYCOLLECT_SPIN_US           | busy-poll this long in a wait before sleeping (>= 0) | 50 when this host's ranks fit its cores, else 0 |
 | PYCOLLECT_LINK_TIMEOUT      | seconds before a link that stopped answering (no FIN: a cut cable) fails | 60 |
 | PYCOLLECT_SECRET            | shared secret for the handshake's mutual authentication (never in the store) | none |
 | PYCOLLECT_SECRET_FILE       | a file holding that secret (instead of PYCOLLECT_SECRET) | none |
@@ -34,6 +35,7 @@ _INTEGERS = {
     "PYCOLLECT_INFLIGHT": ("inflight", 1),
     "PYCOLLECT_DIRECT_MAX_BYTES": ("direct_max_bytes", 0),
     "PYCOLLECT_SOCKET_BUFFER": ("socket_buffer", 0),
+    "PYCOLLECT_SPIN_US": ("spin_us", 0),
 }
 KNOWN = frozenset(_INTEGERS) | {"PYCOLLECT_ALGO", "PYCOLLECT_SOCKET_IFNAME", "PYCOLLECT_LINK_TIMEOUT",
                                  "PYCOLLECT_SECRET", "PYCOLLECT_SECRET_FILE"}
@@ -48,6 +50,7 @@ class Options:
     inflight: Optional[int] = None
     direct_max_bytes: Optional[int] = None
     socket_buffer: Optional[int] = None
+    spin_us: Optional[int] = None
     socket_ifname: Optional[str] = None
     link_timeout: Optional[float] = None
     secret: Optional[bytes] = field(default=None, repr=False)  # never printed, never stored
@@ -88,6 +91,19 @@ class Options:
                 raise ValueError(f"PYCOLLECT_LINK_TIMEOUT={raw!r} must be a positive, finite number of seconds")
         values["secret"] = _secret(env)
         return cls(**values)
+
+
+DEFAULT_SPIN_US = 50
+
+
+def default_spin_us(local_ranks: int) -> int:
+    """Spinning pays when each rank of this host has a core to spin on; when ranks outnumber
+    cores (4 ranks on 2 cores), a spinning rank steals the very core its peer needs."""
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        cores = os.cpu_count() or 1
+    return DEFAULT_SPIN_US if local_ranks <= cores else 0
 
 
 def _secret(env: Mapping[str, str]) -> Optional[bytes]:

@@ -33,6 +33,9 @@ void registerCommunicator(py::module_& m) {
       .def_property(
           "inflight", [](const CommOptions& o) { return o.tunables.inflight; },
           [](CommOptions& o, int v) { o.tunables.inflight = v; })
+      .def_property(
+          "spin_us", [](const CommOptions& o) { return o.tunables.spinUs; },
+          [](CommOptions& o, int v) { o.tunables.spinUs = v; })
       .def_readwrite("direct_max_bytes", &CommOptions::directMaxBytes)
       .def_readwrite("direct_max_ranks", &CommOptions::directMaxRanks)
       .def_readwrite("socket_buffer", &CommOptions::socketBuffer)
@@ -51,32 +54,46 @@ void registerCommunicator(py::module_& m) {
       .def("listen", &Communicator::listen, py::arg("host"), R())
       .def("connect", &Communicator::connect, py::arg("hosts"), py::arg("ports"), py::arg("token"), R())
       .def("cancel_connect", &Communicator::cancelConnect)
+      // blocking=True: the caller waits for the result anyway, so the engine may run the
+      // call on this thread when nothing is queued (InlineScope), with the GIL released.
       .def(
           "all_reduce",
-          [](Communicator& c, uintptr_t data, size_t count, int dtype, int op, int algo) {
+          [](Communicator& c, uintptr_t data, size_t count, int dtype, int op, int algo, bool blocking) {
+            InlineScope scope(blocking);
             return c.allReduce(ptr(data), count, checkedDType(dtype), checkedReduceOp(op),
                                checkedAlgo(algo));
           },
-          py::arg("data"), py::arg("count"), py::arg("dtype"), py::arg("op"), py::arg("algo") = 0, R())
+          py::arg("data"), py::arg("count"), py::arg("dtype"), py::arg("op"), py::arg("algo") = 0,
+          py::arg("blocking") = false, R())
       .def(
           "all_gather",
-          [](Communicator& c, uintptr_t in, uintptr_t out, size_t count, int dtype) {
+          [](Communicator& c, uintptr_t in, uintptr_t out, size_t count, int dtype, bool blocking) {
+            InlineScope scope(blocking);
             return c.allGather(ptr(in), ptr(out), count, checkedDType(dtype));
           },
-          R())
+          py::arg("inp"), py::arg("out"), py::arg("count"), py::arg("dtype"), py::arg("blocking") = false, R())
       .def(
           "reduce_scatter",
-          [](Communicator& c, uintptr_t in, uintptr_t out, size_t count, int dtype, int op) {
+          [](Communicator& c, uintptr_t in, uintptr_t out, size_t count, int dtype, int op, bool blocking) {
+            InlineScope scope(blocking);
             return c.reduceScatter(ptr(in), ptr(out), count, checkedDType(dtype), checkedReduceOp(op));
           },
-          R())
+          py::arg("inp"), py::arg("out"), py::arg("count"), py::arg("dtype"), py::arg("op"),
+          py::arg("blocking") = false, R())
       .def(
           "broadcast",
-          [](Communicator& c, uintptr_t data, size_t count, int dtype, int root) {
+          [](Communicator& c, uintptr_t data, size_t count, int dtype, int root, bool blocking) {
+            InlineScope scope(blocking);
             return c.broadcast(ptr(data), count, checkedDType(dtype), root);
           },
-          R())
-      .def("barrier", &Communicator::barrier, R())
+          py::arg("data"), py::arg("count"), py::arg("dtype"), py::arg("root"), py::arg("blocking") = false, R())
+      .def(
+          "barrier",
+          [](Communicator& c, bool blocking) {
+            InlineScope scope(blocking);
+            return c.barrier();
+          },
+          py::arg("blocking") = false, R())
       .def(
           "send",
           [](Communicator& c, uintptr_t data, size_t count, int dtype, int peer, int tag) {

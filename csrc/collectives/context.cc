@@ -86,7 +86,8 @@ std::string Context::describeWait(const Link& l, const char* what) const {
 }
 
 void Context::wait(Link& l, const std::function<bool()>& done, const char* what) {
-  waitUntil(transport_, done, deadline_, [&] { return describeWait(l, what); });
+  waitUntil(transport_, done, deadline_, [&] { return describeWait(l, what); },
+            std::chrono::microseconds(tunables.spinUs));
 }
 
 void Context::waitRecv(Link& l, uint64_t ticket) {

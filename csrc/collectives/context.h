@@ -39,6 +39,7 @@ std::string describeCall(const WireHeader& h);
 struct Tunables {
   size_t segmentBytes = 512 * 1024;  // pipelining unit of the ring algorithms
   int inflight = 4;                  // receive segments posted ahead
+  int spinUs = 0;                    // busy-poll this long before sleeping in a wait
 };
 
 class Context {

@@ -18,7 +18,12 @@ Algo chooseAllreduce(const CommOptions& o, int size, size_t bytes) {
   return Algo::kRing;
 }
 
+thread_local bool tInline = false;
+
 }  // namespace
+
+InlineScope::InlineScope(bool on) : saved_(tInline) { tInline = on; }
+InlineScope::~InlineScope() { tInline = saved_; }
 
 Communicator::Communicator(int rank, int size, CommOptions options)
     : owner_(), rank_(rank), size_(size), options_(options), sendSeq_(size, 0), recvSeq_(size, 0) {
@@ -112,7 +117,7 @@ std::shared_ptr<Work>& Communicator::workOf(Op& op) {
 
 std::shared_ptr<Work> Communicator::enqueue(Op op) {
   checkNotForked();
-  std::lock_guard<std::mutex> lock(mu_);
+  std::unique_lock<std::mutex> lock(mu_);
   if (!failure_.empty()) {
     throw GroupFailedError("process group failed earlier; no further calls are possible: " + failure_);
   }
@@ -129,10 +134,49 @@ std::shared_ptr<Work> Communicator::enqueue(Op op) {
   auto work = std::make_shared<Work>("rank " + std::to_string(rank_) + " " + describeCall(header));
   workOf(op) = work;
   ++calls_[opKindName(static_cast<OpKind>(header.kind))];  // send and recv both count as "send/recv"
+  auto* collective = std::get_if<Collective>(&op);
+  if (tInline && collective != nullptr && queue_.empty() && !driving_ && p2p_.empty()) {
+    driving_ = true;  // the worker waits for us; nobody else touches the links meanwhile
+    lock.unlock();
+    runCollective(*collective);
+    lock.lock();
+    driving_ = false;
+    if (!queue_.empty() || stopping_) cv_.notify_all();  // queued behind us, or shutdown waits
+    return work;
+  }
   queue_.push_back(std::move(op));
   cv_.notify_one();
   if (idlePolling_) transport_->wake();
   return work;
+}
+
+void Communicator::runCollective(Collective& c) {
+  try {
+    Context ctx(rank_, size_, *transport_, links_, c.header, deadlineFromNow(), options_.tunables, scratch_);
+    c.run(ctx);
+    ctx.drainSends();  // header sends of early-returning algorithms
+    scratchBytes_.store(scratch_.capacity());
+    countBytesSent();
+    c.work->finish(nullptr);
+  } catch (const std::exception& e) {
+    failRunning(c.work, e);
+  }
+}
+
+void Communicator::failRunning(const std::shared_ptr<Work>& work, const std::exception& e) {
+  bool stopping;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stopping = stopping_;
+  }
+  bool own = !work->isCompleted();  // a p2p failure found by reapP2P finished its own work
+  if (own) {
+    work->finish(stopping ? std::make_exception_ptr(GroupFailedError(
+                                "process group was destroyed while " + work->what() + " was running"))
+                          : std::current_exception());
+  }
+  std::string message = own ? work->what() + ": " + e.what() : std::string(e.what());
+  failWith(stopping ? "process group was destroyed" : message);
 }
 
 std::shared_ptr<Work> Communicator::allReduce(void* data, size_t count, DType dtype, ReduceOp op,
@@ -244,9 +288,9 @@ void Communicator::workerLoop() {
     Op op;
     {
       std::unique_lock<std::mutex> lock(mu_);
-      while (queue_.empty() && !stopping_) {
-        if (p2p_.empty()) {
-          if (scratch_.capacity() <= kScratchKeepBytes) {
+      while ((queue_.empty() || driving_) && !stopping_) {
+        if (p2p_.empty() || driving_) {
+          if (driving_ || scratch_.capacity() <= kScratchKeepBytes) {
             cv_.wait(lock);
           } else if (!cv_.wait_for(lock, kScratchIdle, [this] { return !queue_.empty() || stopping_; })) {
             // Idle for a while after a large op: give the scratch back (it is kept
@@ -256,7 +300,7 @@ void Communicator::workerLoop() {
           }
           continue;
         }
-        idlePolling_ = true;
+        idlePolling_ = driving_ = true;
         lock.unlock();
         std::string error;
         try {
@@ -265,51 +309,34 @@ void Communicator::workerLoop() {
           error = e.what();
         }
         lock.lock();
-        idlePolling_ = false;
+        idlePolling_ = driving_ = false;
         if (!error.empty()) {
           lock.unlock();
           failWith(error);
           lock.lock();
         }
       }
+      cv_.wait(lock, [this] { return !driving_; });  // stopping while an inline caller drives
       if (queue_.empty()) return;  // stopping, nothing left
       op = std::move(queue_.front());
       queue_.pop_front();
+      driving_ = true;
     }
     // A posted p2p op moves on to p2p_, so keep its Work at hand for the catch.
     std::shared_ptr<Work> work = workOf(op);
+    if (auto* c = std::get_if<Collective>(&op)) runCollective(*c);
     try {
       if (auto* p2p = std::get_if<std::unique_ptr<PendingP2P>>(&op)) {
         (*p2p)->post(links_[(*p2p)->peer], deadlineFromNow());
         p2p_.push_back(std::move(*p2p));
-      } else {
-        Collective& c = std::get<Collective>(op);
-        Context ctx(rank_, size_, *transport_, links_, c.header, deadlineFromNow(),
-                    options_.tunables, scratch_);
-        c.run(ctx);
-        ctx.drainSends();  // header sends of early-returning algorithms
-        scratchBytes_.store(scratch_.capacity());
-        countBytesSent();
-        work->finish(nullptr);
       }
       reapP2P();
       countBytesSent();
     } catch (const std::exception& e) {
-      bool stopping;
-      {
-        std::lock_guard<std::mutex> lock(mu_);
-        stopping = stopping_;
-      }
-      bool own = !work->isCompleted();  // a p2p failure found by reapP2P finished its own work
-      if (own) {
-        work->finish(stopping ? std::make_exception_ptr(GroupFailedError(
-                                    "process group was destroyed while " + work->what() +
-                                    " was running"))
-                              : std::current_exception());
-      }
-      std::string message = own ? work->what() + ": " + e.what() : std::string(e.what());
-      failWith(stopping ? "process group was destroyed" : message);
+      failRunning(work, e);
     }
+    std::lock_guard<std::mutex> lock(mu_);
+    driving_ = false;
   }
 }
 
@@ -373,7 +400,8 @@ void Communicator::shutdown() {
   if (worker_.joinable()) worker_.join();
   std::deque<Op> dropped;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    std::unique_lock<std::mutex> lock(mu_);
+    cv_.wait(lock, [this] { return !driving_; });  // an inline caller ends: its links are shut down
     dropped.swap(queue_);
   }
   for (auto& op : dropped) {

@@ -13,8 +13,11 @@
 namespace pycollect {
 
 // Returns once done() is true. Throws TimeoutError with describe() as its message
-// if `deadline` passes first, and PeerLostError if a link fails.
+// if `deadline` passes first, and PeerLostError if a link fails. For `spin` it polls
+// without sleeping: a peer that answers within microseconds is seen within
+// microseconds, where a sleep in poll(2) costs a wake-up of tens of them.
 void waitUntil(Transport& transport, const std::function<bool()>& done,
-               Clock::time_point deadline, const std::function<std::string()>& describe);
+               Clock::time_point deadline, const std::function<std::string()>& describe,
+               std::chrono::microseconds spin = std::chrono::microseconds(0));
 
 }  // namespace pycollect
