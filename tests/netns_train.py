@@ -1,10 +1,11 @@
 """A torchrun script: train the demo's MLP with data parallelism on pycollect, print one
-JSON line per rank with a digest of the final parameters (tests/test_netns_hosts.py).
+JSON line per rank with, per training, a digest of the final parameters (tests/test_netns_hosts.py).
 
     torchrun --nnodes 2 --nproc-per-node 1 --node-rank K --master-addr A --master-port P \\
-        tests/netns_train.py pycollect|torch [steps]
+        tests/netns_train.py [steps]
 
-pycollect: pc.init_process_group() from torchrun's environment, pycollect.DistributedDataParallel.
+Two trainings, one after the other in the same process (one torchrun start serves both):
+pycollect: pc.init_process_group() from torchrun's environment, pycollect.DistributedDataParallel;
 torch:     dist.init_process_group("pycollect"), torch's DistributedDataParallel on pycollect's engine.
 Each rank starts from different weights (DDP must broadcast rank 0's) and its own slice of the batch.
 """
@@ -19,8 +20,7 @@ import pycollect as pc
 from pycollect.demo import models
 
 
-def main(mode: str, steps: int) -> None:
-    torch.set_num_threads(1)
+def train(mode: str, steps: int) -> dict:
     if mode == "pycollect":
         pc.init_process_group()
         rank, world = pc.get_rank(), pc.get_world_size()
@@ -39,16 +39,17 @@ def main(mode: str, steps: int) -> None:
         loss = models.loss_fn("mlp", ddp(x), y)
         loss.backward()
         opt.step()
-        losses.append(float(loss))
+        losses.append(loss.item())
     flat = torch.cat([p.detach().reshape(-1) for p in model.parameters()])
-    print(json.dumps({"rank": rank, "world": world, "mode": mode, "losses": losses,
-                      "digest": hashlib.sha1(flat.numpy().tobytes()).hexdigest(),
-                      "param_sum": float(flat.double().sum())}), flush=True)
     if mode == "pycollect":
         pc.destroy_process_group()
     else:
         dist.destroy_process_group()
+    return {"rank": rank, "world": world, "losses": losses, "digest": hashlib.sha1(flat.numpy().tobytes()).hexdigest(),
+            "param_sum": float(flat.double().sum())}
 
 
 if __name__ == "__main__":
-    main(sys.argv[1], int(sys.argv[2]) if len(sys.argv) > 2 else 10)
+    torch.set_num_threads(1)
+    steps = int(sys.argv[1]) if len(sys.argv) > 1 else 6
+    print(json.dumps({mode: train(mode, steps) for mode in ("pycollect", "torch")}), flush=True)

@@ -24,7 +24,9 @@ import collective_cases as cc
 from pycollect import netns
 from pycollect.launch import free_port
 
-COUNTS = [0, 1, 13, 1024 * 1024 // 4 + 3]  # up to ~1 MiB of float32, not divisible by 3 or 4
+# 0, 1, a prime and ~1 MiB of float32 (all-reduce: per rank; gather/scatter: in all), indivisible by 3 or 4
+COUNTS = {"all_reduce": [0, 1, 13, 262147], "broadcast": [0, 1, 13, 262147],
+          "all_gather_into_tensor": [0, 1, 13, 65537], "reduce_scatter_tensor": [0, 1, 13, 65537]}
 DTYPES = [torch.float32, torch.float64, torch.bfloat16, torch.int32, torch.uint8]
 TRAIN = os.path.join(os.path.dirname(__file__), "netns_train.py")
 LINK_TIMEOUT_S = 3.0
@@ -46,17 +48,17 @@ def test_each_rank_listens_on_its_host(netns_hosts4, host_pool4):
 @pytest.mark.parametrize("ws", [3, 4])
 @pytest.mark.parametrize("kind", ["all_reduce", "all_gather_into_tensor", "reduce_scatter_tensor", "broadcast"])
 def test_collectives_across_hosts(host_pool4, kind, ws):
-    cc.check_members(host_pool4.run(cc.case_collective, kind, ws, 5, COUNTS, DTYPES), kind, ws)
+    cc.check_members(host_pool4.run(cc.case_collective, kind, ws, 5, COUNTS[kind], DTYPES), kind, ws)
 
 
-def _torchrun(hosts, mode: str, steps: int = 6, timeout: float = 150.0):
+def _torchrun(hosts, steps: int = 6, timeout: float = 150.0):
     """torchrun --nnodes 2 --nproc-per-node 1, node k on host k; each node's JSON line."""
     port = free_port(hosts.addrs[0], hosts.names[0])
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PYCOLLECT_", "MASTER_", "RANK", "WORLD_"))}
     env["OMP_NUM_THREADS"] = "1"
     procs = [subprocess.Popen(hosts.argv(k, [sys.executable, "-m", "torch.distributed.run", "--nnodes", "2",
                                              "--nproc-per-node", "1", "--node-rank", str(k), "--master-addr",
-                                             hosts.addrs[0], "--master-port", str(port), TRAIN, mode, str(steps)]),
+                                             hosts.addrs[0], "--master-port", str(port), TRAIN, str(steps)]),
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
              for k in range(2)]
     try:
@@ -79,15 +81,14 @@ def _torchrun(hosts, mode: str, steps: int = 6, timeout: float = 150.0):
 
 @pytest.mark.slow
 def test_torchrun_two_nodes_train_identical_replicas(netns_hosts4):
-    finals = {}
+    nodes = _torchrun(netns_hosts4)
     for mode in ("pycollect", "torch"):
-        nodes = _torchrun(netns_hosts4, mode)
-        assert [n["rank"] for n in nodes] == [0, 1] and all(n["world"] == 2 for n in nodes)
-        assert nodes[0]["digest"] == nodes[1]["digest"], f"{mode}: the replicas differ"
-        assert nodes[0]["losses"][-1] < nodes[0]["losses"][0], f"{mode}: the loss did not fall"
-        finals[mode] = nodes[0]["param_sum"]
+        runs = [node[mode] for node in nodes]
+        assert [r["rank"] for r in runs] == [0, 1] and all(r["world"] == 2 for r in runs), mode
+        assert runs[0]["digest"] == runs[1]["digest"], f"{mode}: the replicas differ"
+        assert runs[0]["losses"][-1] < runs[0]["losses"][0], f"{mode}: the loss did not fall"
     # Same start (rank 0's weights), same data: the two DDPs agree up to float rounding.
-    assert finals["pycollect"] == pytest.approx(finals["torch"], rel=1e-5, abs=1e-4)
+    assert nodes[0]["pycollect"]["param_sum"] == pytest.approx(nodes[0]["torch"]["param_sum"], rel=1e-5, abs=1e-4)
 
 
 def cut_cable(hosts, collective_timeout_s: float, wait_s: float):
