@@ -94,8 +94,7 @@ def run(cfg: Config, json_path: Optional[str] = None, plot_path: Optional[str] =
         report.write_json(json_path, meta, rows)
         print(f"# wrote {json_path}", file=stream)
     if plot_path and rows:
-        report.plot(plot_path, cfg.op, rows, cfg.peer, link,
-                    f"{cfg.op}, {cfg.world_size} ranks, {cfg.dtype}, "
-                    + (f"namespace hosts, {cfg.line_rate} cables" if cfg.netns_hosts else f"loopback ({meta['machine']})"))
+        network = f"namespace hosts, {cfg.line_rate} cables" if cfg.netns_hosts else f"loopback ({meta['machine']})"
+        report.plot(plot_path, cfg.op, rows, cfg.peer, link, f"{cfg.op}, {cfg.world_size} ranks, {cfg.dtype}, {network}")
         print(f"# wrote {plot_path}", file=stream)
     return {"meta": meta, "rows": rows, "link_limit": link}
