@@ -7,9 +7,9 @@ import time
 
 import pytest
 import torch
+from fault_cases import case_all_reduce_until_failure, case_host_and_sum
 
 import pycollect as pc
-from fault_cases import case_all_reduce_until_failure, case_host_and_sum
 from rank_pool import RankPool
 
 # -- worker functions ------------------------------------------------------------------
