@@ -12,6 +12,9 @@ parent, which hands it to `on_event(rank, event)` while the ranks are still runn
 A rank that raises, dies, or is still running when `timeout` seconds are up makes the
 parent kill all ranks and raise with that rank's traceback. `env` is set in each rank
 before anything is initialised (e.g. the PYCOLLECT_* tunables).
+
+`netns=[name per rank]` runs each rank on a host of pycollect.netns.Hosts (its network
+namespace) instead, with the store on `master_addr` (that of rank 0's host).
 """
 from __future__ import annotations
 
@@ -27,8 +30,13 @@ from typing import Any, Callable, List, Optional, Sequence
 BACKENDS = ("pycollect", "gloo")
 
 
-def free_port(host: str = "127.0.0.1") -> int:
-    """A TCP port that is free on `host` (IPv4 or IPv6) right now."""
+def free_port(host: str = "127.0.0.1", netns: Optional[str] = None) -> int:
+    """A TCP port that is free on `host` (IPv4 or IPv6) right now; `host` is looked up inside
+    network namespace `netns` when given (see pycollect.netns)."""
+    if netns is not None:
+        from . import netns as ns
+
+        return ns.run_in(netns, free_port, host)
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     with socket.socket(family, socket.SOCK_STREAM) as s:
         s.bind((host, 0))
@@ -77,11 +85,21 @@ def close_rank() -> None:
         pass
 
 
+def enter_host(netns: Optional[str]) -> None:
+    """A new rank's first step when it runs on a namespace host (netns=None: stay here)."""
+    if netns is not None:
+        from . import netns as ns
+
+        ns.enter(netns)
+
+
 def _rank_main(rank: int, world_size: int, port: int, backends: Sequence[str], job: Callable,
-               job_args: tuple, out, timeout_s: float, env: dict) -> None:
+               job_args: tuple, out, timeout_s: float, env: dict, master_addr: str,
+               netns: Optional[str]) -> None:
     os.environ.update(env)
     try:
-        init_rank(rank, world_size, port, backends, timeout_s)
+        enter_host(netns)
+        init_rank(rank, world_size, port, backends, timeout_s, master_addr)
 
         def emit(*event: Any) -> None:
             out.put(("event", rank, event))
@@ -118,16 +136,21 @@ def _failure_report(out, world_size: int, errors: dict, grace_s: float = 1.0) ->
 
 def run_ranks(job: Callable, world_size: int, backends: Sequence[str], job_args: tuple = (),
               timeout: float = 60.0, on_event: Optional[Callable[[int, tuple], None]] = None,
-              env: Optional[dict] = None) -> List[Any]:
+              env: Optional[dict] = None, netns: Optional[Sequence[str]] = None,
+              master_addr: str = "127.0.0.1") -> List[Any]:
     """Run `job` on `world_size` local ranks; return the list of their results, in rank order."""
     if world_size < 1:
         raise ValueError(f"world_size must be >= 1, got {world_size}")
+    if netns is not None and len(netns) != world_size:
+        raise ValueError(f"netns names one namespace per rank: {len(netns)} for {world_size} ranks")
     _check_backends(backends)
     ctx = mp.get_context("spawn")
     out = ctx.Queue()
-    port = free_port()
+    hosts = list(netns) if netns is not None else [None] * world_size
+    port = free_port(master_addr, hosts[0])
     procs = [ctx.Process(target=_rank_main, args=(r, world_size, port, tuple(backends), job, job_args, out,
-                                                  float(timeout), dict(env or {})), daemon=True)
+                                                  float(timeout), dict(env or {}), master_addr, hosts[r]),
+                         daemon=True)
              for r in range(world_size)]
     for p in procs:
         p.start()

@@ -91,6 +91,22 @@ def case_collective(kind: str, ws: int, seed: int = 0, counts=COUNTS, dtypes=DTY
     return None if pair is None else run_cases(kind, pair, ws, seed, counts, dtypes, ops)
 
 
+def check_members(results, kind: str, ws: int) -> None:
+    """Parent side of case_collective: `ws` ranks ran cases, Gloo was compared where it can
+    be, and every rank holds bit-identical results (reduce-scatter: checked per rank)."""
+    members = [res for res in results if res is not None]
+    assert len(members) == ws
+    assert members[0]["cases"] > 0
+    if kind != "all_reduce" or ws > 1:
+        # Gloo must have been compared on most cases (it lacks a few dtypes/ops)
+        assert members[0]["gloo_compared"] > 0 or kind == "broadcast"
+    if kind.startswith("reduce_scatter"):
+        return  # each rank holds a different chunk; checked against the reference
+    for case_index, (what, d0) in enumerate(members[0]["digests"]):
+        for r, res in enumerate(members[1:], start=1):
+            assert res["digests"][case_index] == (what, d0), f"{what}: rank {r} differs from rank 0"
+
+
 def run_cases(kind: str, pair, ws: int, seed: int = 0, counts=COUNTS, dtypes=DTYPES, ops=OPS, comm=pc):
     """Every (dtype, count, op) case of one collective on `pair` (pycollect-side group, Gloo
     group). `comm` is the module the pycollect-side calls go through: pycollect itself, or

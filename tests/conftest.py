@@ -27,3 +27,12 @@ def pool4():
 
 def pytest_configure(config):
     config.addinivalue_line("markers", "slow: a long test (deselect with -m 'not slow' while iterating)")
+
+
+@pytest.fixture(scope="session")
+def netns_hosts4():
+    """4 namespace hosts on a switch, 1 Gbit/s cables (tests/netns_hosts.py); skips when not buildable."""
+    from netns_hosts import hosts_or_skip
+
+    with hosts_or_skip(4, rate="1gbit") as hosts:
+        yield hosts

@@ -12,7 +12,9 @@ and the Gloo group over the same ranks.
 run pycollect.launch.init_rank: pycollect.init_process_group and (init_gloo=True)
 torch.distributed.init_process_group("gloo") on a shared TCPStore, so tests can run
 both engines on the same inputs in the same processes. A rank that does not answer within `timeout` fails the call (and the
-pool is torn down), so a hang is a test failure, never a stuck suite.
+pool is torn down), so a hang is a test failure, never a stuck suite. With
+`netns=[namespace per rank]` and `master_addr` (rank 0's address) each rank runs on a
+pycollect.netns host instead of loopback (tests/netns_hosts.py).
 """
 from __future__ import annotations
 
@@ -22,13 +24,14 @@ import traceback
 from typing import Any, Callable, List, Tuple
 
 from pycollect.group import NON_GROUP_MEMBER
-from pycollect.launch import close_rank, free_port, init_rank
+from pycollect.launch import close_rank, enter_host, free_port, init_rank
 
 
 def _worker(rank: int, world: int, port: int, conn, env: dict, backends: tuple, timeout_s: float,
-            master_addr: str) -> None:
+            master_addr: str, netns) -> None:
     os.environ.update(env)
     try:
+        enter_host(netns)
         init_rank(rank, world, port, backends, timeout_s, master_addr)
         conn.send(("ready", None))
     except BaseException:  # report start-up failures to the parent
@@ -92,18 +95,20 @@ def next_group_address(rank: int, group: str | None = None, timeout: float = 15.
 
 class RankPool:
     def __init__(self, world_size: int, *, init_gloo: bool = True, timeout: float = 60.0,
-                 env: dict | None = None, op_timeout: float = 30.0, master_addr: str = "127.0.0.1"):
+                 env: dict | None = None, op_timeout: float = 30.0, master_addr: str = "127.0.0.1",
+                 netns=None):
         self.world_size = world_size
         self.timeout = timeout
         ctx = mp.get_context("spawn")
-        port = free_port(master_addr)
+        hosts = list(netns) if netns is not None else [None] * world_size
+        port = free_port(master_addr, hosts[0])
         backends = ("pycollect", "gloo") if init_gloo else ("pycollect",)
         self._conns = []
         self.procs = []
         for rank in range(world_size):
             parent, child = ctx.Pipe()
             p = ctx.Process(target=_worker, args=(rank, world_size, port, child, dict(env or {}), backends,
-                                                  op_timeout, master_addr), daemon=True)
+                                                  op_timeout, master_addr, hosts[rank]), daemon=True)
             p.start()
             self._conns.append(parent)
             self.procs.append(p)

@@ -47,6 +47,8 @@ def test_sizes_and_factors():
     (["-b", "huge"], "cannot read size"),
     (["--peer", "nccl"], "CUDA"),
     (["-n", "0"], "iters"),
+    (["--netns-hosts", "3", "-g", "2"], "disagrees"),
+    (["--netns-hosts", "2", "--line-rate", "fast"], "tc's syntax"),
 ])
 def test_bench_refuses_nonsense(capsys, argv, words):
     assert main(["bench", *argv]) == 2

@@ -7,37 +7,12 @@ import time
 
 import pytest
 import torch
+from fault_cases import case_all_reduce_until_failure, case_host_and_sum
 
 import pycollect as pc
 from rank_pool import RankPool, next_group_address
 
 # -- worker functions ------------------------------------------------------------------
-
-
-def case_all_reduce_until_failure():
-    t = torch.ones(16 * 1024 * 1024)  # 64 MiB of float32
-    calls = 0
-    try:
-        while True:
-            pc.all_reduce(t)
-            calls += 1
-    except pc.PyCollectError as e:
-        err = (type(e).__name__, str(e), time.time())
-    t1 = time.perf_counter()
-    try:
-        pc.all_reduce(torch.ones(1))
-        later = "no error"
-    except pc.GroupFailedError:
-        later = "GroupFailedError" if time.perf_counter() - t1 < 0.5 else "slow GroupFailedError"
-    return err, later, calls
-
-
-def case_host_and_sum():
-    import pycollect.api as api
-
-    t = torch.arange(1000, dtype=torch.float64)
-    pc.all_reduce(t)
-    return api._host, bool(torch.equal(t, torch.arange(1000, dtype=torch.float64) * pc.get_world_size()))
 
 
 def _closed_by_peer(sock) -> bool:

@@ -1,11 +1,14 @@
-"""Parent side of the benchmark: start the ranks on loopback, stream the rows.
+"""Parent side of the benchmark: start the ranks, stream the rows.
 
 The ranks are started by pycollect.launch.run_ranks (pycollect's default group, plus
 Gloo's when it is the peer); rank 0 sends each finished row as an event, so the
-table prints while the run goes on (the progress output of a long run).
+table prints while the run goes on (the progress output of a long run). Ranks run on
+loopback, or with `netns_hosts` one per host of pycollect.netns.Hosts, whose cables
+carry `line_rate` each way: busbw can then be read against a known line rate.
 """
 from __future__ import annotations
 
+import contextlib
 import datetime
 import os
 import platform
@@ -13,6 +16,7 @@ import sys
 from dataclasses import asdict, dataclass, field
 from typing import Dict, List, Optional
 
+from .. import netns
 from . import report
 
 
@@ -28,6 +32,8 @@ class Config:
     peer: Optional[str] = "gloo"
     link_limit: bool = True
     env: Dict[str, str] = field(default_factory=dict)
+    netns_hosts: bool = False  # one rank per namespace host (pycollect.netns) instead of loopback
+    line_rate: str = "1gbit"  # those hosts' cables, each way (tc syntax)
 
 
 def _job(rank: int, n: int, emit, cfg: Config) -> None:
@@ -57,7 +63,10 @@ def run(cfg: Config, json_path: Optional[str] = None, plot_path: Optional[str] =
             **asdict(cfg)}
     rows: List[Dict] = []
     link = None
-    print(f"# pycollect bench: {cfg.op}, {cfg.world_size} ranks on loopback, {cfg.dtype}, "
+    line = netns.rate_bytes(cfg.line_rate) / 1e9 if cfg.netns_hosts else None
+    where = (f"{cfg.world_size} namespace hosts, {cfg.line_rate} cables ({line:.3f} GB/s each way)"
+             if cfg.netns_hosts else f"{cfg.world_size} ranks on loopback")
+    print(f"# pycollect bench: {cfg.op}, {where}, {cfg.dtype}, "
           f"iters {cfg.iters} x {cfg.repeats} blocks (median), warm-up {cfg.warmup}, peer {cfg.peer or 'none'}",
           file=stream, flush=True)
 
@@ -74,14 +83,18 @@ def run(cfg: Config, json_path: Optional[str] = None, plot_path: Optional[str] =
             print(report.format_row(value, cfg.peer), file=stream, flush=True)
 
     backends = ("pycollect", "gloo") if cfg.peer == "gloo" else ("pycollect",)
-    run_ranks(_job, cfg.world_size, backends, job_args=(cfg,), timeout=timeout, on_event=on_event, env=cfg.env)
-    print(report.summary(rows, cfg.op, cfg.peer, link), file=stream, flush=True)
+    with contextlib.ExitStack() as stack:
+        hosts = stack.enter_context(netns.Hosts(cfg.world_size, cfg.line_rate)) if cfg.netns_hosts else None
+        run_ranks(_job, cfg.world_size, backends, job_args=(cfg,), timeout=timeout, on_event=on_event, env=cfg.env,
+                  netns=hosts and hosts.names, master_addr=hosts.addrs[0] if hosts else "127.0.0.1")
+    print(report.summary(rows, cfg.op, cfg.peer, link, line), file=stream, flush=True)
     meta["link_limit_GBps"] = link
+    meta["line_rate_GBps"] = line
     if json_path:
         report.write_json(json_path, meta, rows)
         print(f"# wrote {json_path}", file=stream)
     if plot_path and rows:
-        report.plot(plot_path, cfg.op, rows, cfg.peer, link,
-                    f"{cfg.op}, {cfg.world_size} ranks, {cfg.dtype}, loopback ({meta['machine']})")
+        network = f"namespace hosts, {cfg.line_rate} cables" if cfg.netns_hosts else f"loopback ({meta['machine']})"
+        report.plot(plot_path, cfg.op, rows, cfg.peer, link, f"{cfg.op}, {cfg.world_size} ranks, {cfg.dtype}, {network}")
         print(f"# wrote {plot_path}", file=stream)
     return {"meta": meta, "rows": rows, "link_limit": link}

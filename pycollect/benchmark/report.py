@@ -32,14 +32,19 @@ def format_row(row: Dict, peer: Optional[str]) -> str:
     return s
 
 
-def summary(rows: List[Dict], op: str, peer: Optional[str], link_limit: Optional[float]) -> str:
+def summary(rows: List[Dict], op: str, peer: Optional[str], link_limit: Optional[float],
+            line_rate: Optional[float] = None) -> str:
     lines = []
     if link_limit:
         lines.append(f"# link limit: {link_limit:.3f} GB/s per direction (TCP over pycollect's links, both ways at once, ranks 0<->1)")
+    if line_rate:
+        lines.append(f"# line rate: {line_rate:.3f} GB/s per direction (each host's cable, tc tbf)")
     if rows:
         big = rows[-1]
         lines.append(f"# largest size {format_size(big['size'])}: pycollect busbw {big['pycollect']['busbw']:.3f} GB/s"
-                     + (f" = {big['pycollect']['busbw'] / link_limit:.2f} x link limit" if link_limit else ""))
+                     + (f" = {big['pycollect']['busbw'] / link_limit:.2f} x link limit" if link_limit else "")
+                     + (f" = {big['pycollect']['busbw'] / line_rate:.2f} x line rate" if line_rate else "")
+                     + (f"; {peer} {big[peer]['busbw']:.3f} GB/s" if peer else ""))
         if peer:
             ratios = [r["ratio"] for r in rows]
             slower = [format_size(r["size"]) for r in rows if r["ratio"] < 1.0]

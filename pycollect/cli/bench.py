@@ -19,22 +19,39 @@ def register(subparsers) -> None:
     p.add_argument("-w", "--warmup_iters", type=int, default=5, help="untimed calls per size")
     p.add_argument("-r", "--repeats", type=int, default=5, help="timed blocks per engine (median reported)")
     p.add_argument("-o", "--op", default="all_reduce", choices=OPS)
-    p.add_argument("-g", "--world-size", type=int, default=2, help="ranks on this machine")
+    p.add_argument("-g", "--world-size", type=int, default=None,
+                   help="ranks on this machine (default 2, or the --netns-hosts count)")
     p.add_argument("-d", "--dtype", default="float32", choices=sorted(DTYPE_BYTES))
     p.add_argument("--peer", default="gloo", choices=["gloo", "nccl", "none"])
     p.add_argument("--algo", default=None, choices=["auto", "ring", "direct"],
                    help="force pycollect's all-reduce algorithm (PYCOLLECT_ALGO)")
     p.add_argument("--no-link-limit", action="store_true", help="skip the TCP link-limit measurement")
+    p.add_argument("--netns-hosts", type=int, default=0, metavar="N",
+                   help="run one rank on each of N hosts made of network namespaces on a switch (needs root "
+                        "and iproute2; see pycollect.netns) instead of on loopback")
+    p.add_argument("--line-rate", default="1gbit",
+                   help="with --netns-hosts: each host's cable, each way, in tc's syntax (1gbit, 100mbit)")
     p.add_argument("--json", default=None, help="write the results here (default bench/results/OP_gN.json)")
     p.add_argument("--plot", default=None, help="write the PNG plot here (default next to the JSON)")
     p.set_defaults(func=run)
 
 
 def run(args) -> int:
+    from .. import netns
     from ..benchmark.launch import Config, run as launch
 
     try:
         sizes = size_list(parse_size(args.minbytes), parse_size(args.maxbytes), args.stepfactor)
+        if args.netns_hosts:
+            if args.world_size not in (None, args.netns_hosts):
+                raise ValueError(f"--netns-hosts {args.netns_hosts} runs one rank per host; -g {args.world_size} "
+                                 "disagrees (leave -g out)")
+            args.world_size = args.netns_hosts
+            netns.rate_bytes(args.line_rate)
+            reason = netns.unavailable()
+            if reason:
+                raise ValueError(f"--netns-hosts: namespace hosts cannot be built here: {reason}")
+        args.world_size = 2 if args.world_size is None else args.world_size
         if args.world_size < 1:
             raise ValueError(f"world size must be >= 1, got {args.world_size}")
         if args.iters < 1 or args.repeats < 1 or args.warmup_iters < 0:
@@ -50,8 +67,10 @@ def run(args) -> int:
         env["PYCOLLECT_ALGO"] = args.algo
     cfg = Config(op=args.op, world_size=args.world_size, sizes=sizes, dtype=args.dtype, iters=args.iters,
                  warmup=args.warmup_iters, repeats=args.repeats, peer=None if args.peer == "none" else args.peer,
-                 link_limit=not args.no_link_limit, env=env)
-    json_path = args.json or os.path.join("bench", "results", f"{args.op}_g{args.world_size}.json")
+                 link_limit=not args.no_link_limit, env=env, netns_hosts=bool(args.netns_hosts),
+                 line_rate=args.line_rate)
+    name = f"{args.op}_g{args.world_size}" + (f"_netns_{args.line_rate}" if args.netns_hosts else "")
+    json_path = args.json or os.path.join("bench", "results", f"{name}.json")
     plot_path = args.plot or os.path.splitext(json_path)[0] + ".png"
     os.makedirs(os.path.dirname(json_path) or ".", exist_ok=True)
     os.makedirs(os.path.dirname(plot_path) or ".", exist_ok=True)

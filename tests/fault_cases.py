@@ -1,0 +1,36 @@
+"""Worker-side functions shared by the fault tests and the multi-host tests (run inside RankPool ranks)."""
+from __future__ import annotations
+
+import time
+
+import torch
+
+import pycollect as pc
+
+
+def case_all_reduce_until_failure(count: int = 16 * 1024 * 1024):
+    """All-reduce `count` float32 (default 64 MiB) until the group fails; return the error
+    (class name, message, wall-clock time), whether a later call fails at once, and the calls made."""
+    t = torch.ones(count)
+    calls = 0
+    try:
+        while True:
+            pc.all_reduce(t)
+            calls += 1
+    except pc.PyCollectError as e:
+        err = (type(e).__name__, str(e), time.time())
+    t1 = time.perf_counter()
+    try:
+        pc.all_reduce(torch.ones(1))
+        later = "no error"
+    except pc.GroupFailedError:
+        later = "GroupFailedError" if time.perf_counter() - t1 < 0.5 else "slow GroupFailedError"
+    return err, later, calls
+
+
+def case_host_and_sum():
+    import pycollect.api as api
+
+    t = torch.arange(1000, dtype=torch.float64)
+    pc.all_reduce(t)
+    return api._host, bool(torch.equal(t, torch.arange(1000, dtype=torch.float64) * pc.get_world_size()))

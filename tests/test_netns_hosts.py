@@ -1,0 +1,161 @@
+"""Ranks on separate hosts: network namespaces on a switch, each cable 1 Gbit/s each way
+(tests/netns_hosts.py, pycollect.netns). Skipped, with the reason, where namespaces
+cannot be built (not root, no iproute2).
+
+- collectives at 3 and 4 hosts against numpy and Gloo, all ranks bit-identical;
+- torchrun with one node per host, training with pycollect DDP and with torch DDP on
+  the "pycollect" backend: the replicas end identical;
+- a cable pulled mid-run: every rank raises a pycollect error naming a peer within the
+  link timeout (PYCOLLECT_LINK_TIMEOUT) plus a margin, though the collective timeout is long.
+"""
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+
+import pytest
+import torch
+from fault_cases import case_all_reduce_until_failure, case_host_and_sum
+from netns_hosts import host_pool
+
+import collective_cases as cc
+from pycollect import netns
+from pycollect.launch import free_port
+
+# 0, 1, a prime and ~1 MiB of float32 (all-reduce: per rank; gather/scatter: in all), indivisible by 3 or 4
+COUNTS = {"all_reduce": [0, 1, 13, 262147], "broadcast": [0, 1, 13, 262147],
+          "all_gather_into_tensor": [0, 1, 13, 65537], "reduce_scatter_tensor": [0, 1, 13, 65537]}
+DTYPES = [torch.float32, torch.float64, torch.bfloat16, torch.int32, torch.uint8]
+TRAIN = os.path.join(os.path.dirname(__file__), "netns_train.py")
+LINK_TIMEOUT_S = 3.0
+MARGIN_S = 7.0  # detection after the link timeout, and the failure crossing the ring
+
+
+@pytest.fixture(scope="module")
+def host_pool4(netns_hosts4):
+    with host_pool(netns_hosts4, timeout=120) as pool:
+        yield pool
+
+
+def test_each_rank_listens_on_its_host(netns_hosts4, host_pool4):
+    results = host_pool4.run(case_host_and_sum)
+    assert [host for host, _ in results] == netns_hosts4.addrs
+    assert all(ok for _, ok in results)
+
+
+@pytest.mark.parametrize("ws", [3, 4])
+@pytest.mark.parametrize("kind", ["all_reduce", "all_gather_into_tensor", "reduce_scatter_tensor", "broadcast"])
+def test_collectives_across_hosts(host_pool4, kind, ws):
+    cc.check_members(host_pool4.run(cc.case_collective, kind, ws, 5, COUNTS[kind], DTYPES), kind, ws)
+
+
+def _torchrun(hosts, steps: int = 6, timeout: float = 150.0):
+    """torchrun --nnodes 2 --nproc-per-node 1, node k on host k; each node's JSON line."""
+    port = free_port(hosts.addrs[0], hosts.names[0])
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYCOLLECT_", "MASTER_", "RANK", "WORLD_"))}
+    env["OMP_NUM_THREADS"] = "1"
+    procs = [subprocess.Popen(hosts.argv(k, [sys.executable, "-m", "torch.distributed.run", "--nnodes", "2",
+                                             "--nproc-per-node", "1", "--node-rank", str(k), "--master-addr",
+                                             hosts.addrs[0], "--master-port", str(port), TRAIN, str(steps)]),
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+             for k in range(2)]
+    try:
+        deadline = time.monotonic() + timeout
+        outs = [p.communicate(timeout=max(1.0, deadline - time.monotonic())) for p in procs]
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.terminate()  # torchrun passes it on to its worker
+                try:
+                    p.wait(timeout=10)
+                except subprocess.TimeoutExpired:
+                    p.kill()
+    lines = []
+    for k, (p, (out, err)) in enumerate(zip(procs, outs)):
+        assert p.returncode == 0, f"node {k}: torchrun exited {p.returncode}\n{out}\n{err[-3000:]}"
+        lines.append(json.loads([line for line in out.splitlines() if line.startswith("{")][-1]))
+    return lines
+
+
+@pytest.mark.slow
+def test_torchrun_two_nodes_train_identical_replicas(netns_hosts4):
+    nodes = _torchrun(netns_hosts4)
+    for mode in ("pycollect", "torch"):
+        runs = [node[mode] for node in nodes]
+        assert [r["rank"] for r in runs] == [0, 1] and all(r["world"] == 2 for r in runs), mode
+        assert runs[0]["digest"] == runs[1]["digest"], f"{mode}: the replicas differ"
+        assert runs[0]["losses"][-1] < runs[0]["losses"][0], f"{mode}: the loss did not fall"
+    # Same start (rank 0's weights), same data: the two DDPs agree up to float rounding.
+    assert nodes[0]["pycollect"]["param_sum"] == pytest.approx(nodes[0]["torch"]["param_sum"], rel=1e-5, abs=1e-4)
+
+
+def cut_cable(hosts, collective_timeout_s: float, wait_s: float):
+    """3 ranks on hosts 0-2 all-reduce 4 MiB in a loop; pull host 1's cable. Returns each
+    rank's (ok, (error name, message, seconds from the cut to its error), ...) and mends
+    the cable."""
+    with host_pool(hosts, 3, init_gloo=False, timeout=60, op_timeout=collective_timeout_s,
+                   env={"PYCOLLECT_LINK_TIMEOUT": f"{LINK_TIMEOUT_S:g}"}) as pool:
+        pool.submit(case_all_reduce_until_failure, 1024 * 1024)
+        time.sleep(2.0)
+        cut_at = time.time()
+        hosts.set_link(1, up=False)
+        try:
+            outcomes = pool.collect(timeout=wait_s, what="the all-reduce loop after the cut")
+        finally:
+            hosts.set_link(1, up=True)
+    return [(ok, ((v[0][0], v[0][1], v[0][2] - cut_at), v[1], v[2]) if ok else v) for ok, v in outcomes]
+
+
+@pytest.mark.slow
+def test_cut_cable_fails_every_rank_within_link_timeout(netns_hosts4):
+    """Needs the engine's TCP keepalive / TCP_USER_TIMEOUT driven by PYCOLLECT_LINK_TIMEOUT:
+    with a 300 s collective timeout nothing else can end the wait within seconds."""
+    limit = LINK_TIMEOUT_S + MARGIN_S
+    try:
+        outcomes = cut_cable(netns_hosts4, 300.0, wait_s=limit + 5)
+    except TimeoutError as e:
+        pytest.fail(f"{e}: PYCOLLECT_LINK_TIMEOUT={LINK_TIMEOUT_S:g} did not end the wait on the dead link "
+                    f"(the collective timeout is 300 s)")
+    for r, (ok, value) in enumerate(outcomes):
+        assert ok, f"rank {r}: {value}"
+        (name, msg, after_s), later, calls = value
+        assert calls > 0, f"rank {r} made no call before the cut"
+        assert re.search(r"rank \d|\[\d", msg), f"rank {r} does not name a peer: {name}: {msg}"
+        assert after_s < limit, f"rank {r} raised {name} {after_s:.1f} s after the cut (limit {limit:g} s): {msg}"
+        assert later == "GroupFailedError", f"rank {r}: {later}"
+
+
+# -- the namespace builder itself --------------------------------------------------------
+
+
+def test_rates_read_like_tc():
+    assert netns.rate_bytes("1gbit") == 125e6 and netns.rate_bytes("100Mbit") == 12.5e6
+    assert netns.rate_bytes("10mbps") == 10e6
+    with pytest.raises(ValueError, match="tc's syntax"):
+        netns.rate_bytes("fast")
+
+
+def test_not_root_is_a_clear_skip_reason(monkeypatch):
+    monkeypatch.setattr(os, "geteuid", lambda: 1000)
+    assert "root" in netns.unavailable()
+
+
+def _namespaces():
+    return subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+
+
+def test_everything_is_removed_on_error_and_stale_runs_are_swept(netns_hosts4):
+    dead = subprocess.Popen(["true"])
+    dead.wait()  # a process id that is gone: its namespaces are a killed run's leftovers
+    stale = f"pcn{dead.pid}x0-sw"
+    subprocess.run(["ip", "netns", "add", stale], check=True)
+    with pytest.raises(KeyError):
+        with netns.Hosts(2) as hosts:
+            names = [hosts.switch, *hosts.names]
+            assert stale not in _namespaces()
+            raise KeyError("boom")
+    left = _namespaces()
+    assert not [n for n in names if n in left]
+    assert all(n in left for n in netns_hosts4.names), "another Hosts' namespaces must stay"
