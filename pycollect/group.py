@@ -55,6 +55,7 @@ class ProcessGroup:
         self._pending: list = []  # (cwork, keepalive) of ops not yet known complete, under _lock
         self._lock = threading.Lock()  # threads may submit on one group at once
         self._published = False   # this rank's failure is in the store
+        self._store_silent = False  # the store did not answer while explaining a failure
         self._comm = _C.Communicator(self.rank, self.size, _comm_options(timeout, self.options, self.size))
         self._connect(host)
 
@@ -142,7 +143,26 @@ class ProcessGroup:
         """Publish this rank's failure as {kind, message} in the store (once: the first one
         seen is the root of the others) and, for a lost peer, add what the other ranks
         reported: a rank that only saw a neighbour go away learns why (a mismatch or a
-        timeout two ranks away), or which ranks never reported and so probably died."""
+        timeout two ranks away), or which ranks never reported and so probably died.
+
+        The store may be unreachable (its host is the one that failed, or a cut cable is
+        between us), and its client would then wait for the store's own timeout: so the
+        exchange runs on a helper thread and gets `wait_s` + 1 s, after which the error
+        is raised as it is, and the store is not asked again for this group."""
+        if self._store_silent:
+            return error
+        outcome: list = []
+        helper = threading.Thread(target=lambda: outcome.append(self._explain_now(error, wait_s)),
+                                  name=f"pycollect-explain-{self._prefix}", daemon=True)
+        helper.start()
+        helper.join(wait_s + 1.0)
+        if outcome:
+            return outcome[0]
+        self._store_silent = True
+        return type(error)(f"{error}; the rendezvous store did not answer within {wait_s + 1.0:.1f} s, "
+                           "so what the other ranks saw is unknown")
+
+    def _explain_now(self, error: PyCollectError, wait_s: float) -> PyCollectError:
         if not self._publish(error) or not isinstance(error, PeerLostError) or self.size <= 1:
             return error
         reports = self._reports(wait_s)
