@@ -9,6 +9,29 @@ namespace py = pybind11;
 
 namespace pycollect {
 
+namespace {
+
+// The exception a signal handler raised during a call on this thread (see Blocking).
+struct StashedError {
+  PyObject* type = nullptr;
+  PyObject* value = nullptr;
+  PyObject* traceback = nullptr;
+};
+thread_local StashedError tStashed;
+
+}  // namespace
+
+bool pythonSignalPending() {
+  py::gil_scoped_acquire gil;
+  if (PyErr_CheckSignals() == 0) return false;
+  if (tStashed.type == nullptr) {
+    PyErr_Fetch(&tStashed.type, &tStashed.value, &tStashed.traceback);
+  } else {
+    PyErr_Clear();  // one is kept already
+  }
+  return true;
+}
+
 void registerErrors(py::module_& m) {
   // Python-side hierarchy: PyCollectError(RuntimeError) and its subclasses; the
   // timeout also derives from TimeoutError so `except TimeoutError` catches it.
@@ -22,6 +45,14 @@ void registerErrors(py::module_& m) {
   py::register_exception_translator([](std::exception_ptr p) {
     try {
       if (p) std::rethrow_exception(p);
+    } catch (const Interrupted& e) {
+      // The handler's own exception (KeyboardInterrupt for Ctrl-C), raised where it belongs.
+      if (tStashed.type != nullptr) {
+        PyErr_Restore(tStashed.type, tStashed.value, tStashed.traceback);
+        tStashed = StashedError();
+      } else {
+        PyErr_SetString(PyExc_KeyboardInterrupt, e.what());
+      }
     } catch (const InvalidArgument& e) {
       py::set_error(invalid, e.what());
     } catch (const TimeoutError& e) {

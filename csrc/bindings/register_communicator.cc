@@ -4,6 +4,7 @@
 #include <pybind11/stl.h>
 
 #include "bindings/register.h"
+#include "common/interrupt.h"
 #include "comm/communicator.h"
 #include "common/error.h"
 
@@ -13,6 +14,14 @@ namespace pycollect {
 namespace {
 
 void* ptr(uintptr_t address) { return reinterpret_cast<void*>(address); }
+
+// A blocking call may run on this thread (InlineScope); while it does, long waits ask
+// Python every 50 ms whether a signal handler wants to stop (interrupt.h).
+struct Blocking {
+  explicit Blocking(bool on) : inline_(on), checks_(on ? pythonSignalPending : nullptr) {}
+  InlineScope inline_;
+  interrupt::Scope checks_;
+};
 
 }  // namespace
 
@@ -59,7 +68,7 @@ void registerCommunicator(py::module_& m) {
       .def(
           "all_reduce",
           [](Communicator& c, uintptr_t data, size_t count, int dtype, int op, int algo, bool blocking) {
-            InlineScope scope(blocking);
+            Blocking scope(blocking);
             return c.allReduce(ptr(data), count, checkedDType(dtype), checkedReduceOp(op),
                                checkedAlgo(algo));
           },
@@ -68,14 +77,14 @@ void registerCommunicator(py::module_& m) {
       .def(
           "all_gather",
           [](Communicator& c, uintptr_t in, uintptr_t out, size_t count, int dtype, bool blocking) {
-            InlineScope scope(blocking);
+            Blocking scope(blocking);
             return c.allGather(ptr(in), ptr(out), count, checkedDType(dtype));
           },
           py::arg("inp"), py::arg("out"), py::arg("count"), py::arg("dtype"), py::arg("blocking") = false, R())
       .def(
           "reduce_scatter",
           [](Communicator& c, uintptr_t in, uintptr_t out, size_t count, int dtype, int op, bool blocking) {
-            InlineScope scope(blocking);
+            Blocking scope(blocking);
             return c.reduceScatter(ptr(in), ptr(out), count, checkedDType(dtype), checkedReduceOp(op));
           },
           py::arg("inp"), py::arg("out"), py::arg("count"), py::arg("dtype"), py::arg("op"),
@@ -83,14 +92,14 @@ void registerCommunicator(py::module_& m) {
       .def(
           "broadcast",
           [](Communicator& c, uintptr_t data, size_t count, int dtype, int root, bool blocking) {
-            InlineScope scope(blocking);
+            Blocking scope(blocking);
             return c.broadcast(ptr(data), count, checkedDType(dtype), root);
           },
           py::arg("data"), py::arg("count"), py::arg("dtype"), py::arg("root"), py::arg("blocking") = false, R())
       .def(
           "barrier",
           [](Communicator& c, bool blocking) {
-            InlineScope scope(blocking);
+            Blocking scope(blocking);
             return c.barrier();
           },
           py::arg("blocking") = false, R())

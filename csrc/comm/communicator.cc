@@ -141,7 +141,9 @@ std::shared_ptr<Work> Communicator::enqueue(Op op) {
     runCollective(*collective);
     lock.lock();
     driving_ = false;
-    if (!queue_.empty() || stopping_) cv_.notify_all();  // queued behind us, or shutdown waits
+    // Wake the worker for what queued behind us, a shutdown waiting, or a scratch grown
+    // large enough for its idle release.
+    if (!queue_.empty() || stopping_ || scratch_.capacity() > kScratchKeepBytes) cv_.notify_all();
     return work;
   }
   queue_.push_back(std::move(op));

@@ -43,6 +43,13 @@ class GroupFailedError : public Error {
   using Error::Error;
 };
 
+// A signal handler of the calling program asked to stop (Ctrl-C) while a call ran on
+// its thread; the bindings turn it back into the program's own exception.
+class Interrupted : public Error {
+ public:
+  using Error::Error;
+};
+
 // A system call failed; the message carries the call, errno text and peer.
 std::string syscallMessage(const char* call, int err, const std::string& what);
 

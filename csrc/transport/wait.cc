@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "common/error.h"
+#include "common/interrupt.h"
 
 namespace pycollect {
 
@@ -16,6 +17,9 @@ void waitUntil(Transport& transport, const std::function<bool()>& done,
       if (done()) return;
     } while (Clock::now() < until);
   }
+  // On a thread that runs the host program too, sleep in slices and ask it between them.
+  const bool checks = interrupt::installed();
+  auto nextCheck = Clock::now() + interrupt::kCheckEvery;
   for (;;) {
     // Optimistic pass: the link usually has room or data already.
     transport.progress();
@@ -23,8 +27,16 @@ void waitUntil(Transport& transport, const std::function<bool()>& done,
     if (!transport.busy()) {
       throw Error("internal error: waiting with nothing in flight (" + describe() + ")");
     }
-    if (Clock::now() >= deadline) throw TimeoutError(describe());
-    transport.waitReady(deadline);
+    auto now = Clock::now();
+    if (now >= deadline) throw TimeoutError(describe());
+    if (checks && now >= nextCheck) {
+      if (interrupt::requested()) {
+        throw Interrupted("interrupted by the program's signal handler (e.g. Ctrl-C, KeyboardInterrupt) "
+                          "while waiting: " + describe());
+      }
+      nextCheck = now + interrupt::kCheckEvery;
+    }
+    transport.waitReady(checks ? std::min(deadline, nextCheck) : deadline);
     // Errors and hang-ups surface through the next progress().
   }
 }
