@@ -32,6 +32,23 @@ def test_bench_writes_verified_rows(tmp_path, capsys, op):
     assert (tmp_path / "r.png").stat().st_size > 1000
 
 
+def test_latency_mode_writes_every_op_and_the_wire_limit(tmp_path, capsys):
+    out = tmp_path / "lat.json"
+    assert main(["bench", "--latency", "-b", "8", "-e", "64", "-f", "8", "-n", "5", "-r", "1",
+                 "--json", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert "wire limit: raw loopback TCP 8-byte round trip" in printed
+    data = json.loads(out.read_text())
+    assert data["meta"]["wire"]["blocking_us"] > 0 and data["meta"]["wire"]["busy_poll_us"] > 0
+    assert [(r["op"], r["size"]) for r in data["rows"]] == [
+        ("all_reduce", 8), ("all_reduce", 64), ("broadcast", 8), ("broadcast", 64), ("barrier", 0),
+        ("ping_pong", 8), ("ping_pong", 64)]
+    for r in data["rows"]:
+        for engine in ("pycollect", "gloo"):
+            assert 0 < r[engine]["median_us"] <= r[engine]["p99_us"]
+        assert r["ratio"] == pytest.approx(r["gloo"]["median_us"] / r["pycollect"]["median_us"])
+
+
 def test_sizes_and_factors():
     assert parse_size("8") == 8 and parse_size("64K") == 65536 and parse_size("64M") == 64 << 20
     assert size_list(8, 64, 2) == [8, 16, 32, 64]

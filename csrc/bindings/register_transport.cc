@@ -1,9 +1,10 @@
 // Bindings of the transport helpers the Python layer needs before a group exists:
-// the address to publish for PYCOLLECT_SOCKET_IFNAME.
+// the address to publish for PYCOLLECT_SOCKET_IFNAME, and the wire's ping-pong limit.
 #include <pybind11/stl.h>
 
 #include "bindings/register.h"
 #include "transport/tcp/address.h"
+#include "transport/tcp/probe.h"
 
 namespace py = pybind11;
 
@@ -14,6 +15,9 @@ void registerTransport(py::module_& m) {
       "interface_address",
       [](const std::string& name, int family) { return tcp::interfaceAddress(name, family); },
       py::arg("name"), py::arg("family") = 0);
+  // Blocks while it measures: the GIL is released (it touches no Python object).
+  m.def("tcp_round_trip_us", &tcp::pingPongRoundTripUs, py::arg("iters") = 2000, py::arg("busy_poll") = false,
+        py::call_guard<py::gil_scoped_release>());
 }
 
 }  // namespace pycollect

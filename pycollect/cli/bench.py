@@ -15,7 +15,8 @@ def register(subparsers) -> None:
     p.add_argument("-b", "--minbytes", default="8", help="smallest size (e.g. 8, 1K, 1M)")
     p.add_argument("-e", "--maxbytes", default="64M", help="largest size")
     p.add_argument("-f", "--stepfactor", type=float, default=2.0, help="multiply the size by this each row")
-    p.add_argument("-n", "--iters", type=int, default=20, help="calls per timed block")
+    p.add_argument("-n", "--iters", type=int, default=None,
+                   help="calls per timed block (default 20; 200 with --latency, each call timed alone)")
     p.add_argument("-w", "--warmup_iters", type=int, default=5, help="untimed calls per size")
     p.add_argument("-r", "--repeats", type=int, default=5, help="timed blocks per engine (median reported)")
     p.add_argument("-o", "--op", default="all_reduce", choices=OPS)
@@ -31,6 +32,9 @@ def register(subparsers) -> None:
                         "and iproute2; see pycollect.netns) instead of on loopback")
     p.add_argument("--line-rate", default="1gbit",
                    help="with --netns-hosts: each host's cable, each way, in tc's syntax (1gbit, 100mbit)")
+    p.add_argument("--latency", action="store_true",
+                   help="OSU-style small-message latency (sizes up to 64K): all-reduce, broadcast, barrier and a "
+                        "ping-pong, median and p99 per call, beside the raw TCP round trip")
     p.add_argument("--json", default=None, help="write the results here (default bench/results/OP_gN.json)")
     p.add_argument("--plot", default=None, help="write the PNG plot here (default next to the JSON)")
     p.set_defaults(func=run)
@@ -52,6 +56,12 @@ def run(args) -> int:
             if reason:
                 raise ValueError(f"--netns-hosts: namespace hosts cannot be built here: {reason}")
         args.world_size = 2 if args.world_size is None else args.world_size
+        args.iters = args.iters if args.iters is not None else (200 if args.latency else 20)
+        if args.latency:
+            sizes = [size for size in sizes if size <= 65536]
+            if not sizes or args.netns_hosts:
+                raise ValueError("--latency measures sizes of 8 B to 64 KiB on loopback (-b at most 64K, "
+                                 "no --netns-hosts)")
         if args.world_size < 1:
             raise ValueError(f"world size must be >= 1, got {args.world_size}")
         if args.iters < 1 or args.repeats < 1 or args.warmup_iters < 0:
@@ -65,8 +75,17 @@ def run(args) -> int:
     env = {k: v for k, v in os.environ.items() if k.startswith("PYCOLLECT_")}
     if args.algo:
         env["PYCOLLECT_ALGO"] = args.algo
+    peer = None if args.peer == "none" else args.peer
+    if args.latency:
+        from ..benchmark.latency import LatencyConfig, run as latency
+
+        json_path = args.json or os.path.join("bench", "results", f"latency_g{args.world_size}.json")
+        os.makedirs(os.path.dirname(json_path) or ".", exist_ok=True)
+        latency(LatencyConfig(world_size=args.world_size, sizes=tuple(sizes), iters=args.iters,
+                              repeats=args.repeats, peer=peer, env=env), json_path)
+        return 0
     cfg = Config(op=args.op, world_size=args.world_size, sizes=sizes, dtype=args.dtype, iters=args.iters,
-                 warmup=args.warmup_iters, repeats=args.repeats, peer=None if args.peer == "none" else args.peer,
+                 warmup=args.warmup_iters, repeats=args.repeats, peer=peer,
                  link_limit=not args.no_link_limit, env=env, netns_hosts=bool(args.netns_hosts),
                  line_rate=args.line_rate)
     name = f"{args.op}_g{args.world_size}" + (f"_netns_{args.line_rate}" if args.netns_hosts else "")

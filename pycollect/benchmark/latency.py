@@ -1,0 +1,134 @@
+"""`pycollect bench --latency`: small-message latency, OSU-style, with the peer in the same run.
+
+For each operation (all-reduce, broadcast, barrier, and a send/recv ping-pong between
+ranks 0 and 1) and each size from 8 B to 64 KiB, both engines run in alternating blocks
+of single calls, each call timed on its own after the previous one returned. A row
+reports the median and the 99th percentile per call (the slowest rank's), and the ratio
+of the peer's median to ours. Before the rows, rank 0 measures the wire's own limit: an
+8-byte ping-pong over loopback TCP with blocking and with busy-polling receives
+(pycollect._C.tcp_round_trip_us), which a TCP transport can approach but not beat.
+"""
+from __future__ import annotations
+
+import statistics
+import sys
+import time
+from dataclasses import dataclass, field
+from typing import Dict, List, Optional
+
+import torch
+
+OPS = ("all_reduce", "broadcast", "barrier", "ping_pong")
+SIZES = (8, 64, 512, 4096, 32768, 65536)
+
+
+@dataclass
+class LatencyConfig:
+    world_size: int = 2
+    ops: tuple = OPS
+    sizes: tuple = SIZES
+    iters: int = 200
+    repeats: int = 5
+    peer: Optional[str] = "gloo"
+    env: Dict[str, str] = field(default_factory=dict)
+
+
+def _call(comm, op: str, t: torch.Tensor, rank: int) -> None:
+    if op == "all_reduce":
+        comm.all_reduce(t)
+    elif op == "broadcast":
+        comm.broadcast(t, src=0)
+    elif op == "barrier":
+        comm.barrier()
+    elif rank == 0:  # ping-pong: one round trip between ranks 0 and 1
+        comm.send(t, dst=1)
+        comm.recv(t, src=1)
+    elif rank == 1:
+        comm.recv(t, src=0)
+        comm.send(t, dst=0)
+
+
+def _percentiles(samples: List[float]) -> tuple:
+    s = sorted(samples)
+    return statistics.median(s), s[min(len(s) - 1, int(0.99 * len(s)))]
+
+
+def _slowest(value: float) -> float:
+    from .. import api
+
+    t = torch.tensor([value], dtype=torch.float64)
+    api.all_reduce(t, op=api.ReduceOp.MAX)
+    return float(t[0])
+
+
+def _job(rank: int, n: int, emit, cfg: LatencyConfig) -> None:
+    from .. import _C, api
+    from .._sync import collectives
+
+    if rank == 0:
+        emit("wire", _C.tcp_round_trip_us(2000, False), _C.tcp_round_trip_us(2000, True))
+    api.barrier()
+    engines = ["pycollect"] + ([cfg.peer] if cfg.peer else [])
+    for op in cfg.ops:
+        for size in cfg.sizes if op != "barrier" else (0,):
+            t = torch.ones(max(size // 4, 1) if size else 1)
+            samples = {e: [] for e in engines}
+            for e in engines:
+                for _ in range(10):
+                    _call(collectives(e), op, t, rank)
+            for rep in range(cfg.repeats):
+                for e in engines if rep % 2 == 0 else engines[::-1]:
+                    comm = collectives(e)
+                    comm.barrier()
+                    for _ in range(cfg.iters):
+                        t0 = time.perf_counter()
+                        _call(comm, op, t, rank)
+                        samples[e].append((time.perf_counter() - t0) * 1e6)
+            row = {"op": op, "size": size}
+            for e in engines:
+                med, p99 = _percentiles(samples[e]) if samples[e] else (0.0, 0.0)
+                row[e] = {"median_us": _slowest(med), "p99_us": _slowest(p99)}
+            if cfg.peer:
+                row["ratio"] = row[cfg.peer]["median_us"] / row["pycollect"]["median_us"]
+            if rank == 0:
+                emit("row", row)
+
+
+def run(cfg: LatencyConfig, json_path: Optional[str] = None, stream=None) -> Dict:
+    """Run the latency table; print it as rows arrive; return {wire, rows}."""
+    from ..launch import run_ranks
+    from . import report
+
+    stream = stream if stream is not None else sys.stdout
+    if "ping_pong" in cfg.ops and cfg.world_size < 2:
+        raise ValueError("the ping-pong needs at least 2 ranks")
+    rows: List[Dict] = []
+    wire: Dict[str, float] = {}
+    peer = cfg.peer or "-"
+    print(f"# pycollect bench --latency: {cfg.world_size} ranks on loopback, {cfg.iters} single calls x "
+          f"{cfg.repeats} blocks per engine, median and p99 per call (slowest rank), peer {peer}",
+          file=stream, flush=True)
+
+    def on_event(rank: int, event: tuple) -> None:
+        if event[0] == "wire":
+            wire.update(blocking_us=event[1], busy_poll_us=event[2])
+            print(f"# wire limit: raw loopback TCP 8-byte round trip {event[1]:.1f} us (blocking recv), "
+                  f"{event[2]:.1f} us (busy-polling recv)", file=stream, flush=True)
+            print(f"{'op':>11} {'size':>7} {'pycollect us':>13} {'p99':>8} {peer + ' us':>10} {'p99':>8} "
+                  f"{'ratio':>7}", file=stream, flush=True)
+            return
+        row = event[1]
+        rows.append(row)
+        theirs = row.get(cfg.peer, {"median_us": float("nan"), "p99_us": float("nan")}) if cfg.peer else None
+        line = (f"{row['op']:>11} {row['size']:>7} {row['pycollect']['median_us']:>13.1f} "
+                f"{row['pycollect']['p99_us']:>8.1f}")
+        if theirs:
+            line += f" {theirs['median_us']:>10.1f} {theirs['p99_us']:>8.1f} {row['ratio']:>6.2f}x"
+        print(line, file=stream, flush=True)
+
+    backends = ("pycollect", cfg.peer) if cfg.peer else ("pycollect",)
+    run_ranks(_job, cfg.world_size, backends, job_args=(cfg,), timeout=1800, on_event=on_event, env=cfg.env)
+    if json_path:
+        report.write_json(json_path, {"latency": True, "wire": wire, "world_size": cfg.world_size}, rows)
+        print(f"# wrote {json_path}", file=stream)
+    return {"wire": wire, "rows": rows}
