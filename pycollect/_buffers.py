@@ -12,7 +12,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from . import _C
-from .types import DTYPE_CODES, SUPPORTED_DTYPES, is_torch_tensor, torch_dtype_name
+from .types import DTYPE_CODES, SUPPORTED_DTYPES, is_torch_tensor
 
 
 @dataclass(frozen=True)
@@ -35,19 +35,16 @@ def as_buffer(x, what: str, writable: bool = False) -> Buffer:
     `what` names the argument in error messages, e.g. "all_reduce(tensor)".
     """
     if is_torch_tensor(x):
-        if x.device.type != "cpu":
-            raise NotImplementedError(
-                f"{what}: tensor is on {x.device}; pycollect moves CPU tensors only "
-                "(CUDA staging is not implemented yet): call .cpu() first"
-            )
-        if x.is_sparse or getattr(x, "is_quantized", False):
-            raise TypeError(f"{what}: sparse and quantized tensors are not supported")
-        name = torch_dtype_name(x.dtype)
-        if name not in DTYPE_CODES:
-            raise TypeError(f"{what}: dtype {x.dtype} is not supported; use one of {', '.join(SUPPORTED_DTYPES)}")
+        # The common case costs a few attribute reads (a small call's whole budget is
+        # microseconds); the slower questions are asked only when one of them fails.
+        name = _TORCH_NAMES.get(x.dtype) if x.is_cpu and x.layout is _strided() and not x.is_quantized else None
+        if name is None:
+            _refuse_torch(x, what)
         if not x.is_contiguous():
             raise ValueError(f"{what}: tensor is not contiguous (shape {tuple(x.shape)}, stride {x.stride()}); call .contiguous()")
-        if writable and not _C.is_writable(x.data_ptr(), x.numel() * x.element_size()):
+        # Memory torch allocated itself is writable; only foreign memory (from_numpy,
+        # frombuffer: non-resizable storage) may be a read-only mapping.
+        if writable and not x.untyped_storage().resizable() and not _C.is_writable(x.data_ptr(), x.numel() * x.element_size()):
             raise ValueError(f"{what}: tensor's memory is read-only (e.g. a read-only memmap) but is written "
                              "by this call")
         return Buffer(x, x.data_ptr(), x.numel(), name)
@@ -61,6 +58,30 @@ def as_buffer(x, what: str, writable: bool = False) -> Buffer:
             raise ValueError(f"{what}: array is read-only but is written by this call")
         return Buffer(x, x.ctypes.data, x.size, name)
     raise TypeError(f"{what}: expected a torch.Tensor or numpy.ndarray, got {type(x).__name__}")
+
+
+_TORCH_NAMES: dict = {}  # torch.dtype -> our dtype name, filled on first use
+
+
+def _strided():
+    import torch
+
+    if not _TORCH_NAMES:
+        for name in DTYPE_CODES:
+            _TORCH_NAMES[getattr(torch, name)] = name
+    return torch.strided
+
+
+def _refuse_torch(x, what: str) -> None:
+    """The error for a torch tensor the fast path did not accept."""
+    if x.device.type != "cpu":
+        raise NotImplementedError(
+            f"{what}: tensor is on {x.device}; pycollect moves CPU tensors only "
+            "(CUDA staging is not implemented yet): call .cpu() first"
+        )
+    if x.is_sparse or x.layout is not _strided() or getattr(x, "is_quantized", False):
+        raise TypeError(f"{what}: sparse and quantized tensors are not supported")
+    raise TypeError(f"{what}: dtype {x.dtype} is not supported; use one of {', '.join(SUPPORTED_DTYPES)}")
 
 
 def check_same_dtype(a: Buffer, b: Buffer, what: str) -> None:
