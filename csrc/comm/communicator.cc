@@ -197,24 +197,25 @@ void checkSpans(const std::vector<Span>& spans, size_t want, const char* what) {
 
 }  // namespace
 
-std::shared_ptr<Work> Communicator::gather(Span in, std::vector<Span> outs, DType dtype, int root) {
-  checkRoot(root, "gather");
-  checkSpans(outs, rank_ == root ? size_ : 0, "gather(outputs)");
-  if (rank_ == root && outs[root].count != in.count) {
-    throw InvalidArgument("gather: the root's own output holds " + std::to_string(outs[root].count) +
-                          " elements, its input " + std::to_string(in.count));
+void Communicator::checkRootList(const std::vector<Span>& spans, size_t own, int root,
+                                 const char* what) const {
+  checkRoot(root, what);
+  checkSpans(spans, rank_ == root ? size_ : 0, what);
+  if (rank_ == root && spans[root].count != own) {
+    throw InvalidArgument(std::string(what) + ": the root's own slot holds " +
+                          std::to_string(spans[root].count) + " elements, its own buffer " +
+                          std::to_string(own));
   }
+}
+
+std::shared_ptr<Work> Communicator::gather(Span in, std::vector<Span> outs, DType dtype, int root) {
+  checkRootList(outs, in.count, root, "gather");
   WireHeader h = makeHeader(OpKind::kGather, dtype, ReduceOp::kSum, in.count, root);
   return enqueue(h, [=](Context& c) { gatherDirect(c, in, outs, dtype, root); });
 }
 
 std::shared_ptr<Work> Communicator::scatter(std::vector<Span> ins, Span out, DType dtype, int root) {
-  checkRoot(root, "scatter");
-  checkSpans(ins, rank_ == root ? size_ : 0, "scatter(inputs)");
-  if (rank_ == root && ins[root].count != out.count) {
-    throw InvalidArgument("scatter: the root's own input holds " + std::to_string(ins[root].count) +
-                          " elements, its output " + std::to_string(out.count));
-  }
+  checkRootList(ins, out.count, root, "scatter");
   WireHeader h = makeHeader(OpKind::kScatter, dtype, ReduceOp::kSum, out.count, root);
   return enqueue(h, [=](Context& c) { scatterDirect(c, ins, out, dtype, root); });
 }

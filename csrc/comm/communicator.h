@@ -138,6 +138,9 @@ class Communicator {
   WireHeader makeHeader(OpKind kind, DType dtype, ReduceOp op, size_t count, int root);
   void checkPeer(int peer, const char* what) const;
   void checkRoot(int root, const char* what) const;
+  // A rooted call's list: one span per rank on the root (its own slot `own` elements
+  // long), none elsewhere.
+  void checkRootList(const std::vector<Span>& spans, size_t own, int root, const char* what) const;
   // The algorithm kAuto stands for, for an all-reduce of `bytes`.
   Algo chooseAlgo(Algo algo, size_t bytes) const;
   void workerLoop();
