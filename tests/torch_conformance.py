@@ -43,6 +43,7 @@ import torch.distributed as dist  # noqa: E402
 
 import pycollect  # noqa: E402,F401  (registers the "pycollect" backend)
 import pycollect.torch_backend as tb  # noqa: E402
+from torch.distributed.distributed_c10d import _rank_not_in_group  # noqa: E402
 from torch.testing._internal.common_distributed import DistTestCases  # noqa: E402
 from torch.testing._internal.distributed import distributed_test as _dt  # noqa: E402
 
@@ -67,7 +68,7 @@ if BACKEND_UNDER_TEST == "pycollect":
     _torch_monitored_barrier = dist.monitored_barrier
 
     def _monitored_barrier(group=None, timeout=None, wait_all_ranks=False):  # patch 3
-        if dist.get_backend(group) == tb.BACKEND:
+        if not _rank_not_in_group(group) and dist.get_backend(group) == tb.BACKEND:
             return tb.monitored_barrier(group, timeout, wait_all_ranks)
         return _torch_monitored_barrier(group, timeout, wait_all_ranks)
 
