@@ -257,10 +257,13 @@ def broadcast(tensor, src: int = 0, group=None, async_op: bool = False):
     return _run(g, lambda c: c.broadcast(b.address, b.numel, b.code, root), (b,), async_op)
 
 
-def barrier(group=None, async_op: bool = False, device_ids=None):
-    """Return once every rank of the group has entered the barrier."""
+def barrier(group=None, async_op: bool = False, device_ids=None, timeout=None):
+    """Return once every rank of the group has entered the barrier. `timeout` (seconds or a
+    timedelta) replaces the group's for this call; past it the barrier raises
+    CollectiveTimeoutError and, as any engine timeout, fails the group."""
     g = _group(group)
-    return _run(g, lambda c: c.barrier(), (), async_op)
+    seconds = -1.0 if timeout is None else to_timedelta(timeout).total_seconds()
+    return _run(g, lambda c: c.barrier(seconds), (), async_op)
 
 
 def _check_tag(tag) -> int:

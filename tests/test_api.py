@@ -319,6 +319,22 @@ def case_mismatch(kind_on_rank1: str):
     return outcome, elapsed, later
 
 
+def case_barrier_timeout_argument():
+    """Only rank 0 enters a barrier with timeout=0.5 s on a group whose timeout is 60 s."""
+    g = pc.new_group(list(range(pc.get_world_size())), timeout=60)
+    outcome = None
+    if pc.get_rank() == 0:
+        t0 = time.perf_counter()
+        try:
+            pc.barrier(group=g, timeout=0.5)
+            outcome = ("no error", 0.0)
+        except pc.CollectiveTimeoutError as e:
+            outcome = (str(e), time.perf_counter() - t0)
+    time.sleep(1.0)  # the others leave only after rank 0 timed out
+    pc.destroy_process_group(g)
+    return outcome
+
+
 def case_timeout():
     g = pc.new_group(list(range(pc.get_world_size())), timeout=1.0)
     r = pc.get_rank()
@@ -448,6 +464,12 @@ def test_mismatched_calls_fail_on_every_rank(pool4, kind):
         assert mine in msg and other in msg, f"rank {r}: {msg}"
         assert elapsed < 3.0, f"rank {r} took {elapsed:.2f} s"
         assert later == "GroupFailedError", f"rank {r}: {later}"
+
+
+def test_barrier_timeout_argument_overrides_the_group(pool4):
+    message, elapsed = pool4.run(case_barrier_timeout_argument, timeout=60)[0]
+    assert "barrier" in message and "timed out" in message, message
+    assert 0.4 < elapsed < 5.0, elapsed
 
 
 def test_timeout_names_op_step_and_peer(pool4):

@@ -85,7 +85,7 @@ void registerCommunicator(py::module_& m) {
             return c.broadcast(ptr(data), count, checkedDType(dtype), root);
           },
           R())
-      .def("barrier", &Communicator::barrier, R())
+      .def("barrier", &Communicator::barrier, py::arg("timeout") = -1.0, R())
       .def(
           "send",
           [](Communicator& c, uintptr_t data, size_t count, int dtype, int peer, int tag) {

@@ -272,9 +272,9 @@ std::shared_ptr<Work> Communicator::recvAny(void* data, size_t count, DType dtyp
   return enqueue(h, [=](Context& c) { *source = pycollect::recvAny(c, data, count, dtype, tag, recvSeq_); });
 }
 
-std::shared_ptr<Work> Communicator::barrier() {
+std::shared_ptr<Work> Communicator::barrier(double timeoutSec) {
   WireHeader h = makeHeader(OpKind::kBarrier, DType::kUInt8, ReduceOp::kSum, 0, -1);
-  return enqueue(h, [](Context& c) { barrierAll(c); });
+  return enqueue(Collective{h, [](Context& c) { barrierAll(c); }, nullptr, timeoutSec});
 }
 
 std::shared_ptr<Work> Communicator::enqueueP2P(bool isSend, void* data, size_t count, DType dtype,
@@ -300,9 +300,10 @@ std::shared_ptr<Work> Communicator::recv(void* data, size_t count, DType dtype, 
   return enqueueP2P(false, data, count, dtype, peer, tag);
 }
 
-Clock::time_point Communicator::deadlineFromNow() const {
+Clock::time_point Communicator::deadlineFromNow(double timeoutSec) const {
+  double seconds = timeoutSec >= 0 ? timeoutSec : options_.timeoutSec;
   return Clock::now() + std::chrono::duration_cast<Clock::duration>(
-                            std::chrono::duration<double>(options_.timeoutSec));
+                            std::chrono::duration<double>(seconds));
 }
 
 void Communicator::reapP2P() {
@@ -388,8 +389,8 @@ void Communicator::workerLoop() {
         p2p_.push_back(std::move(*p2p));
       } else {
         Collective& c = std::get<Collective>(op);
-        Context ctx(rank_, size_, *transport_, links_, inbox_, c.header, deadlineFromNow(),
-                    options_.tunables, scratch_);
+        Context ctx(rank_, size_, *transport_, links_, inbox_, c.header,
+                    deadlineFromNow(c.timeoutSec), options_.tunables, scratch_);
         c.run(ctx);
         ctx.drainSends();  // header sends of early-returning algorithms
         scratchBytes_.store(scratch_.capacity());

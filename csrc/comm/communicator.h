@@ -71,7 +71,8 @@ class Communicator {
   std::shared_ptr<Work> reduceScatter(const void* in, void* out, size_t count, DType dtype,
                                       ReduceOp op);
   std::shared_ptr<Work> broadcast(void* data, size_t count, DType dtype, int root);
-  std::shared_ptr<Work> barrier();
+  // timeoutSec >= 0: this call's deadline instead of the group's (torch's barrier(timeout=)).
+  std::shared_ptr<Work> barrier(double timeoutSec = -1);
   std::shared_ptr<Work> send(const void* data, size_t count, DType dtype, int peer, int tag);
   std::shared_ptr<Work> recv(void* data, size_t count, DType dtype, int peer, int tag);
   // The first send with `tag` from any rank; the sender's rank is written to *source
@@ -116,6 +117,7 @@ class Communicator {
     WireHeader header;
     std::function<void(Context&)> run;
     std::shared_ptr<Work> work;
+    double timeoutSec = -1;  // < 0: the group's timeout
   };
   using Op = std::variant<Collective, std::unique_ptr<PendingP2P>>;
   static WireHeader& headerOf(Op& op);
@@ -133,7 +135,7 @@ class Communicator {
   // Idle with transfers in flight: wait for the links or a wake-up, then reap.
   // A mismatch found in an arrived header wins over a peer that has since left.
   void progressIdle();
-  Clock::time_point deadlineFromNow() const;
+  Clock::time_point deadlineFromNow(double timeoutSec = -1) const;
   // The header of a call by this rank; refuses an (op, dtype) the kernels lack.
   WireHeader makeHeader(OpKind kind, DType dtype, ReduceOp op, size_t count, int root);
   void checkPeer(int peer, const char* what) const;

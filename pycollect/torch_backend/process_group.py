@@ -158,8 +158,11 @@ class PyCollectProcessGroup(dist.ProcessGroup):
                             [tensor])
 
     def barrier(self, opts=None) -> TorchWork:
-        """Times out after the group's timeout (an error saying "Timed out", as Gloo's)."""
-        return self._submit("barrier", [api.barrier(group=self._engine, async_op=True)], [])
+        """Times out after opts.timeout if set, else the group's (an error saying "Timed out",
+        as Gloo's)."""
+        timeout = getattr(opts, "timeout", None)
+        timeout = timeout if timeout is not None and timeout.total_seconds() > 0 else None
+        return self._submit("barrier", [api.barrier(group=self._engine, async_op=True, timeout=timeout)], [])
 
     def monitored_barrier(self, timeout=None, wait_all_ranks: bool = False) -> None:
         """Gloo's monitored barrier: rank 0 waits up to `timeout` for every other rank to
