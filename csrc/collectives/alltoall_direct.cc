@@ -28,18 +28,14 @@ void alltoallDirect(Context& ctx, const std::vector<Span>& ins, const std::vecto
     recvCounts.push_back(outs[p].count);
   }
   ctx.postHeaders(peers, &sendCounts);
-  std::vector<uint64_t> tickets;
-  for (int p : peers) tickets.push_back(ctx.link(p).postRecv(outs[p].data, outs[p].count * es));
+  std::vector<uint64_t> tickets = ctx.postRecvs(peers, outs, es);
   for (int p : peers) ctx.link(p).postSend(ins[p].data, ins[p].count * es);
   const Span own = ins[ctx.rank];
   if (own.count > 0 && own.data != outs[ctx.rank].data) {
     std::memmove(outs[ctx.rank].data, own.data, own.count * es);
   }
   ctx.checkHeaders(&recvCounts);
-  for (size_t i = 0; i < peers.size(); ++i) {
-    ctx.setStep("exchange", static_cast<int>(i), static_cast<int>(peers.size()));
-    ctx.waitRecv(ctx.link(peers[i]), tickets[i]);
-  }
+  ctx.waitRecvs(peers, tickets, "exchange");
   ctx.drainSends();
 }
 

@@ -12,13 +12,6 @@
 
 namespace pycollect {
 
-// A caller's buffer of `count` elements (one of several: gather, scatter, all-to-all,
-// coalesced calls).
-struct Span {
-  char* data = nullptr;
-  size_t count = 0;
-};
-
 // In place: data holds `count` elements on entry and the reduction on exit.
 void allreduceRing(Context& ctx, void* data, size_t count, DType dtype, ReduceOp op);
 void allreduceDirect(Context& ctx, void* data, size_t count, DType dtype, ReduceOp op);

@@ -110,6 +110,21 @@ void Context::waitFor(const std::function<bool()>& done, const std::string& what
   });
 }
 
+std::vector<uint64_t> Context::postRecvs(const std::vector<int>& peers, const std::vector<Span>& spans,
+                                         size_t elemBytes) {
+  std::vector<uint64_t> tickets;
+  for (int p : peers) tickets.push_back(link(p).postRecv(spans[p].data, spans[p].count * elemBytes));
+  return tickets;
+}
+
+void Context::waitRecvs(const std::vector<int>& peers, const std::vector<uint64_t>& tickets,
+                        const char* phase) {
+  for (size_t i = 0; i < peers.size(); ++i) {
+    setStep(phase, static_cast<int>(i), static_cast<int>(peers.size()));
+    waitRecv(link(peers[i]), tickets[i]);
+  }
+}
+
 void Context::waitRecv(Link& l, uint64_t ticket) {
   if (l.received(ticket)) return;
   wait(l, [&] { return l.received(ticket); }, "receive from");

@@ -27,6 +27,13 @@ struct Tunables {
   int inflight = 4;                  // receive segments posted ahead
 };
 
+// A caller's buffer of `count` elements (one of several: gather, scatter, all-to-all,
+// coalesced calls).
+struct Span {
+  char* data = nullptr;
+  size_t count = 0;
+};
+
 class Context {
  public:
   Context(int rank, int size, Transport& transport, const std::vector<Link*>& links,
@@ -71,6 +78,11 @@ class Context {
   // Waits for `done`, naming `what` (e.g. "receive from any of ranks 1, 2") on timeout.
   void waitFor(const std::function<bool()>& done, const std::string& what);
   HeaderInbox& inbox() { return inbox_; }
+  // A receive from each of `peers` straight into its span (`spans` indexed by rank, of
+  // `elemBytes`-byte elements), and the wait for all of them, naming `phase` on timeout.
+  std::vector<uint64_t> postRecvs(const std::vector<int>& peers, const std::vector<Span>& spans,
+                                  size_t elemBytes);
+  void waitRecvs(const std::vector<int>& peers, const std::vector<uint64_t>& tickets, const char* phase);
   // Waits until every posted send has left this process (the caller's buffers are
   // then free). Every algorithm ends with it.
   void drainSends();
@@ -85,8 +97,8 @@ class Context {
   std::vector<int> headerPeers_;
   std::vector<WireHeader> ours_;     // per peer: call, with that peer's count
   std::vector<HeaderRecv> theirs_;
-  Transport& transport_;
-  HeaderInbox& inbox_;      // drives every link while we wait
+  Transport& transport_;      // drives every link while we wait
+  HeaderInbox& inbox_;        // headers read ahead by a recv from any source
   std::vector<Link*> links_;  // indexed by rank, nullptr at self
   std::vector<Link*> active_;  // non-null links
   Clock::time_point deadline_;

@@ -32,14 +32,10 @@ void gatherDirect(Context& ctx, Span in, const std::vector<Span>& outs, DType dt
     counts.push_back(outs[p].count);
   }
   ctx.postHeaders(peers, &counts);
-  std::vector<uint64_t> tickets;
-  for (int p : peers) tickets.push_back(ctx.link(p).postRecv(outs[p].data, outs[p].count * es));
+  std::vector<uint64_t> tickets = ctx.postRecvs(peers, outs, es);
   if (in.count > 0 && outs[root].data != in.data) std::memmove(outs[root].data, in.data, in.count * es);
   ctx.checkHeaders(&counts);
-  for (size_t i = 0; i < peers.size(); ++i) {
-    ctx.setStep("gather", static_cast<int>(i), static_cast<int>(peers.size()));
-    ctx.waitRecv(ctx.link(peers[i]), tickets[i]);
-  }
+  ctx.waitRecvs(peers, tickets, "gather");
   ctx.drainSends();
 }
 
