@@ -14,6 +14,8 @@ import atexit
 import os
 from typing import List, Optional, Sequence
 
+import numpy as np
+
 from ._buffers import (
     as_buffer,
     check_list,
@@ -258,10 +260,13 @@ def broadcast(tensor, src: int = 0, group=None, async_op: bool = False):
     return _run(g, lambda c, blk: c.broadcast(b.address, b.numel, b.code, root, blk), (b,), async_op)
 
 
-def barrier(group=None, async_op: bool = False, device_ids=None):
-    """Return once every rank of the group has entered the barrier."""
+def barrier(group=None, async_op: bool = False, device_ids=None, timeout=None):
+    """Return once every rank of the group has entered the barrier. `timeout` (seconds or a
+    timedelta) replaces the group's for this call; past it the barrier raises
+    CollectiveTimeoutError and, as any engine timeout, fails the group."""
     g = _group(group)
-    return _run(g, lambda c, blk: c.barrier(blk), (), async_op)
+    seconds = -1.0 if timeout is None else to_timedelta(timeout).total_seconds()
+    return _run(g, lambda c, blk: c.barrier(seconds, blk), (), async_op)
 
 
 def _check_tag(tag) -> int:
@@ -278,14 +283,25 @@ def isend(tensor, dst: int, group=None, tag: int = 0) -> Work:
     return g.submit(lambda c: c.send(b.address, b.numel, b.code, peer, tag), (b,))
 
 
-def irecv(tensor, src: int, group=None, tag: int = 0) -> Work:
+def irecv(tensor, src: Optional[int] = None, group=None, tag: int = 0) -> Work:
+    """Receive into `tensor` from global rank `src`, or (src=None) from whichever rank's
+    send with `tag` arrives first, as in Gloo. The Work's source_rank() names the sender
+    (a global rank) once it completed. A recv from any source holds this rank's later
+    operations on the group until it matched (transfers already posted keep moving)."""
     g = _group(group)
-    if src is None:
-        raise NotImplementedError("recv from any source (src=None) is not supported; name the sender")
-    peer = g.group_rank(src, "recv(src)")
     b = as_buffer(tensor, "recv(tensor)", writable=True)
     tag = _check_tag(tag)
-    return g.submit(lambda c: c.recv(b.address, b.numel, b.code, peer, tag), (b,))
+    if src is not None:
+        peer = g.group_rank(src, "recv(src)")
+        work = g.submit(lambda c: c.recv(b.address, b.numel, b.code, peer, tag), (b,))
+        work.source_rank = lambda: src
+        return work
+    if g.size == 1:
+        raise ValueError("recv(src=None): the group has no other rank to receive from")
+    source = np.full(1, -1, dtype=np.int32)  # the engine writes the sender's group rank here
+    work = g.submit(lambda c: c.recv_any(b.address, b.numel, b.code, tag, source.ctypes.data), (b, source))
+    work.source_rank = lambda: g.ranks[int(source[0])] if work.wait() else None
+    return work
 
 
 def send(tensor, dst: int, group=None, tag: int = 0) -> None:
@@ -293,10 +309,121 @@ def send(tensor, dst: int, group=None, tag: int = 0) -> None:
     isend(tensor, dst, group, tag).wait()
 
 
-def recv(tensor, src: int, group=None, tag: int = 0) -> int:
-    """Receive into `tensor` from global rank `src`; returns `src`."""
-    irecv(tensor, src, group, tag).wait()
-    return src
+def recv(tensor, src: Optional[int] = None, group=None, tag: int = 0) -> int:
+    """Receive into `tensor` from global rank `src` (None: any rank); returns the sender."""
+    work = irecv(tensor, src, group, tag)
+    work.wait()
+    return work.source_rank()
+
+
+def reduce(tensor, dst: int = 0, op=ReduceOp.SUM, group=None, async_op: bool = False):
+    """Reduce every rank's `tensor` into global rank `dst`'s, in place; the other ranks'
+    tensors are left as they were (a pipelined chain towards `dst`)."""
+    g = _group(group)
+    op = to_reduce_op(op)
+    root = g.group_rank(dst, "reduce(dst)")
+    b = as_buffer(tensor, "reduce(tensor)", writable=True)
+    return _run(g, lambda c, _blocking: c.reduce(b.address, b.numel, b.code, int(op), root), (b,), async_op)
+
+
+def _root_list(items, is_root: bool, size: int, what: str, root_what: str):
+    """A gather/scatter list: `size` tensors on the root, None or empty elsewhere."""
+    if not is_root:
+        if items:
+            raise ValueError(f"{what} must not be given on ranks other than {root_what}")
+        return []
+    if items is None:
+        raise ValueError(f"{what} is required on {root_what}")
+    check_list(items, size, what)
+    return list(items)
+
+
+def gather(tensor, gather_list=None, dst: int = 0, group=None, async_op: bool = False):
+    """gather_list[r] on global rank `dst` = rank r's `tensor`. Sizes may differ by rank
+    (gather_list[r] must match rank r's tensor); other ranks pass no list."""
+    g = _group(group)
+    root = g.group_rank(dst, "gather(dst)")
+    i = as_buffer(tensor, "gather(tensor)")
+    items = _root_list(gather_list, g.rank == root, g.size, "gather(gather_list)", f"the destination rank {dst}")
+    outs = [as_buffer(t, f"gather(gather_list[{k}])", writable=True) for k, t in enumerate(items)]
+    for k, o in enumerate(outs):
+        check_same_dtype(i, o, f"gather(gather_list[{k}], tensor)")
+    if outs:
+        check_numel(outs[root], i.numel, f"gather(gather_list[{root}]) (the destination's own slot)")
+    spans = [(o.address, o.numel) for o in outs]
+    return _run(g, lambda c, _blocking: c.gather(i.address, i.numel, spans, i.code, root), (i, *outs), async_op)
+
+
+def scatter(tensor, scatter_list=None, src: int = 0, group=None, async_op: bool = False):
+    """Rank r's `tensor` = scatter_list[r] of global rank `src`. Sizes may differ by rank
+    (each rank's tensor must match its entry); other ranks pass no list."""
+    g = _group(group)
+    root = g.group_rank(src, "scatter(src)")
+    o = as_buffer(tensor, "scatter(tensor)", writable=True)
+    items = _root_list(scatter_list, g.rank == root, g.size, "scatter(scatter_list)", f"the source rank {src}")
+    ins = [as_buffer(t, f"scatter(scatter_list[{k}])") for k, t in enumerate(items)]
+    for k, b in enumerate(ins):
+        check_same_dtype(o, b, f"scatter(tensor, scatter_list[{k}])")
+    if ins:
+        check_numel(ins[root], o.numel, f"scatter(scatter_list[{root}]) (the source's own slot)")
+    spans = [(b.address, b.numel) for b in ins]
+    return _run(g, lambda c, _blocking: c.scatter(spans, o.address, o.numel, o.code, root), (o, *ins), async_op)
+
+
+def all_to_all(output_tensor_list, input_tensor_list, group=None, async_op: bool = False):
+    """Rank r sends input_tensor_list[p] to rank p and receives rank p's
+    input_tensor_list[r] into output_tensor_list[p]; sizes may differ by pair (a pair
+    that disagrees gets a MismatchError)."""
+    g = _group(group)
+    check_list(output_tensor_list, g.size, "all_to_all(output_tensor_list)")
+    check_list(input_tensor_list, g.size, "all_to_all(input_tensor_list)")
+    outs = [as_buffer(t, f"all_to_all(output_tensor_list[{k}])", writable=True)
+            for k, t in enumerate(output_tensor_list)]
+    ins = [as_buffer(t, f"all_to_all(input_tensor_list[{k}])") for k, t in enumerate(input_tensor_list)]
+    for k, b in enumerate(outs[1:] + ins, start=1):
+        check_same_dtype(outs[0], b, "all_to_all(output_tensor_list, input_tensor_list)")
+    check_numel(outs[g.rank], ins[g.rank].numel, f"all_to_all(output_tensor_list[{g.rank}]) (this rank's own)")
+    i_spans = [(b.address, b.numel) for b in ins]
+    o_spans = [(b.address, b.numel) for b in outs]
+    return _run(g, lambda c, _blocking: c.all_to_all(i_spans, o_spans, outs[0].code), (*ins, *outs), async_op)
+
+
+def _same_dtype_list(tensors, what: str, writable: bool):
+    if not isinstance(tensors, (list, tuple)) or not tensors:
+        raise ValueError(f"{what}: expected a non-empty list of tensors")
+    bufs = [as_buffer(t, f"{what}[{k}]", writable=writable) for k, t in enumerate(tensors)]
+    for k, b in enumerate(bufs[1:], start=1):
+        check_same_dtype(bufs[0], b, f"{what}[0] and [{k}]")
+    return bufs
+
+
+def all_reduce_coalesced(tensors, op=ReduceOp.SUM, group=None, async_op: bool = False, algo=None):
+    """all_reduce of every tensor of `tensors` (one dtype), in one engine call: one header
+    and one pass over the links for the packed tensors."""
+    g = _group(group)
+    op = to_reduce_op(op)
+    algo = g.algo if algo is None else Algo.parse(algo, "all_reduce_coalesced(algo)")
+    bufs = _same_dtype_list(tensors, "all_reduce_coalesced(tensors)", writable=True)
+    spans = [(b.address, b.numel) for b in bufs]
+    return _run(g, lambda c, _blocking: c.all_reduce_coalesced(spans, bufs[0].code, int(op), int(algo)), bufs, async_op)
+
+
+def all_gather_coalesced(output_tensor_lists, input_tensor_list, group=None, async_op: bool = False):
+    """output_tensor_lists[r][i] = rank r's input_tensor_list[i], in one engine call."""
+    g = _group(group)
+    ins = _same_dtype_list(input_tensor_list, "all_gather_coalesced(input_tensor_list)", writable=False)
+    check_list(output_tensor_lists, g.size, "all_gather_coalesced(output_tensor_lists)")
+    outs = []
+    for r, row in enumerate(output_tensor_lists):
+        check_list(row, len(ins), f"all_gather_coalesced(output_tensor_lists[{r}])")
+        for k, t in enumerate(row):
+            o = as_buffer(t, f"all_gather_coalesced(output_tensor_lists[{r}][{k}])", writable=True)
+            check_same_dtype(ins[k], o, f"all_gather_coalesced(output_tensor_lists[{r}][{k}])")
+            check_numel(o, ins[k].numel, f"all_gather_coalesced(output_tensor_lists[{r}][{k}])")
+            outs.append(o)
+    i_spans = [(b.address, b.numel) for b in ins]
+    o_spans = [(b.address, b.numel) for b in outs]
+    return _run(g, lambda c, _blocking: c.all_gather_coalesced(i_spans, o_spans, ins[0].code), (*ins, *outs), async_op)
 
 
 _ALL_TO_ALL_TAG = -0x0A2A  # marks all-to-all traffic in the send/recv headers

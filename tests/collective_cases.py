@@ -213,3 +213,176 @@ def case_all_to_all(ws: int, seed: int = 0):
             assert torch.equal(ours, theirs), f"all_to_all_single ws={ws} {dtype} even={even}"
             cases += 1
     return cases
+
+
+# -- the calls torch's suite needs beyond the ring collectives (issue 15) --------------
+NEW_KINDS = ["reduce", "gather", "scatter", "all_to_all", "all_reduce_coalesced", "all_gather_coalesced",
+             "recv_any"]
+
+
+def case_new_collective(kind: str, ws: int, seed: int = 0, counts=(0, 1, 13), dtypes=DTYPES):
+    """pc.<kind> on ranks [0, ws) against numpy and Gloo's dist.<kind>, every dtype x count
+    (x op for the reductions); uneven sizes where the call allows them. Returns the
+    digests of results every rank holds (checked bit-identical by the test)."""
+    pair = paired_groups(ws)
+    if pair is None:
+        return None
+    pg, gg = pair
+    r = pc.get_rank(pg)
+    out = {"digests": [], "gloo_compared": 0, "cases": 0}
+    for dtype in dtypes:
+        for count in counts:
+            ops = OPS if kind in ("reduce", "all_reduce_coalesced") else ["SUM"]
+            for op in ops:
+                what = f"{kind} ws={ws} {dtype} count={count} op={op}"
+                if op == "AVG" and not dtype.is_floating_point:
+                    try:
+                        _NEW[kind](pg, gg, ws, r, dtype, count, op, seed, what)
+                    except ValueError as e:
+                        assert "AVG" in str(e), str(e)
+                        continue
+                    raise AssertionError(f"{what}: AVG on an integer dtype did not raise")
+                digests, compared = _NEW[kind](pg, gg, ws, r, dtype, count, op, seed, what)
+                out["digests"] += [(what, d) for d in digests]
+                out["gloo_compared"] += compared
+                out["cases"] += 1
+    return out
+
+
+def _wide(t: torch.Tensor, dtype) -> np.ndarray:
+    return t.to(torch.float64 if dtype.is_floating_point else torch.int64).numpy()
+
+
+def _new_reduce(pg, gg, ws, r, dtype, count, op, seed, what):
+    root = ws - 1
+    inputs = _all_inputs(dtype, count, ws, seed, op == "PRODUCT")
+    mine = inputs[r].clone()
+    pc.reduce(mine, dst=root, op=getattr(pc.ReduceOp, op), group=pg)
+    if r != root:
+        assert torch.equal(mine, inputs[r]), what + ": a non-root tensor changed"
+        if op != "AVG":
+            _gloo(lambda: dist.reduce(inputs[r].clone(), dst=root, op=_torch_op(op), group=gg), what)
+        return [], 0
+    assert_close(mine, reduce_ref(inputs, op, dtype), dtype, what + " vs numpy")
+    theirs = inputs[r].clone()
+    if op != "AVG" and _gloo(lambda: dist.reduce(theirs, dst=root, op=_torch_op(op), group=gg), what):
+        assert_close(mine, _wide(theirs, dtype), dtype, what + " vs gloo")
+        return [], 1
+    return [], 0
+
+
+def _new_gather(pg, gg, ws, r, dtype, count, op, seed, what):
+    """Uneven (rank k sends count + k elements) on the engine; even against Gloo."""
+    root = 0
+    inputs = [make_input(dtype, count + k, k, seed, "SUM") for k in range(ws)]
+    slots = [torch.full((count + k,), 7, dtype=dtype) for k in range(ws)] if r == root else None
+    pc.gather(inputs[r], slots, dst=root, group=pg)
+    compared = 0
+    if r == root:
+        for k in range(ws):
+            assert torch.equal(slots[k], inputs[k]), f"{what}: slot {k}"
+    even = inputs[r][:count].contiguous()
+    ours = [torch.empty(count, dtype=dtype) for _ in range(ws)] if r == root else None
+    theirs = [torch.empty(count, dtype=dtype) for _ in range(ws)] if r == root else None
+    pc.gather(even, ours, dst=root, group=pg)
+    if _gloo(lambda: dist.gather(even, theirs, dst=root, group=gg), what):
+        if r == root:
+            assert all(torch.equal(a, b) for a, b in zip(ours, theirs)), what + " vs gloo"
+        compared = 1
+    return [], compared
+
+
+def _new_scatter(pg, gg, ws, r, dtype, count, op, seed, what):
+    root = ws - 1
+    parts = [make_input(dtype, count + k, k, seed, "SUM") for k in range(ws)]
+    mine = torch.full((count + r,), 7, dtype=dtype)
+    pc.scatter(mine, parts if r == root else None, src=root, group=pg)
+    assert torch.equal(mine, parts[r]), what
+    even = [p[:count].contiguous() for p in parts]
+    ours, theirs = torch.empty(count, dtype=dtype), torch.empty(count, dtype=dtype)
+    pc.scatter(ours, even if r == root else None, src=root, group=pg)
+    compared = 0
+    if _gloo(lambda: dist.scatter(theirs, even if r == root else None, src=root, group=gg), what):
+        assert torch.equal(ours, theirs), what + " vs gloo"
+        compared = 1
+    return [], compared
+
+
+def _new_all_to_all(pg, gg, ws, r, dtype, count, op, seed, what):
+    """Rank k sends count + (k + p) % 3 elements to rank p."""
+    size = lambda k, p: count + (k + p) % 3  # noqa: E731
+    ins = [make_input(dtype, size(r, p), r * ws + p, seed, "SUM") for p in range(ws)]
+    ours = [torch.full((size(p, r),), 7, dtype=dtype) for p in range(ws)]
+    pc.all_to_all(ours, ins, group=pg)
+    for p in range(ws):
+        assert torch.equal(ours[p], make_input(dtype, size(p, r), p * ws + r, seed, "SUM")), f"{what}: from {p}"
+    # Gloo's list form needs equal sizes: compare on the first `count` elements of each
+    even_in = [t[:count].contiguous() for t in ins]
+    ours = [torch.empty(count, dtype=dtype) for _ in range(ws)]
+    theirs = [torch.full((count,), 9, dtype=dtype) for _ in range(ws)]
+    pc.all_to_all(ours, even_in, group=pg)
+    compared = 0
+    if _gloo(lambda: dist.all_to_all(theirs, even_in, group=gg), what):
+        assert all(torch.equal(a, b) for a, b in zip(ours, theirs)), what + " vs gloo"
+        compared = 1
+    return [], compared
+
+
+def _new_all_reduce_coalesced(pg, gg, ws, r, dtype, count, op, seed, what):
+    sizes = (count, 2, 5)
+    inputs = [_all_inputs(dtype, n, ws, seed + i, op == "PRODUCT") for i, n in enumerate(sizes)]
+    mine = [inp[r].clone() for inp in inputs]
+    pc.all_reduce_coalesced(mine, op=getattr(pc.ReduceOp, op), group=pg)
+    for t, inp in zip(mine, inputs):
+        assert_close(t, reduce_ref(inp, op, dtype), dtype, what + " vs numpy")
+    compared = 0
+    theirs = [inp[r].clone() for inp in inputs]
+    if op != "AVG" and _gloo(lambda: dist.all_reduce_coalesced(theirs, op=_torch_op(op), group=gg), what):
+        for a, b in zip(mine, theirs):
+            assert_close(a, _wide(b, dtype), dtype, what + " vs gloo")
+        compared = 1
+    return [digest(t) for t in mine], compared
+
+
+def _new_all_gather_coalesced(pg, gg, ws, r, dtype, count, op, seed, what):
+    sizes = (count, 3)
+    inputs = [_all_inputs(dtype, n, ws, seed + i, False) for i, n in enumerate(sizes)]
+    mine = [inp[r] for inp in inputs]
+    ours = [[torch.full((n,), 7, dtype=dtype) for n in sizes] for _ in range(ws)]
+    pc.all_gather_coalesced(ours, mine, group=pg)
+    for k in range(ws):
+        for i in range(len(sizes)):
+            assert torch.equal(ours[k][i], inputs[i][k]), f"{what}: rank {k} tensor {i}"
+    theirs = [[torch.empty(n, dtype=dtype) for n in sizes] for _ in range(ws)]
+    compared = 0
+    if _gloo(lambda: dist.all_gather_coalesced(theirs, mine, group=gg), what):
+        assert all(torch.equal(a, b) for ra, rb in zip(ours, theirs) for a, b in zip(ra, rb)), what + " vs gloo"
+        compared = 1
+    return [digest(torch.cat([t for row in ours for t in row]))], compared
+
+
+def _new_recv_any(pg, gg, ws, r, dtype, count, op, seed, what):
+    """Every other rank sends two messages to rank 0, which receives them from any source."""
+    if ws == 1:
+        return [], 0
+    sent = {k: [make_input(dtype, count, k * 2 + j, seed, "SUM") for j in range(2)] for k in range(1, ws)}
+    # A tag per case: a sender already in the next case must not match this one (its
+    # header waits in the receiver's inbox until the next case asks for its tag).
+    tag = 100 + count + 1000 * DTYPES.index(dtype)
+    if r != 0:
+        for j in range(2):
+            pc.send(sent[r][j], 0, group=pg, tag=tag)
+        return [], 0
+    seen = {k: 0 for k in range(1, ws)}
+    for _ in range(2 * (ws - 1)):
+        t = torch.full((count,), 7, dtype=dtype)
+        src = pc.recv(t, None, group=pg, tag=tag)
+        assert torch.equal(t, sent[src][seen[src]]), f"{what}: message {seen[src]} of rank {src}"
+        seen[src] += 1
+    assert all(v == 2 for v in seen.values()), f"{what}: {seen}"
+    return [], 0
+
+
+_NEW = {"reduce": _new_reduce, "gather": _new_gather, "scatter": _new_scatter, "all_to_all": _new_all_to_all,
+        "all_reduce_coalesced": _new_all_reduce_coalesced, "all_gather_coalesced": _new_all_gather_coalesced,
+        "recv_any": _new_recv_any}

@@ -262,6 +262,20 @@ def case_bad_inputs():
     expect("a2a_rows", ValueError, lambda: pc.all_to_all_single(torch.empty(4 * n), torch.ones(3 * n)),
            "sends itself 3", "expects 4")
     expect("reinit", RuntimeError, lambda: pc.init_process_group(), "already")
+    me = pc.get_rank()
+    other = (me + 1) % n
+    expect("gather_list_off_root", ValueError,
+           lambda: pc.gather(torch.ones(2), [torch.empty(2)] * n, dst=other), "gather_list", "must not")
+    expect("scatter_list_missing", ValueError, lambda: pc.scatter(torch.empty(2), None, src=me), "required")
+    expect("gather_own_slot", ValueError,
+           lambda: pc.gather(torch.ones(2), [torch.empty(3)] * n, dst=me), "gather_list", "expected 2")
+    expect("reduce_dst", ValueError, lambda: pc.reduce(torch.ones(1), dst=n + 3), str(n + 3))
+    expect("a2a_list_own", ValueError,
+           lambda: pc.all_to_all([torch.empty(1)] * n, [torch.ones(2)] * n), "expected 2")
+    expect("coalesced_dtypes", TypeError,
+           lambda: pc.all_reduce_coalesced([torch.ones(2), torch.ones(2, dtype=torch.float64)]), "float64")
+    expect("agc_shape", ValueError,
+           lambda: pc.all_gather_coalesced([[torch.empty(3)] for _ in range(n)], [torch.ones(2)]), "expected 2")
     t = torch.ones(3)
     pc.all_reduce(t)  # the group still works
     errors["still_works"] = "ok" if t.tolist() == [n] * 3 else f"got {t.tolist()}"
@@ -280,6 +294,14 @@ def case_mismatch(kind_on_rank1: str):
             pc.all_reduce(torch.ones(99), group=g)
         elif kind_on_rank1 == "algo":  # same call, but rank 1 forces another algorithm
             pc.all_reduce(torch.ones(100), group=g, algo="direct" if r == 1 else "ring")
+        elif r == 1 and kind_on_rank1 == "reduce":
+            pc.reduce(torch.ones(100), dst=0, group=g)
+        elif kind_on_rank1 == "gather_size":  # rank 1 sends 7 elements, the root expects 100
+            n = pc.get_world_size()
+            slots = [torch.empty(100) for _ in range(n)] if r == 0 else None
+            pc.gather(torch.ones(7 if r == 1 else 100), slots, dst=0, group=g)
+            if r not in (0, 1):
+                pc.all_reduce(torch.ones(100), group=g)  # learns of the failure
         else:
             pc.all_reduce(torch.ones(100), group=g)
         outcome = ("no error", "")
@@ -295,6 +317,22 @@ def case_mismatch(kind_on_rank1: str):
         later = "GroupFailedError" if time.perf_counter() - t1 < 0.5 else "slow"
     pc.destroy_process_group(g)
     return outcome, elapsed, later
+
+
+def case_barrier_timeout_argument():
+    """Only rank 0 enters a barrier with timeout=0.5 s on a group whose timeout is 60 s."""
+    g = pc.new_group(list(range(pc.get_world_size())), timeout=60)
+    outcome = None
+    if pc.get_rank() == 0:
+        t0 = time.perf_counter()
+        try:
+            pc.barrier(group=g, timeout=0.5)
+            outcome = ("no error", 0.0)
+        except pc.CollectiveTimeoutError as e:
+            outcome = (str(e), time.perf_counter() - t0)
+    time.sleep(1.0)  # the others leave only after rank 0 timed out
+    pc.destroy_process_group(g)
+    return outcome
 
 
 def case_timeout():
@@ -415,15 +453,23 @@ def test_call_before_init_raises():
         pc.get_rank()
 
 
-@pytest.mark.parametrize("kind", ["all_gather", "count", "algo"])
+@pytest.mark.parametrize("kind", ["all_gather", "count", "algo", "reduce", "gather_size"])
 def test_mismatched_calls_fail_on_every_rank(pool4, kind):
     results = pool4.run(case_mismatch, kind, timeout=60)
-    other = {"all_gather": "all_gather(count=50", "count": "all_reduce(count=99", "algo": "direct)"}[kind]
+    other = {"all_gather": "all_gather(count=50", "count": "all_reduce(count=99", "algo": "direct)",
+             "reduce": "reduce(count=100, float32, SUM, root=0)", "gather_size": "gather(count=7"}[kind]
+    mine = "gather(count=100" if kind == "gather_size" else "all_reduce(count=100"
     for r, ((name, msg), elapsed, later) in enumerate(results):
         assert name in ("MismatchError",), f"rank {r}: {name}: {msg}"
-        assert "all_reduce(count=100" in msg and other in msg, f"rank {r}: {msg}"
+        assert mine in msg and other in msg, f"rank {r}: {msg}"
         assert elapsed < 3.0, f"rank {r} took {elapsed:.2f} s"
         assert later == "GroupFailedError", f"rank {r}: {later}"
+
+
+def test_barrier_timeout_argument_overrides_the_group(pool4):
+    message, elapsed = pool4.run(case_barrier_timeout_argument, timeout=60)[0]
+    assert "barrier" in message and "timed out" in message, message
+    assert 0.4 < elapsed < 5.0, elapsed
 
 
 def test_timeout_names_op_step_and_peer(pool4):

@@ -24,3 +24,20 @@ def test_collective_matches_reference_and_gloo(pool4, kind, ws):
 def test_all_to_all_single_matches_gloo(pool4, ws):
     results = [res for res in pool4.run(cc.case_all_to_all, ws) if res is not None]
     assert len(results) == ws and results[0] == 8
+
+
+@pytest.mark.parametrize("ws", [1, 2, 3, 4])
+@pytest.mark.parametrize("kind", cc.NEW_KINDS)
+def test_new_collective_matches_reference_and_gloo(pool4, kind, ws):
+    """reduce, gather, scatter (uneven sizes), list all-to-all, the coalesced calls and
+    recv from any source, against numpy and Gloo; all ranks bit-identical where every
+    rank holds the result."""
+    results = pool4.run(cc.case_new_collective, kind, ws, 2)
+    members = [res for res in results if res is not None]
+    assert len(members) == ws
+    assert members[0]["cases"] > 0
+    if ws > 1 and kind != "recv_any":
+        assert sum(m["gloo_compared"] for m in members) > 0
+    for case_index, (what, d0) in enumerate(members[0]["digests"]):
+        for r, res in enumerate(members[1:], start=1):
+            assert res["digests"][case_index] == (what, d0), f"{what}: rank {r} differs from rank 0"

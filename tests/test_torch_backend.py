@@ -166,7 +166,7 @@ def case_cross_check(size):
             for t in pair_ref:
                 dist.all_reduce(t, group=gloo)
             check(f"all_reduce_coalesced {dtype} n={numel}", torch.cat(pair_in), torch.cat(pair_ref), dtype)
-            expected.update({"all_gather": 2, "broadcast": 1, "all_reduce": 2})
+            expected.update({"all_gather": 2, "broadcast": 1, "all_reduce_coalesced": 1})  # one call for the pair
             # send/recv along the ring (rank 0 sends first, so no cycle of blocked sends)
             got = torch.empty(numel, dtype=dtype)
             nxt, prv = (me + 1) % n, (me - 1) % n
@@ -380,26 +380,80 @@ def case_all_to_all(size):
 
 def case_unsupported():
     pg, _ = _pair(WORLD)
-    me = pg.rank()
     before = tb.engine_group(pg).counters()
-    t = torch.ones(6)
     calls = {
-        "gather": lambda: dist.gather(t, [torch.empty(6) for _ in range(WORLD)] if me == 0 else None,
-                                      group=pg, group_dst=0),
-        "scatter": lambda: dist.scatter(t, list(torch.ones(WORLD, 6)) if me == 0 else None, group=pg, group_src=0),
-        "reduce": lambda: dist.reduce(t, group=pg, group_dst=0),
-        "all_to_all": lambda: dist.all_to_all([torch.empty(2)] * pg.size(), [t[:2]] * pg.size(), group=pg),
-        "recv_anysource": lambda: dist.recv(t, group=pg),
         "BAND": lambda: dist.all_reduce(torch.ones(6, dtype=torch.int32), op=R.BAND, group=pg),
         "PREMUL_SUM needs a floating": lambda: dist.all_reduce(torch.ones(6, dtype=torch.int32),
                                                                op=R.PREMUL_SUM(0.5), group=pg),
         "not contiguous": lambda: dist.all_reduce(torch.ones(6, 2).t(), group=pg),
+        "SUM only": lambda: dist.all_reduce(torch.ones(3).to_sparse(), op=R.MAX, group=pg),
     }
     errors = {k: _raises(fn, (NotImplementedError, ValueError, TypeError, RuntimeError)) for k, fn in calls.items()}
     unchanged = tb.engine_group(pg).counters() == before
     t = torch.ones(6)
     dist.all_reduce(t, group=pg)  # the group still works after the refusals
     return errors, unchanged, t.tolist()
+
+
+def case_new_calls(size):
+    """reduce, gather, scatter, all_to_all, recv from any source, the coalesced calls and
+    sparse all-reduce through dist.*, against Gloo; monitored_barrier naming a late rank."""
+    pair = _pair(size)
+    if pair is None:
+        return None
+    pg, gg = pair
+    me, n = pg.rank(), pg.size()
+    out = {}
+    for name, g in (("pycollect", pg), ("gloo", gg)):
+        res = {}
+        t = _data(7, torch.float32, me, 1)
+        dist.reduce(t, group=g, group_dst=n - 1, op=R.MAX)
+        res["reduce"] = t if me == n - 1 else None
+        slots = [torch.empty(3, dtype=torch.int64) for _ in range(n)] if me == 0 else None
+        dist.gather(_data(3, torch.int64, me, 2), slots, group=g, group_dst=0)
+        res["gather"] = slots
+        o = torch.empty(4)
+        dist.scatter(o, [_data(4, torch.float32, k, 3) for k in range(n)] if me == 1 else None, group=g,
+                     group_src=1)
+        res["scatter"] = o
+        outs = [torch.empty(3) for p in range(n)]  # Gloo's list form needs equal sizes
+        dist.all_to_all(outs, [_data(3, torch.float32, me * n + p, 4) for p in range(n)], group=g)
+        res["all_to_all"] = outs
+        ts = [_data(5, torch.float64, me, 5), _data(2, torch.float64, me, 6)]
+        dist.all_reduce_coalesced(ts, group=g)
+        res["all_reduce_coalesced"] = ts
+        rows = [[torch.empty(2), torch.empty(3)] for _ in range(n)]
+        dist.all_gather_coalesced(rows, [_data(2, torch.float32, me, 7), _data(3, torch.float32, me, 8)], group=g)
+        res["all_gather_coalesced"] = rows
+        sp = torch.sparse_coo_tensor([[me, (me + 1) % n]], [1.0, 2.0], (n,))
+        dist.all_reduce(sp, group=g)
+        res["sparse"] = sp.to_dense()
+        if me == 0:
+            got = sorted(dist.recv(torch.empty(2), group=g, tag=3) for _ in range(n - 1))
+            res["recv_any"] = got
+        else:
+            dist.send(torch.ones(2), 0, group=g, tag=3)
+        out[name] = res
+    same = {k: _equal(out["pycollect"][k], out["gloo"][k]) for k in out["gloo"]}
+    # monitored_barrier: the last rank arrives late; rank 0 names it, the group goes on
+    late = None
+    if me == n - 1:
+        time.sleep(1.0)
+    try:
+        tb.monitored_barrier(pg, datetime.timedelta(seconds=0.3))
+    except RuntimeError as e:
+        late = str(e)
+    dist.barrier(group=pg)
+    tb.monitored_barrier(pg, datetime.timedelta(seconds=30), wait_all_ranks=True)
+    return same, late
+
+
+def _equal(a, b) -> bool:
+    if isinstance(a, (list, tuple)):
+        return len(a) == len(b) and all(_equal(x, y) for x, y in zip(a, b))
+    if a is None or isinstance(a, int):
+        return a == b
+    return torch.allclose(a, b, rtol=1e-6, atol=1e-6) and a.dtype == b.dtype
 
 
 def case_default_group_env(port):
@@ -526,9 +580,21 @@ def test_unsupported_calls_raise_naming_the_method(pool3):
         for key, message in errors.items():
             assert message is not None, f"{key} did not raise"
             assert key in message, message
-        assert "pycollect" in errors["gather"] and "SUM, AVG" in errors["BAND"]
+        assert "SUM, AVG" in errors["BAND"]
         assert unchanged, "a refused call reached the engine"
         assert after == [float(WORLD)] * 6
+
+
+@pytest.mark.parametrize("size", [2, WORLD])
+def test_new_calls_match_gloo(pool3, size):
+    results = [res for res in pool3.run(case_new_calls, size) if res is not None]
+    assert len(results) == size
+    for r, (same, late) in enumerate(results):
+        assert all(same.values()), f"rank {r}: differs from Gloo: {[k for k, v in same.items() if not v]}"
+        if r == 0:
+            assert late is not None and f"Rank {size - 1} failed to pass monitoredBarrier" in late, late
+        elif r < size - 1:
+            assert late is not None and "received errors while waiting" in late, late
 
 
 @pytest.mark.slow

@@ -22,6 +22,14 @@ struct Blocking {
   InlineScope inline_;
   interrupt::Scope checks_;
 };
+// Buffers as (address, element count) pairs, one per tensor of a list argument.
+using Buffers = std::vector<std::pair<uintptr_t, size_t>>;
+std::vector<Span> spans(const Buffers& buffers) {
+  std::vector<Span> out;
+  out.reserve(buffers.size());
+  for (const auto& b : buffers) out.push_back(Span{static_cast<char*>(ptr(b.first)), b.second});
+  return out;
+}
 
 }  // namespace
 
@@ -98,11 +106,11 @@ void registerCommunicator(py::module_& m) {
           py::arg("data"), py::arg("count"), py::arg("dtype"), py::arg("root"), py::arg("blocking") = false, R())
       .def(
           "barrier",
-          [](Communicator& c, bool blocking) {
+          [](Communicator& c, double timeout, bool blocking) {
             Blocking scope(blocking);
-            return c.barrier();
+            return c.barrier(timeout);
           },
-          py::arg("blocking") = false, R())
+          py::arg("timeout") = -1.0, py::arg("blocking") = false, R())
       .def(
           "send",
           [](Communicator& c, uintptr_t data, size_t count, int dtype, int peer, int tag) {
@@ -113,6 +121,52 @@ void registerCommunicator(py::module_& m) {
           "recv",
           [](Communicator& c, uintptr_t data, size_t count, int dtype, int peer, int tag) {
             return c.recv(ptr(data), count, checkedDType(dtype), peer, tag);
+          },
+          R())
+      .def(
+          "recv_any",
+          [](Communicator& c, uintptr_t data, size_t count, int dtype, int tag, uintptr_t source) {
+            return c.recvAny(ptr(data), count, checkedDType(dtype), tag,
+                             static_cast<int32_t*>(ptr(source)));
+          },
+          py::arg("data"), py::arg("count"), py::arg("dtype"), py::arg("tag"), py::arg("source"), R())
+      .def(
+          "reduce",
+          [](Communicator& c, uintptr_t data, size_t count, int dtype, int op, int root) {
+            return c.reduce(ptr(data), count, checkedDType(dtype), checkedReduceOp(op), root);
+          },
+          R())
+      .def(
+          "gather",
+          [](Communicator& c, uintptr_t in, size_t count, const Buffers& outs, int dtype, int root) {
+            return c.gather(Span{static_cast<char*>(ptr(in)), count}, spans(outs), checkedDType(dtype),
+                            root);
+          },
+          R())
+      .def(
+          "scatter",
+          [](Communicator& c, const Buffers& ins, uintptr_t out, size_t count, int dtype, int root) {
+            return c.scatter(spans(ins), Span{static_cast<char*>(ptr(out)), count}, checkedDType(dtype),
+                             root);
+          },
+          R())
+      .def(
+          "all_to_all",
+          [](Communicator& c, const Buffers& ins, const Buffers& outs, int dtype) {
+            return c.allToAll(spans(ins), spans(outs), checkedDType(dtype));
+          },
+          R())
+      .def(
+          "all_reduce_coalesced",
+          [](Communicator& c, const Buffers& tensors, int dtype, int op, int algo) {
+            return c.allReduceCoalesced(spans(tensors), checkedDType(dtype), checkedReduceOp(op),
+                                        checkedAlgo(algo));
+          },
+          py::arg("tensors"), py::arg("dtype"), py::arg("op"), py::arg("algo") = 0, R())
+      .def(
+          "all_gather_coalesced",
+          [](Communicator& c, const Buffers& ins, const Buffers& outs, int dtype) {
+            return c.allGatherCoalesced(spans(ins), spans(outs), checkedDType(dtype));
           },
           R())
       .def("shutdown", &Communicator::shutdown, R())

@@ -4,6 +4,8 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
+#include <vector>
 
 #include "collectives/context.h"
 #include "common/types.h"
@@ -27,5 +29,33 @@ void broadcastChain(Context& ctx, void* data, size_t bytes, int root);
 
 // Every rank greets every other: returns once all have arrived.
 void barrierAll(Context& ctx);
+
+// Pipelined chain towards `root`; only the root's `data` changes (to the reduction).
+void reduceChain(Context& ctx, void* data, size_t count, DType dtype, ReduceOp op, int root);
+
+// Root: outs[r] (one span per rank, sizes may differ) gets rank r's `in`. Others:
+// `outs` is ignored.
+void gatherDirect(Context& ctx, Span in, const std::vector<Span>& outs, DType dtype, int root);
+
+// Root: ins[r] (one per rank) goes to rank r's `out`. Others: `ins` is ignored.
+void scatterDirect(Context& ctx, const std::vector<Span>& ins, Span out, DType dtype, int root);
+
+// ins[p] goes to rank p; outs[p] receives rank p's ins[rank]. Sizes may differ by pair.
+void alltoallDirect(Context& ctx, const std::vector<Span>& ins, const std::vector<Span>& outs,
+                    DType dtype);
+
+// Many tensors of one dtype in one call: packed, run once, unpacked. `algo` is the
+// all-reduce that runs (kRing or kDirect). outs of the all-gather: rank-major, so
+// outs[r * ins.size() + i] gets rank r's ins[i].
+void allreduceCoalesced(Context& ctx, const std::vector<Span>& tensors, DType dtype, ReduceOp op,
+                        Algo algo);
+void allgatherCoalesced(Context& ctx, const std::vector<Span>& ins, const std::vector<Span>& outs,
+                        DType dtype);
+
+// Receives the first send with `tag` to arrive from any rank (ctx.call describes the
+// expected message: kind kSend, dtype, count); returns the sender. recvSeq: the
+// point-to-point message numbers expected from each peer (the winner's advances).
+int recvAny(Context& ctx, void* data, size_t count, DType dtype, int tag,
+            std::vector<uint64_t>& recvSeq);
 
 }  // namespace pycollect

@@ -13,22 +13,29 @@ std::string describeCall(const WireHeader& h) {
   std::string s = opKindName(kind);
   s += "(count=" + std::to_string(h.count);
   if (kind != OpKind::kBarrier) s += std::string(", ") + dtypeName(static_cast<DType>(h.dtype));
-  if (kind == OpKind::kAllReduce || kind == OpKind::kReduceScatter) {
-    s += std::string(", ") + reduceOpName(static_cast<ReduceOp>(h.redop));
+  const bool reduces = kind == OpKind::kAllReduce || kind == OpKind::kReduceScatter ||
+                       kind == OpKind::kReduce || kind == OpKind::kAllReduceCoalesced;
+  if (reduces) s += std::string(", ") + reduceOpName(static_cast<ReduceOp>(h.redop));
+  if (kind == OpKind::kBroadcast || kind == OpKind::kReduce || kind == OpKind::kGather ||
+      kind == OpKind::kScatter) {
+    s += ", root=" + std::to_string(h.root);
   }
-  if (kind == OpKind::kBroadcast) s += ", root=" + std::to_string(h.root);
   if (kind == OpKind::kSend) s += ", tag=" + std::to_string(h.root);
+  if (kind == OpKind::kAllReduceCoalesced || kind == OpKind::kAllGatherCoalesced) {
+    s += ", tensors=" + std::to_string(h.root);
+  }
   auto algo = static_cast<Algo>(h.algo);
-  if (kind == OpKind::kAllReduce && algo != Algo::kAuto) s += std::string(", ") + algoName(algo);
+  const bool allReduces = kind == OpKind::kAllReduce || kind == OpKind::kAllReduceCoalesced;
+  if (allReduces && algo != Algo::kAuto) s += std::string(", ") + algoName(algo);
   s += ")";
   return s;
 }
 
 Context::Context(int rank, int size, Transport& transport, const std::vector<Link*>& links,
-                 const WireHeader& call, Clock::time_point deadline, const Tunables& tunables,
-                 std::vector<char>& scratch)
-    : rank(rank), size(size), call(call), tunables(tunables), transport_(transport), links_(links),
-      deadline_(deadline), start_(Clock::now()), scratch_(scratch) {
+                 HeaderInbox& inbox, const WireHeader& call, Clock::time_point deadline,
+                 const Tunables& tunables, std::vector<char>& scratch)
+    : rank(rank), size(size), call(call), tunables(tunables), transport_(transport), inbox_(inbox),
+      links_(links), deadline_(deadline), start_(Clock::now()), scratch_(scratch) {
   for (Link* l : links_) {
     if (l != nullptr) active_.push_back(l);
   }
@@ -41,33 +48,37 @@ std::vector<int> Context::ringPeers() const {
   return peers;
 }
 
-void Context::postHeaders(const std::vector<int>& peers) {
+void Context::postHeaders(const std::vector<int>& peers, const std::vector<uint64_t>* sendCounts) {
   headerPeers_ = peers;
-  theirs_.assign(peers.size(), WireHeader{});
-  headerTickets_.assign(peers.size(), 0);
-  for (int p : peers) link(p).postSend(&call, sizeof(call));
+  ours_.assign(peers.size(), call);
+  theirs_.clear();
+  theirs_.resize(peers.size());  // not moved again: receives land in place
   for (size_t i = 0; i < peers.size(); ++i) {
-    headerTickets_[i] = link(peers[i]).postRecv(&theirs_[i], sizeof(WireHeader));
+    if (sendCounts != nullptr) ours_[i].count = (*sendCounts)[i];
+    link(peers[i]).postSend(&ours_[i], sizeof(WireHeader));
   }
+  for (size_t i = 0; i < peers.size(); ++i) inbox_.receive(link(peers[i]), theirs_[i]);
 }
 
-void Context::checkHeaders() {
+void Context::checkHeaders(const std::vector<uint64_t>* recvCounts) {
   setStep("header exchange", 0, 1);
   for (size_t i = 0; i < headerPeers_.size(); ++i) {
     const int peer = headerPeers_[i];
-    waitRecv(link(peer), headerTickets_[i]);
-    const WireHeader& h = theirs_[i];
-    if (h.magic != call.magic) {
+    waitRecv(link(peer), theirs_[i].ticket);
+    const WireHeader& h = theirs_[i].header();
+    WireHeader want = call;
+    if (recvCounts != nullptr) want.count = (*recvCounts)[i];
+    if (h.magic != want.magic) {
       throw MismatchError("rank " + std::to_string(rank) + " expected a call header from rank " +
-                          std::to_string(peer) + " for its " + describeCall(call) +
+                          std::to_string(peer) + " for its " + describeCall(want) +
                           " but received unrelated bytes (the peer is out of step)");
     }
-    bool same = h.kind == call.kind && h.dtype == call.dtype && h.redop == call.redop &&
-                h.seq == call.seq && h.count == call.count && h.root == call.root &&
-                h.algo == call.algo;
+    bool same = h.kind == want.kind && h.dtype == want.dtype && h.redop == want.redop &&
+                h.seq == want.seq && h.count == want.count && h.root == want.root &&
+                h.algo == want.algo;
     if (!same) {
       throw MismatchError("mismatched collectives: rank " + std::to_string(rank) + " called " +
-                          describeCall(call) + " as call #" + std::to_string(call.seq) +
+                          describeCall(want) + " as call #" + std::to_string(want.seq) +
                           " but rank " + std::to_string(h.rank) + " called " + describeCall(h) +
                           " as call #" + std::to_string(h.seq));
     }
@@ -88,6 +99,31 @@ std::string Context::describeWait(const Link& l, const char* what) const {
 void Context::wait(Link& l, const std::function<bool()>& done, const char* what) {
   waitUntil(transport_, done, deadline_, [&] { return describeWait(l, what); },
             std::chrono::microseconds(tunables.spinUs));
+}
+
+void Context::waitFor(const std::function<bool()>& done, const std::string& what) {
+  if (done()) return;
+  waitUntil(transport_, done, deadline_, [&] {
+    double waited = std::chrono::duration<double>(Clock::now() - start_).count();
+    return std::string(opKindName(static_cast<OpKind>(call.kind))) + " (call #" +
+           std::to_string(call.seq) + ") on rank " + std::to_string(rank) + " timed out after " +
+           std::to_string(static_cast<int>(waited)) + " s waiting to " + what;
+  });
+}
+
+std::vector<uint64_t> Context::postRecvs(const std::vector<int>& peers, const std::vector<Span>& spans,
+                                         size_t elemBytes) {
+  std::vector<uint64_t> tickets;
+  for (int p : peers) tickets.push_back(link(p).postRecv(spans[p].data, spans[p].count * elemBytes));
+  return tickets;
+}
+
+void Context::waitRecvs(const std::vector<int>& peers, const std::vector<uint64_t>& tickets,
+                        const char* phase) {
+  for (size_t i = 0; i < peers.size(); ++i) {
+    setStep(phase, static_cast<int>(i), static_cast<int>(peers.size()));
+    waitRecv(link(peers[i]), tickets[i]);
+  }
 }
 
 void Context::waitRecv(Link& l, uint64_t ticket) {

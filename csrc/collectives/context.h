@@ -13,28 +13,14 @@
 #include <string>
 #include <vector>
 
-#include "common/types.h"
+#include "collectives/inbox.h"
+#include "collectives/wire_header.h"
 #include "common/clock.h"
+#include "common/types.h"
 #include "transport/link.h"
 #include "transport/transport.h"
 
 namespace pycollect {
-
-struct WireHeader {
-  uint32_t magic = 0x5244'4850;  // "PHDR"
-  uint8_t kind = 0;
-  uint8_t dtype = 0;
-  uint8_t redop = 0;
-  uint8_t algo = 0;  // the Algo that runs: ranks that chose differently mismatch
-  uint64_t seq = 0;
-  uint64_t count = 0;
-  int32_t root = -1;  // broadcast root, or the tag of a send/recv
-  int32_t rank = -1;  // sender's rank
-};
-static_assert(sizeof(WireHeader) == 32, "WireHeader is a fixed 32-byte record");
-
-// Renders a header as the call that produced it, e.g. "all_reduce(count=100, float32, SUM)".
-std::string describeCall(const WireHeader& h);
 
 struct Tunables {
   size_t segmentBytes = 512 * 1024;  // pipelining unit of the ring algorithms
@@ -42,11 +28,18 @@ struct Tunables {
   int spinUs = 0;                    // busy-poll this long before sleeping in a wait
 };
 
+// A caller's buffer of `count` elements (one of several: gather, scatter, all-to-all,
+// coalesced calls).
+struct Span {
+  char* data = nullptr;
+  size_t count = 0;
+};
+
 class Context {
  public:
   Context(int rank, int size, Transport& transport, const std::vector<Link*>& links,
-          const WireHeader& call, Clock::time_point deadline, const Tunables& tunables,
-          std::vector<char>& scratch);
+          HeaderInbox& inbox, const WireHeader& call, Clock::time_point deadline,
+          const Tunables& tunables, std::vector<char>& scratch);
 
   const int rank;
   const int size;
@@ -72,13 +65,25 @@ class Context {
   // The two halves, for algorithms that queue their payload right behind the
   // header (one round trip instead of two): post, queue the payload, then check
   // before the payload is used.
-  void postHeaders(const std::vector<int>& peers);
-  void checkHeaders();
+  // `counts` (one per peer, optional) replaces call.count per peer, for calls whose
+  // sizes differ by peer (gather, scatter, all-to-all): postHeaders sends
+  // sendCounts[i] to peers[i], checkHeaders expects recvCounts[i] from it.
+  void postHeaders(const std::vector<int>& peers,
+                   const std::vector<uint64_t>* sendCounts = nullptr);
+  void checkHeaders(const std::vector<uint64_t>* recvCounts = nullptr);
   // The ring neighbours, without duplicates (one peer at size 2, none at size 1).
   std::vector<int> ringPeers() const;
 
   void waitRecv(Link& l, uint64_t ticket);
   void waitSend(Link& l, uint64_t ticket);
+  // Waits for `done`, naming `what` (e.g. "receive from any of ranks 1, 2") on timeout.
+  void waitFor(const std::function<bool()>& done, const std::string& what);
+  HeaderInbox& inbox() { return inbox_; }
+  // A receive from each of `peers` straight into its span (`spans` indexed by rank, of
+  // `elemBytes`-byte elements), and the wait for all of them, naming `phase` on timeout.
+  std::vector<uint64_t> postRecvs(const std::vector<int>& peers, const std::vector<Span>& spans,
+                                  size_t elemBytes);
+  void waitRecvs(const std::vector<int>& peers, const std::vector<uint64_t>& tickets, const char* phase);
   // Waits until every posted send has left this process (the caller's buffers are
   // then free). Every algorithm ends with it.
   void drainSends();
@@ -91,9 +96,10 @@ class Context {
   void wait(Link& l, const std::function<bool()>& done, const char* what);
 
   std::vector<int> headerPeers_;
-  std::vector<WireHeader> theirs_;
-  std::vector<uint64_t> headerTickets_;
+  std::vector<WireHeader> ours_;     // per peer: call, with that peer's count
+  std::vector<HeaderRecv> theirs_;
   Transport& transport_;      // drives every link while we wait
+  HeaderInbox& inbox_;        // headers read ahead by a recv from any source
   std::vector<Link*> links_;  // indexed by rank, nullptr at self
   std::vector<Link*> active_;  // non-null links
   Clock::time_point deadline_;

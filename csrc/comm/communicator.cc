@@ -26,7 +26,8 @@ InlineScope::InlineScope(bool on) : saved_(tInline) { tInline = on; }
 InlineScope::~InlineScope() { tInline = saved_; }
 
 Communicator::Communicator(int rank, int size, CommOptions options)
-    : owner_(), rank_(rank), size_(size), options_(options), sendSeq_(size, 0), recvSeq_(size, 0) {
+    : owner_(), rank_(rank), size_(size), options_(options), inbox_(size > 0 ? size : 1),
+      sendSeq_(size, 0), recvSeq_(size, 0) {
   if (size < 1) throw InvalidArgument("world size must be >= 1, got " + std::to_string(size));
   if (rank < 0 || rank >= size) {
     throw InvalidArgument("rank " + std::to_string(rank) + " is outside [0, " +
@@ -125,11 +126,11 @@ std::shared_ptr<Work> Communicator::enqueue(Op op) {
   if (!connected_) throw InvalidArgument("communicator is not connected");
   WireHeader& header = headerOf(op);
   if (auto* p2p = std::get_if<std::unique_ptr<PendingP2P>>(&op)) {
-    // p2p messages are numbered per pair and direction.
-    auto& seqs = (*p2p)->isSend ? sendSeq_ : recvSeq_;
-    header.seq = seqs[(*p2p)->peer]++;
-  } else {
-    header.seq = seq_++;
+    // p2p messages are numbered per pair and direction; a recv when it is posted (a
+    // recv from any source before it may take a message from the same peer).
+    if ((*p2p)->isSend) header.seq = sendSeq_[(*p2p)->peer]++;
+  } else if (header.kind != static_cast<uint8_t>(OpKind::kSend)) {
+    header.seq = seq_++;  // a recv from any source is this rank's own: not numbered
   }
   auto work = std::make_shared<Work>("rank " + std::to_string(rank_) + " " + describeCall(header));
   workOf(op) = work;
@@ -154,7 +155,8 @@ std::shared_ptr<Work> Communicator::enqueue(Op op) {
 
 void Communicator::runCollective(Collective& c) {
   try {
-    Context ctx(rank_, size_, *transport_, links_, c.header, deadlineFromNow(), options_.tunables, scratch_);
+    Context ctx(rank_, size_, *transport_, links_, inbox_, c.header, deadlineFromNow(c.timeoutSec),
+                options_.tunables, scratch_);
     c.run(ctx);
     ctx.drainSends();  // header sends of early-returning algorithms
     scratchBytes_.store(scratch_.capacity());
@@ -185,7 +187,7 @@ std::shared_ptr<Work> Communicator::allReduce(void* data, size_t count, DType dt
                                               Algo algo) {
   // The header carries the algorithm that runs, so ranks that chose differently
   // (e.g. a different PYCOLLECT_ALGO) fail with a mismatch instead of hanging.
-  Algo chosen = algo == Algo::kAuto ? chooseAllreduce(options_, size_, count * dtypeSize(dtype)) : algo;
+  Algo chosen = chooseAlgo(algo, count * dtypeSize(dtype));
   WireHeader h = makeHeader(OpKind::kAllReduce, dtype, op, count, -1);
   h.algo = static_cast<uint8_t>(chosen);
   if (chosen == Algo::kRing) {
@@ -205,19 +207,121 @@ std::shared_ptr<Work> Communicator::reduceScatter(const void* in, void* out, siz
   return enqueue(h, [=](Context& c) { reduceScatterRing(c, in, out, count, dtype, op); });
 }
 
-std::shared_ptr<Work> Communicator::broadcast(void* data, size_t count, DType dtype, int root) {
+Algo Communicator::chooseAlgo(Algo algo, size_t bytes) const {
+  return algo == Algo::kAuto ? chooseAllreduce(options_, size_, bytes) : algo;
+}
+
+void Communicator::checkRoot(int root, const char* what) const {
   if (root < 0 || root >= size_) {
-    throw InvalidArgument("broadcast: root " + std::to_string(root) + " is outside the group [0, " +
-                          std::to_string(size_) + ")");
+    throw InvalidArgument(std::string(what) + ": root " + std::to_string(root) +
+                          " is outside the group [0, " + std::to_string(size_) + ")");
   }
+}
+
+std::shared_ptr<Work> Communicator::broadcast(void* data, size_t count, DType dtype, int root) {
+  checkRoot(root, "broadcast");
   WireHeader h = makeHeader(OpKind::kBroadcast, dtype, ReduceOp::kSum, count, root);
   size_t bytes = count * dtypeSize(dtype);
   return enqueue(h, [=](Context& c) { broadcastChain(c, data, bytes, root); });
 }
 
-std::shared_ptr<Work> Communicator::barrier() {
+std::shared_ptr<Work> Communicator::reduce(void* data, size_t count, DType dtype, ReduceOp op,
+                                           int root) {
+  checkRoot(root, "reduce");
+  WireHeader h = makeHeader(OpKind::kReduce, dtype, op, count, root);
+  return enqueue(h, [=](Context& c) { reduceChain(c, data, count, dtype, op, root); });
+}
+
+namespace {
+
+// One span per rank, or none; `what` names the call in the error.
+void checkSpans(const std::vector<Span>& spans, size_t want, const char* what) {
+  if (spans.size() != want) {
+    throw InvalidArgument(std::string(what) + ": " + std::to_string(spans.size()) +
+                          " buffers given, expected " + std::to_string(want));
+  }
+}
+
+}  // namespace
+
+void Communicator::checkRootList(const std::vector<Span>& spans, size_t own, int root,
+                                 const char* what) const {
+  checkRoot(root, what);
+  checkSpans(spans, rank_ == root ? size_ : 0, what);
+  if (rank_ == root && spans[root].count != own) {
+    throw InvalidArgument(std::string(what) + ": the root's own slot holds " +
+                          std::to_string(spans[root].count) + " elements, its own buffer " +
+                          std::to_string(own));
+  }
+}
+
+std::shared_ptr<Work> Communicator::gather(Span in, std::vector<Span> outs, DType dtype, int root) {
+  checkRootList(outs, in.count, root, "gather");
+  WireHeader h = makeHeader(OpKind::kGather, dtype, ReduceOp::kSum, in.count, root);
+  return enqueue(h, [=](Context& c) { gatherDirect(c, in, outs, dtype, root); });
+}
+
+std::shared_ptr<Work> Communicator::scatter(std::vector<Span> ins, Span out, DType dtype, int root) {
+  checkRootList(ins, out.count, root, "scatter");
+  WireHeader h = makeHeader(OpKind::kScatter, dtype, ReduceOp::kSum, out.count, root);
+  return enqueue(h, [=](Context& c) { scatterDirect(c, ins, out, dtype, root); });
+}
+
+std::shared_ptr<Work> Communicator::allToAll(std::vector<Span> ins, std::vector<Span> outs,
+                                             DType dtype) {
+  checkSpans(ins, size_, "all_to_all(inputs)");
+  checkSpans(outs, size_, "all_to_all(outputs)");
+  if (ins[rank_].count != outs[rank_].count) {
+    throw InvalidArgument("all_to_all: rank " + std::to_string(rank_) + " sends itself " +
+                          std::to_string(ins[rank_].count) + " elements but expects " +
+                          std::to_string(outs[rank_].count));
+  }
+  size_t total = 0;
+  for (const Span& s : ins) total += s.count;
+  WireHeader h = makeHeader(OpKind::kAllToAll, dtype, ReduceOp::kSum, total, -1);
+  return enqueue(h, [=](Context& c) { alltoallDirect(c, ins, outs, dtype); });
+}
+
+std::shared_ptr<Work> Communicator::allReduceCoalesced(std::vector<Span> tensors, DType dtype,
+                                                       ReduceOp op, Algo algo) {
+  size_t total = 0;
+  for (const Span& s : tensors) total += s.count;
+  Algo chosen = chooseAlgo(algo, total * dtypeSize(dtype));
+  WireHeader h = makeHeader(OpKind::kAllReduceCoalesced, dtype, op, total,
+                            static_cast<int>(tensors.size()));
+  h.algo = static_cast<uint8_t>(chosen);
+  return enqueue(h, [=](Context& c) { allreduceCoalesced(c, tensors, dtype, op, chosen); });
+}
+
+std::shared_ptr<Work> Communicator::allGatherCoalesced(std::vector<Span> ins, std::vector<Span> outs,
+                                                       DType dtype) {
+  checkSpans(outs, size_ * ins.size(), "all_gather_coalesced(outputs)");
+  size_t total = 0;
+  for (size_t i = 0; i < outs.size(); ++i) {
+    if (outs[i].count != ins[i % ins.size()].count) {
+      throw InvalidArgument("all_gather_coalesced: output " + std::to_string(i) + " holds " +
+                            std::to_string(outs[i].count) + " elements, input " +
+                            std::to_string(i % ins.size()) + " " +
+                            std::to_string(ins[i % ins.size()].count));
+    }
+  }
+  for (const Span& s : ins) total += s.count;
+  WireHeader h = makeHeader(OpKind::kAllGatherCoalesced, dtype, ReduceOp::kSum, total,
+                            static_cast<int>(ins.size()));
+  return enqueue(h, [=](Context& c) { allgatherCoalesced(c, ins, outs, dtype); });
+}
+
+std::shared_ptr<Work> Communicator::recvAny(void* data, size_t count, DType dtype, int tag,
+                                            int32_t* source) {
+  if (size_ == 1) throw InvalidArgument("recv from any source: the group has no other rank");
+  // The header a named recv would expect; its seq is set per sender once one wins.
+  WireHeader h = makeHeader(OpKind::kSend, dtype, ReduceOp::kSum, count, tag);
+  return enqueue(h, [=](Context& c) { *source = pycollect::recvAny(c, data, count, dtype, tag, recvSeq_); });
+}
+
+std::shared_ptr<Work> Communicator::barrier(double timeoutSec) {
   WireHeader h = makeHeader(OpKind::kBarrier, DType::kUInt8, ReduceOp::kSum, 0, -1);
-  return enqueue(h, [](Context& c) { barrierAll(c); });
+  return enqueue(Collective{h, [](Context& c) { barrierAll(c); }, nullptr, timeoutSec});
 }
 
 std::shared_ptr<Work> Communicator::enqueueP2P(bool isSend, void* data, size_t count, DType dtype,
@@ -243,9 +347,10 @@ std::shared_ptr<Work> Communicator::recv(void* data, size_t count, DType dtype, 
   return enqueueP2P(false, data, count, dtype, peer, tag);
 }
 
-Clock::time_point Communicator::deadlineFromNow() const {
+Clock::time_point Communicator::deadlineFromNow(double timeoutSec) const {
+  double seconds = timeoutSec >= 0 ? timeoutSec : options_.timeoutSec;
   return Clock::now() + std::chrono::duration_cast<Clock::duration>(
-                            std::chrono::duration<double>(options_.timeoutSec));
+                            std::chrono::duration<double>(seconds));
 }
 
 void Communicator::reapP2P() {
@@ -329,7 +434,8 @@ void Communicator::workerLoop() {
     if (auto* c = std::get_if<Collective>(&op)) runCollective(*c);
     try {
       if (auto* p2p = std::get_if<std::unique_ptr<PendingP2P>>(&op)) {
-        (*p2p)->post(links_[(*p2p)->peer], deadlineFromNow());
+        if (!(*p2p)->isSend) (*p2p)->header.seq = recvSeq_[(*p2p)->peer]++;
+        (*p2p)->post(links_[(*p2p)->peer], inbox_, deadlineFromNow());
         p2p_.push_back(std::move(*p2p));
       }
       reapP2P();

@@ -24,6 +24,7 @@
 #include <variant>
 #include <vector>
 
+#include "collectives/collectives.h"
 #include "collectives/context.h"
 #include "comm/p2p.h"
 #include "comm/work.h"
@@ -83,9 +84,24 @@ class Communicator {
   std::shared_ptr<Work> reduceScatter(const void* in, void* out, size_t count, DType dtype,
                                       ReduceOp op);
   std::shared_ptr<Work> broadcast(void* data, size_t count, DType dtype, int root);
-  std::shared_ptr<Work> barrier();
+  // timeoutSec >= 0: this call's deadline instead of the group's (torch's barrier(timeout=)).
+  std::shared_ptr<Work> barrier(double timeoutSec = -1);
   std::shared_ptr<Work> send(const void* data, size_t count, DType dtype, int peer, int tag);
   std::shared_ptr<Work> recv(void* data, size_t count, DType dtype, int peer, int tag);
+  // The first send with `tag` from any rank; the sender's rank is written to *source
+  // before the Work completes. Later operations of this rank wait until it matched.
+  std::shared_ptr<Work> recvAny(void* data, size_t count, DType dtype, int tag, int32_t* source);
+  std::shared_ptr<Work> reduce(void* data, size_t count, DType dtype, ReduceOp op, int root);
+  // Root: outs has one span per rank (sizes may differ); others pass none.
+  std::shared_ptr<Work> gather(Span in, std::vector<Span> outs, DType dtype, int root);
+  // Root: ins has one span per rank; others pass none.
+  std::shared_ptr<Work> scatter(std::vector<Span> ins, Span out, DType dtype, int root);
+  std::shared_ptr<Work> allToAll(std::vector<Span> ins, std::vector<Span> outs, DType dtype);
+  std::shared_ptr<Work> allReduceCoalesced(std::vector<Span> tensors, DType dtype, ReduceOp op,
+                                           Algo algo);
+  // outs: size() * ins.size() spans, rank-major (outs[r * ins.size() + i] = rank r's ins[i]).
+  std::shared_ptr<Work> allGatherCoalesced(std::vector<Span> ins, std::vector<Span> outs,
+                                           DType dtype);
 
   // Aborts running work, fails queued work, stops the worker and closes the links.
   void shutdown();
@@ -114,6 +130,7 @@ class Communicator {
     WireHeader header;
     std::function<void(Context&)> run;
     std::shared_ptr<Work> work;
+    double timeoutSec = -1;  // < 0: the group's timeout
   };
   using Op = std::variant<Collective, std::unique_ptr<PendingP2P>>;
   static WireHeader& headerOf(Op& op);
@@ -136,10 +153,16 @@ class Communicator {
   // Idle with transfers in flight: wait for the links or a wake-up, then reap.
   // A mismatch found in an arrived header wins over a peer that has since left.
   void progressIdle();
-  Clock::time_point deadlineFromNow() const;
+  Clock::time_point deadlineFromNow(double timeoutSec = -1) const;
   // The header of a call by this rank; refuses an (op, dtype) the kernels lack.
   WireHeader makeHeader(OpKind kind, DType dtype, ReduceOp op, size_t count, int root);
   void checkPeer(int peer, const char* what) const;
+  void checkRoot(int root, const char* what) const;
+  // A rooted call's list: one span per rank on the root (its own slot `own` elements
+  // long), none elsewhere.
+  void checkRootList(const std::vector<Span>& spans, size_t own, int root, const char* what) const;
+  // The algorithm kAuto stands for, for an all-reduce of `bytes`.
+  Algo chooseAlgo(Algo algo, size_t bytes) const;
   void workerLoop();
   void failWith(const std::string& message);
 
@@ -153,6 +176,7 @@ class Communicator {
   CommOptions options_;
   std::unique_ptr<Transport> transport_;
   std::vector<Link*> links_;  // indexed by rank, nullptr at self; owned by transport_
+  HeaderInbox inbox_;          // headers prefetched by a recv from any source (worker thread)
   std::vector<char> scratch_;            // worker thread only
   std::atomic<size_t> scratchBytes_{0};  // its capacity, for any thread to read
   std::atomic<uint64_t> bytesSent_{0};    // refreshed by the worker after each op
@@ -170,7 +194,8 @@ class Communicator {
 
   uint64_t seq_ = 0;                 // collective calls issued (under mu_)
   std::vector<uint64_t> sendSeq_;    // p2p messages issued to each peer
-  std::vector<uint64_t> recvSeq_;    // p2p messages expected from each peer
+  std::vector<uint64_t> recvSeq_;    // p2p messages expected from each peer (worker thread:
+                                     // numbered when posted, after any recv-from-any before)
   std::map<std::string, uint64_t> calls_;
 };
 

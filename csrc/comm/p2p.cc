@@ -4,22 +4,22 @@
 
 namespace pycollect {
 
-void PendingP2P::post(Link* l, Clock::time_point d) {
+void PendingP2P::post(Link* l, HeaderInbox& inbox, Clock::time_point d) {
   link = l;
   deadline = d;
   if (isSend) {
     link->postSend(&header, sizeof(header));
     payloadTicket = link->postSend(data, bytes);
   } else {
-    headerTicket = link->postRecv(&received, sizeof(received));
+    inbox.receive(*link, received);
     payloadTicket = link->postRecv(data, bytes);
   }
 }
 
 bool PendingP2P::poll() {
-  if (!isSend && !headerChecked && link->received(headerTicket)) {
+  if (!isSend && !headerChecked && link->received(received.ticket)) {
     headerChecked = true;
-    const WireHeader& h = received;
+    const WireHeader& h = received.header();
     const WireHeader& want = header;
     if (h.magic != want.magic || h.kind != want.kind || h.dtype != want.dtype ||
         h.count != want.count || h.root != want.root || h.seq != want.seq) {

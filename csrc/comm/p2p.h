@@ -30,16 +30,15 @@ struct PendingP2P {
   void* data = nullptr;
   size_t bytes = 0;
   WireHeader header;    // send: what we send (lives here until sent); recv: what we expect
-  WireHeader received;  // recv: the header that arrived
+  HeaderRecv received;  // recv: the header that arrived (maybe prefetched, see inbox.h)
   Link* link = nullptr;
-  uint64_t headerTicket = 0;
   uint64_t payloadTicket = 0;
   bool headerChecked = false;
   std::shared_ptr<Work> work;
   Clock::time_point deadline;
 
-  // Queue header and payload on the link.
-  void post(Link* l, Clock::time_point d);
+  // Queue header and payload on the link; a recv takes a header the inbox already holds.
+  void post(Link* l, HeaderInbox& inbox, Clock::time_point d);
   // True once done; throws MismatchError / TimeoutError.
   bool poll();
 };

@@ -64,6 +64,12 @@ const char* opKindName(OpKind k) {
     case OpKind::kBroadcast: return "broadcast";
     case OpKind::kBarrier: return "barrier";
     case OpKind::kSend: return "send/recv";
+    case OpKind::kReduce: return "reduce";
+    case OpKind::kGather: return "gather";
+    case OpKind::kScatter: return "scatter";
+    case OpKind::kAllToAll: return "all_to_all";
+    case OpKind::kAllReduceCoalesced: return "all_reduce_coalesced";
+    case OpKind::kAllGatherCoalesced: return "all_gather_coalesced";
   }
   return "?";
 }

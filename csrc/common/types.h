@@ -35,6 +35,12 @@ enum class OpKind : uint8_t {
   kBroadcast = 3,
   kBarrier = 4,
   kSend = 5,  // on the wire, a send and its matching recv carry the same kind
+  kReduce = 6,
+  kGather = 7,
+  kScatter = 8,
+  kAllToAll = 9,               // list form: a count per peer
+  kAllReduceCoalesced = 10,    // many tensors, one header: root carries the tensor count
+  kAllGatherCoalesced = 11,
 };
 
 // All-reduce algorithms. kAuto lets the communicator choose by size; the header

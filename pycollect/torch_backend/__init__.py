@@ -6,7 +6,7 @@
 
 Files: process_group.py (PyCollectProcessGroup, the torch ProcessGroup subclass, and its
 creator), ops.py (torch's reduce ops onto the engine's), work.py (torch Work objects and
-the completer thread that settles them).
+the completer thread that settles them), sparse.py (sparse all-reduce).
 
 register() is cheap: it imports torch.distributed but neither the engine nor
 process_group.py, which load when torch first creates a group of this backend.
@@ -29,6 +29,22 @@ def register() -> None:
     if BACKEND.upper() in dist.Backend._plugins:
         return
     dist.Backend.register_backend(BACKEND, _create, extended_api=True, devices=["cpu"])
+
+
+def monitored_barrier(group=None, timeout=None, wait_all_ranks: bool = False) -> None:
+    """dist.monitored_barrier for a "pycollect" group: torch's own refuses every backend
+    but Gloo by name before it asks the group, so call this one (same arguments; see
+    PyCollectProcessGroup.monitored_barrier for what it reports)."""
+    import torch.distributed as dist
+    from torch.distributed.distributed_c10d import _get_default_group, _rank_not_in_group
+
+    if _rank_not_in_group(group):
+        return None
+    pg = _get_default_group() if group is None else group
+    if dist.get_backend(pg) != BACKEND:
+        raise ValueError(f"pycollect.torch_backend.monitored_barrier: the group's backend is "
+                         f"{dist.get_backend(pg)!r}; use dist.monitored_barrier")
+    return pg.monitored_barrier(timeout, wait_all_ranks=wait_all_ranks)
 
 
 def __getattr__(name):

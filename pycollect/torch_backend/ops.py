@@ -31,9 +31,11 @@ Factor = Union[float, torch.Tensor]
 
 def translate(op, method: str) -> Tuple[ReduceOp, Optional[Factor]]:
     """(engine op, premul factor or None) for torch's `op` in backend call `method`."""
-    kind = op.op if isinstance(op, dist.ReduceOp) else op
+    # dist.ReduceOp.SUM itself is a RedOpType (which passes isinstance(., dist.ReduceOp)
+    # but has no .op): what a Python caller's pg.allreduce(tensors) ends up with.
+    kind = getattr(op, "op", op)
     if kind == _RedOpType.PREMUL_SUM:
-        if not isinstance(op, dist.ReduceOp):
+        if not hasattr(op, "factor"):
             raise ValueError(f"pycollect backend: {method}: PREMUL_SUM needs its factor; "
                              "pass dist.ReduceOp.PREMUL_SUM(factor)")
         return ReduceOp.SUM, op.factor

@@ -10,12 +10,17 @@ the dist.* functions make from C++ (the reducer's allreduce, DDP's broadcasts an
 checks) reach these methods through torch's trampoline, so every byte moves on
 pycollect's engine; the engine's counters (`engine_group(pg).counters()`) show it.
 
-Methods torch may call that the engine cannot do (gather, scatter, reduce, the list form
-of all-to-all, recv from any source, ...) raise NotImplementedError naming the method.
+Beyond the engine's own collectives: sparse all-reduce (SUM) is an all-gather of every
+rank's indices and values, summed locally; monitored_barrier meets in the group's store
+(so a rank that never arrives is named, and the links stay usable); an engine timeout
+surfaces as "Timed out", as Gloo words it. Methods torch may call that the engine cannot
+do raise NotImplementedError naming the method.
 """
 from __future__ import annotations
 
+import datetime
 import os
+import time
 from typing import List
 
 import torch
@@ -26,6 +31,7 @@ from .._buffers import as_buffer
 from ..group import ProcessGroup as EngineGroup
 from ..rendezvous import _store_host, listen_address
 from .ops import check_premul, premultiplied, single, translate
+from .sparse import sparse_all_reduce
 from .work import Completer, TorchWork
 
 from . import BACKEND
@@ -43,6 +49,9 @@ class PyCollectProcessGroup(dist.ProcessGroup):
         host = listen_address(os.environ.get("MASTER_ADDR") or _store_host(store))
         # torch gives every group its own PrefixStore, so one fixed name suffices.
         self._engine = api.register_group(EngineGroup("tb", store, range(size), rank, timeout, host))
+        self._store = store
+        self._timeout = timeout
+        self._monitored = 0  # monitored_barrier calls so far (each meets under its own keys)
         self._group_id = group_id
         self._group_name = group_id
         self._group_desc = ""
@@ -73,8 +82,8 @@ class PyCollectProcessGroup(dist.ProcessGroup):
         return f"<PyCollectProcessGroup {self._group_name!r} rank {self.rank()}/{self.size()}>"
 
     # -- helpers -----------------------------------------------------------------
-    def _submit(self, method: str, works, result: List[torch.Tensor]) -> TorchWork:
-        return self._completer.add(TorchWork(method, works, result))
+    def _submit(self, method: str, works, result: List[torch.Tensor], source=None) -> TorchWork:
+        return self._completer.add(TorchWork(method, works, result, source))
 
     def _many(self, method: str, outputs, inputs, one) -> TorchWork:
         if len(outputs) != len(inputs):
@@ -85,11 +94,26 @@ class PyCollectProcessGroup(dist.ProcessGroup):
     # -- all-reduce --------------------------------------------------------------
     def allreduce(self, tensors, opts=None) -> TorchWork:
         tensor = single(tensors, "allreduce")
+        if tensor.is_sparse:
+            op, _ = translate(opts.reduceOp if opts is not None else dist.ReduceOp.SUM, "allreduce")
+            sparse_all_reduce(tensor, op, self._engine)
+            return self._submit("allreduce", [], [tensor])
         return self._submit("allreduce", [self._allreduce_one("allreduce", tensor, opts)], [tensor])
 
     def allreduce_coalesced(self, tensors, opts=None) -> TorchWork:
-        works = [self._allreduce_one("allreduce_coalesced", t, opts) for t in tensors]
-        return self._submit("allreduce_coalesced", works, list(tensors))
+        """One engine call (one header, one pass) per dtype among `tensors`."""
+        method = "allreduce_coalesced"
+        op, factor = translate(opts.reduceOp if opts is not None else dist.ReduceOp.SUM, method)
+        by_dtype: dict = {}
+        for t in tensors:
+            check_premul(t, factor, method)
+            as_buffer(t, f"{method}(tensor)", writable=True)
+            by_dtype.setdefault(t.dtype, []).append(t)
+        if factor is not None:
+            for t in tensors:
+                t.mul_(factor)
+        works = [api.all_reduce_coalesced(ts, op, group=self._engine, async_op=True) for ts in by_dtype.values()]
+        return self._submit(method, works, list(tensors))
 
     def _allreduce_one(self, method: str, tensor, opts):
         op, factor = translate(opts.reduceOp if opts is not None else dist.ReduceOp.SUM, method)
@@ -100,6 +124,32 @@ class PyCollectProcessGroup(dist.ProcessGroup):
             tensor.mul_(factor)
         return api.all_reduce(tensor, op, group=self._engine, async_op=True)
 
+    # -- reduce / gather / scatter ----------------------------------------------
+    def reduce(self, tensors, opts=None) -> TorchWork:
+        tensor = single(tensors, "reduce")
+        root = opts.rootRank if opts is not None else 0
+        op, factor = translate(opts.reduceOp if opts is not None else dist.ReduceOp.SUM, "reduce")
+        if factor is not None:
+            check_premul(tensor, factor, "reduce")
+            as_buffer(tensor, "reduce(tensor)", writable=True)
+            tensor.mul_(factor)
+        work = api.reduce(tensor, root, op, group=self._engine, async_op=True)
+        return self._submit("reduce", [work], [tensor])
+
+    def gather(self, output_tensors, input_tensors, opts=None) -> TorchWork:
+        tensor = single(input_tensors, "gather", "input_tensors")
+        root = opts.rootRank if opts is not None else 0
+        outputs = single(output_tensors, "gather", "output_tensors") if self.rank() == root else None
+        work = api.gather(tensor, outputs, root, group=self._engine, async_op=True)
+        return self._submit("gather", [work], list(outputs or []))
+
+    def scatter(self, output_tensors, input_tensors, opts=None) -> TorchWork:
+        tensor = single(output_tensors, "scatter", "output_tensors")
+        root = opts.rootRank if opts is not None else 0
+        inputs = single(input_tensors, "scatter", "input_tensors") if self.rank() == root else None
+        work = api.scatter(tensor, inputs, root, group=self._engine, async_op=True)
+        return self._submit("scatter", [work], [tensor])
+
     # -- broadcast / barrier -----------------------------------------------------
     def broadcast(self, tensors, opts=None) -> TorchWork:
         tensor = single(tensors, "broadcast")
@@ -108,7 +158,43 @@ class PyCollectProcessGroup(dist.ProcessGroup):
                             [tensor])
 
     def barrier(self, opts=None) -> TorchWork:
-        return self._submit("barrier", [api.barrier(group=self._engine, async_op=True)], [])
+        """Times out after opts.timeout if set, else the group's (an error saying "Timed out",
+        as Gloo's)."""
+        timeout = getattr(opts, "timeout", None)
+        timeout = timeout if timeout is not None and timeout.total_seconds() > 0 else None
+        return self._submit("barrier", [api.barrier(group=self._engine, async_op=True, timeout=timeout)], [])
+
+    def monitored_barrier(self, timeout=None, wait_all_ranks: bool = False) -> None:
+        """Gloo's monitored barrier: rank 0 waits up to `timeout` for every other rank to
+        arrive, then releases them; it names the first rank that did not arrive (every
+        such rank with wait_all_ranks), and a rank that rank 0 does not release in time
+        says so. The ranks meet in the group's store, not on the links, so a failed
+        monitored barrier leaves the group usable (Gloo's, made of send/recv, also does)."""
+        seconds = (timeout.total_seconds() if isinstance(timeout, datetime.timedelta)
+                   else self._timeout.total_seconds() if timeout is None else float(timeout))
+        ms = int(seconds * 1000)
+        key = f"monitored_barrier/{self._monitored}"
+        self._monitored += 1
+        start = time.monotonic()
+        store, rank = self._store, self.rank()
+        store.set(f"{key}/arrived/{rank}", "1")
+        if rank != 0:
+            if not _wait_key(store, f"{key}/released", start + seconds):
+                raise RuntimeError(f"Rank {rank} successfully reached monitoredBarrier, but received errors "
+                                   f"while waiting for send/recv from rank 0. Please check rank 0 logs for "
+                                   f"faulty rank (pycollect backend: not released within {ms} ms).")
+            return
+        missing = []
+        for r in range(1, self.size()):
+            if time.monotonic() - start >= seconds and seconds <= 0:
+                raise RuntimeError(f"Rank 0 timed out in monitoredBarrier after {ms} ms.")
+            if not _wait_key(store, f"{key}/arrived/{r}", start + seconds):
+                if not wait_all_ranks:
+                    raise RuntimeError(f"Rank {r} failed to pass monitoredBarrier in {ms} ms")
+                missing.append(r)
+        if missing:
+            raise RuntimeError(f"Ranks {', '.join(map(str, missing))} failed to pass monitoredBarrier in {ms} ms")
+        store.set(f"{key}/released", "1")
 
     # -- all-gather --------------------------------------------------------------
     def allgather(self, output_tensors, input_tensors, opts=None) -> TorchWork:
@@ -166,24 +252,17 @@ class PyCollectProcessGroup(dist.ProcessGroup):
 
     def recv(self, tensors, srcRank: int, tag: int = 0) -> TorchWork:  # noqa: N803
         tensor = single(tensors, "recv")
-        return self._submit("recv", [api.irecv(tensor, srcRank, group=self._engine, tag=tag)], [tensor])
+        work = api.irecv(tensor, srcRank, group=self._engine, tag=tag)
+        return self._submit("recv", [work], [tensor], work.source_rank)
 
-    # -- what the engine cannot do -----------------------------------------------
-    def _unsupported(self, method: str, hint: str = ""):
-        raise NotImplementedError(
-            f"pycollect backend: ProcessGroup.{method} is not supported by the pycollect engine"
-            + (f"; {hint}" if hint else "")
-        )
+    def recv_anysource(self, tensors, tag: int = 0) -> TorchWork:
+        """dist.recv(src=None): the first matching send from any rank (its rank is the
+        Work's _source_rank())."""
+        tensor = single(tensors, "recv_anysource")
+        work = api.irecv(tensor, None, group=self._engine, tag=tag)
+        return self._submit("recv_anysource", [work], [tensor], work.source_rank)
 
-    def reduce(self, *args, **kwargs):
-        self._unsupported("reduce (dist.reduce)", "use dist.all_reduce")
-
-    def gather(self, *args, **kwargs):
-        self._unsupported("gather (dist.gather)", "use dist.all_gather")
-
-    def scatter(self, *args, **kwargs):
-        self._unsupported("scatter (dist.scatter)", "use dist.broadcast and slice")
-
+    # -- all-to-all and the coalesced all-gather -----------------------------------
     def alltoall_base(self, output, input, output_split_sizes, input_split_sizes, opts=None) -> TorchWork:
         """dist.all_to_all_single: isend/irecv to every peer at once on the engine."""
         work = api.all_to_all_single(output, input, list(output_split_sizes or []) or None,
@@ -192,18 +271,16 @@ class PyCollectProcessGroup(dist.ProcessGroup):
 
     all_to_all_single = alltoall_base
 
-    def alltoall(self, *args, **kwargs):
-        self._unsupported("alltoall (dist.all_to_all, list form)", "use dist.all_to_all_single")
+    def alltoall(self, output_tensors, input_tensors, opts=None) -> TorchWork:
+        """dist.all_to_all (list form): one engine all-to-all."""
+        work = api.all_to_all(list(output_tensors), list(input_tensors), group=self._engine, async_op=True)
+        return self._submit("alltoall", [work], list(output_tensors))
 
-    def allgather_coalesced(self, *args, **kwargs):
-        self._unsupported("allgather_coalesced (dist.all_gather_coalesced)",
-                          "use dist.all_gather_into_tensor per tensor")
-
-    def recv_anysource(self, *args, **kwargs):
-        self._unsupported("recv_anysource (dist.recv with src=None)", "name the sender")
-
-    def monitored_barrier(self, *args, **kwargs):
-        self._unsupported("monitored_barrier (dist.monitored_barrier)", "use dist.barrier")
+    def allgather_coalesced(self, output_lists, input_list, opts=None) -> TorchWork:
+        """dist.all_gather_coalesced: one engine call for every tensor of the list."""
+        work = api.all_gather_coalesced([list(row) for row in output_lists], list(input_list),
+                                        group=self._engine, async_op=True)
+        return self._submit("allgather_coalesced", [work], [t for row in output_lists for t in row])
 
     # -- teardown ----------------------------------------------------------------
     def shutdown(self) -> None:
@@ -229,3 +306,13 @@ def create(options, backend_options=None) -> PyCollectProcessGroup:
     """torch's creator hook (extended API: one _DistributedBackendOptions)."""
     return PyCollectProcessGroup(options.store, options.group_rank, options.group_size, options.timeout,
                                  str(options.group_id))
+
+
+def _wait_key(store, key: str, deadline: float) -> bool:
+    """Whether `key` appears in `store` before `deadline` (time.monotonic())."""
+    while True:
+        if store.check([key]):
+            return True
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.01)

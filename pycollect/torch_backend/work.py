@@ -29,9 +29,10 @@ class TorchWork(dist.Work):
     Future yields (the output tensors, as Gloo's and NCCL's Works do).
     """
 
-    def __init__(self, method: str, engine_works: Sequence, result: List[torch.Tensor]):
+    def __init__(self, method: str, engine_works: Sequence, result: List[torch.Tensor], source=None):
         super().__init__()
         self._method = method
+        self._source = source  # a recv's: () -> the sender's rank
         self._engine_works = list(engine_works)
         self._result = result
         self._done = threading.Event()
@@ -43,6 +44,8 @@ class TorchWork(dist.Work):
         try:
             for w in self._engine_works:
                 w.wait()
+        except CollectiveTimeoutError as e:  # worded as Gloo's, which callers match on
+            self._error = CollectiveTimeoutError(f"pycollect backend: {self._method} Timed out (the group's timeout): {e}")
         except BaseException as e:  # noqa: BLE001 - delivered to every waiter
             self._error = e
         self._engine_works = []  # drops the buffers' keep-alives
@@ -77,6 +80,13 @@ class TorchWork(dist.Work):
     def result(self) -> List[torch.Tensor]:
         self.wait()
         return self._result
+
+    def _source_rank(self) -> int:
+        """The sender of a recv (torch asks after dist.recv / irecv with src=None)."""
+        if self._source is None:
+            raise ValueError(f"pycollect backend: {self._method} has no source rank (only a recv has one)")
+        self.wait()
+        return self._source()
 
     def get_future(self) -> torch.futures.Future:
         return self._future
