@@ -33,8 +33,12 @@ class Config:
 def _job(rank: int, n: int, emit, cfg: Config) -> None:
     """One rank's part: the link limit, then every size (pycollect is initialised)."""
     from . import linklimit, runner
+    from .. import api as pc
 
     peer = runner.Engine("gloo") if cfg.peer == "gloo" else None
+    if rank == 0:
+        emit("memcpy", linklimit.memcpy_bandwidth())
+        emit("transport", sorted(set(pc.get_transport_info().values())))
     if cfg.link_limit and n > 1:
         limit = linklimit.measure(rank)
         if rank == 0:
@@ -56,15 +60,22 @@ def run(cfg: Config, json_path: Optional[str] = None, plot_path: Optional[str] =
             "machine": f"{platform.machine()}, {os.cpu_count()} cores", "python": platform.python_version(),
             **asdict(cfg)}
     rows: List[Dict] = []
-    link = None
+    link = memcpy = None
     print(f"# pycollect bench: {cfg.op}, {cfg.world_size} ranks on loopback, {cfg.dtype}, "
           f"iters {cfg.iters} x {cfg.repeats} blocks (median), warm-up {cfg.warmup}, peer {cfg.peer or 'none'}",
           file=stream, flush=True)
 
     def on_event(rank: int, event: tuple) -> None:
-        nonlocal link
+        nonlocal link, memcpy
         kind, value = event
-        if kind == "link":
+        if kind == "memcpy":
+            memcpy = value
+            print(f"# memcpy: {memcpy:.3f} GB/s (one rank copying 64 MiB)", file=stream, flush=True)
+        elif kind == "transport":
+            meta["links"] = "+".join(value) or "none"
+            print(f"# links: {meta['links']} (PYCOLLECT_TRANSPORT={cfg.env.get('PYCOLLECT_TRANSPORT', 'auto')})",
+                  file=stream, flush=True)
+        elif kind == "link":
             link = value
             print(f"# link limit: {link:.3f} GB/s per direction", file=stream, flush=True)
         else:
@@ -75,13 +86,15 @@ def run(cfg: Config, json_path: Optional[str] = None, plot_path: Optional[str] =
 
     backends = ("pycollect", "gloo") if cfg.peer == "gloo" else ("pycollect",)
     run_ranks(_job, cfg.world_size, backends, job_args=(cfg,), timeout=timeout, on_event=on_event, env=cfg.env)
-    print(report.summary(rows, cfg.op, cfg.peer, link), file=stream, flush=True)
+    print(report.summary(rows, cfg.op, cfg.peer, link, memcpy), file=stream, flush=True)
     meta["link_limit_GBps"] = link
+    meta["memcpy_GBps"] = memcpy
     if json_path:
         report.write_json(json_path, meta, rows)
         print(f"# wrote {json_path}", file=stream)
     if plot_path and rows:
         report.plot(plot_path, cfg.op, rows, cfg.peer, link,
-                    f"{cfg.op}, {cfg.world_size} ranks, {cfg.dtype}, loopback ({meta['machine']})")
+                    f"{cfg.op}, {cfg.world_size} ranks, {cfg.dtype}, links {meta.get('links', '?')} "
+                    f"({meta['machine']})", memcpy)
         print(f"# wrote {plot_path}", file=stream)
     return {"meta": meta, "rows": rows, "link_limit": link}
