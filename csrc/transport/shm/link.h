@@ -63,7 +63,7 @@ class Link final : public pycollect::Link {
   bool busy() const { return sendPending() || recvPending(); }
 
   // Moves what can move now in both directions and rings the peer's doorbell if it
-  // sleeps. Throws PeerLostError naming the peer.
+  // sleeps. Throws PeerLostError naming the peer once it is gone and work remains.
   void progress();
   // Whether the peer moved a cursor since the last progress() (worth progressing).
   bool moved() const;

@@ -1,20 +1,11 @@
 #include "transport/shm/transport.h"
 
-#if defined(__x86_64__) || defined(__i386__)
-#include <immintrin.h>
-#endif
+#include <thread>
 
 #include "transport/shm/upgrade.h"
 
 namespace pycollect {
 namespace shm {
-namespace {
-inline void cpuRelax() {
-#if defined(__x86_64__) || defined(__i386__)
-  _mm_pause();
-#endif
-}
-}  // namespace
 
 std::vector<pycollect::Link*> Transport::connect(const std::vector<Endpoint>& peers, uint64_t token) {
   std::vector<pycollect::Link*> links = tcp_.connect(peers, token);
@@ -63,7 +54,9 @@ bool Transport::spin(Clock::time_point until) {
     }
     if (woken_.exchange(false, std::memory_order_acq_rel)) return true;
     if (Clock::now() >= end) return Clock::now() >= until;
-    for (int i = 0; i < 16; ++i) cpuRelax();
+    // Yield rather than pause: on a machine with more busy threads than cores (ranks,
+    // their Python threads, other jobs) the peer we wait for may need this core.
+    std::this_thread::yield();
   }
 }
 

@@ -3,10 +3,13 @@
 // one group may mix both kinds. TCP links are driven by the TCP transport inside;
 // the shared-memory links here.
 //
-// Waiting (waitReady): with shared-memory work queued, spin a few microseconds on
-// the peers' cursors (a ring round trip is far shorter than a poll wake-up), then
-// raise the sleeping flags and block in one poll on the TCP sockets with work, the
-// doorbell sockets of the busy shared-memory links and the wake-up eventfd.
+// Waiting (waitReady): with shared-memory work queued, watch the peers' cursors for
+// up to kSpin, yielding the core between looks (a ring round trip is far shorter
+// than a poll wake-up through the doorbell), then raise the sleeping flags and block
+// in one poll on the TCP sockets with work, the doorbell sockets of the busy
+// shared-memory links and the wake-up eventfd. Measured on 2 cores, 2 ranks, 8-byte
+// all-reduce: no spin ~130 us (like TCP), 50 us of pause-spin 20-150 us, 200 us of
+// yield-spin 20-60 us (the machine was shared; medians of 200 calls).
 #pragma once
 
 #include <atomic>
@@ -21,7 +24,7 @@
 namespace pycollect {
 namespace shm {
 
-constexpr auto kSpin = std::chrono::microseconds(50);
+constexpr auto kSpin = std::chrono::microseconds(200);
 
 class Transport final : public pycollect::Transport {
  public:
