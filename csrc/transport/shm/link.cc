@@ -32,11 +32,13 @@ uint64_t Link::postRecv(void* data, size_t bytes) {
 }
 
 void Link::progress() {
-  if (!lost_.empty()) throw PeerLostError(lost_);
   bool changed = progressSend();
   changed = progressRecv() || changed;
   snapshot();
   if (changed) ring();
+  // A peer that closed its socket may have left its last bytes in the ring (it
+  // finished and left): they are taken first, as TCP delivers data before a FIN.
+  if (!lost_.empty() && busy()) throw PeerLostError(lost_);
 }
 
 // Writes queued ranges into the ring (or posts them as single-copy records), then
