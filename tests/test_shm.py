@@ -5,6 +5,8 @@ and no segment left behind in /dev/shm. The collective suite runs on both transp
 (test_collectives.py); a rank killed mid-collective on shm links is in test_faults.py."""
 import glob
 import os
+import signal
+import time
 
 import pytest
 import torch
@@ -64,6 +66,30 @@ def case_mixed_group(env: dict):
     return info, bad
 
 
+def case_last_message_then_leave(flag: str):
+    """Rank 1 sends twice and destroys the group at once; the test stops rank 0 while it
+    waits for the second message, so on waking it finds the bytes and the closed socket
+    together. It must get the bytes (as TCP delivers data before the FIN), not a
+    PeerLostError."""
+    import time
+
+    g = pc.new_group([0, 1])
+    r = pc.get_rank()
+    if r == 1:
+        pc.send(torch.full((100,), 1.0), dst=0, group=g)
+        while not os.path.exists(flag):  # the test has stopped rank 0
+            time.sleep(0.01)
+        pc.send(torch.full((100,), 2.0), dst=0, group=g)
+        pc.destroy_process_group(g)
+    if r == 0:
+        first, second = torch.zeros(100), torch.zeros(100)
+        pc.recv(first, src=1, group=g)
+        pc.recv(second, src=1, group=g)
+        pc.destroy_process_group(g)
+        return bool(torch.all(first == 1)) and bool(torch.all(second == 2))
+    return True
+
+
 def case_new_group_error():
     r = pc.get_rank()
     saved = dict(os.environ)
@@ -98,6 +124,21 @@ def test_mixed_group_shares_memory_within_a_host_and_tcp_across(pool4, env):
         assert info == {p: "shm" if p == same else "tcp" for p in range(4) if p != r}
         assert bad == [], f"rank {r}: wrong results {bad}"
     assert _leftover_segments() == []
+
+
+def test_a_peer_that_sends_and_leaves_is_not_lost(pool4, tmp_path):
+    flag = str(tmp_path / "rank0-stopped")
+    pool4.submit(case_last_message_then_leave, flag)
+    time.sleep(2.0)  # rank 0 has its first message and sleeps waiting for the second
+    rank0 = pool4.procs[0].pid
+    os.kill(rank0, signal.SIGSTOP)
+    try:
+        open(flag, "w").close()
+        assert pool4.collect(ranks=[1, 2, 3], timeout=60) == [(True, True)] * 3
+        time.sleep(0.2)  # rank 1's socket is closed now, its last bytes in the ring
+    finally:
+        os.kill(rank0, signal.SIGCONT)
+    assert pool4.collect(ranks=[0], timeout=60) == [(True, True)]
 
 
 def test_forced_shm_across_hosts_is_a_clear_error_on_both_ranks():
