@@ -488,6 +488,12 @@ def get_counters(group=None) -> dict:
     return _group(group).counters()
 
 
+def get_transport_info(group=None) -> dict:
+    """{peer's global rank: "shm" or "tcp"}: what carries each of this rank's links in the
+    group (PYCOLLECT_TRANSPORT; shared memory to ranks on this host under "auto")."""
+    return _group(group).transport_info()
+
+
 def get_bytes_sent(group=None) -> int:
     """Bytes this rank has put on its links for the group (payload and headers), as counted
     by the engine when each operation finished."""

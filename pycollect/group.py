@@ -27,7 +27,8 @@ def _comm_options(timeout: datetime.timedelta, options: Options, size: int) -> "
         o.spin_us = options.spin_us
     else:  # torchrun says how many ranks share this host; else assume the whole group does
         o.spin_us = default_spin_us(min(size, int(os.environ.get("LOCAL_WORLD_SIZE") or size)))
-    for name in ("segment_bytes", "inflight", "direct_max_bytes", "socket_buffer", "link_timeout", "secret"):
+    for name in ("segment_bytes", "inflight", "direct_max_bytes", "socket_buffer", "link_timeout", "secret",
+                 "transport", "host_tag"):
         value = getattr(options, name)
         if value is not None:
             setattr(o, name, value)
@@ -215,6 +216,10 @@ class ProcessGroup:
     def counters(self) -> dict:
         """Calls per kind executed through this group's engine."""
         return dict(self._comm.counters())
+
+    def transport_info(self) -> Dict[int, str]:
+        """global rank of each peer -> what carries the link to it ("shm" or "tcp")."""
+        return {self.ranks[p]: kind for p, kind in self._comm.link_kinds().items()}
 
     def scratch_bytes(self) -> int:
         """Scratch memory the engine holds for this group (released after a second idle

@@ -16,6 +16,8 @@
 | PYCOLLECT_LINK_TIMEOUT      | seconds before a link that stopped answering (no FIN: a cut cable) fails | 60 |
 | PYCOLLECT_SECRET            | shared secret for the handshake's mutual authentication (never in the store) | none |
 | PYCOLLECT_SECRET_FILE       | a file holding that secret (instead of PYCOLLECT_SECRET) | none |
+| PYCOLLECT_TRANSPORT         | links: auto (shared memory to ranks on this host, TCP to others), tcp, or shm (every link, else an error) | auto |
+| PYCOLLECT_HOST_TAG          | appended to this rank's host identity: ranks with different tags never share memory (tests, or hosts that share a boot id) | none |
 """
 from __future__ import annotations
 
@@ -38,7 +40,9 @@ _INTEGERS = {
     "PYCOLLECT_SPIN_US": ("spin_us", 0),
 }
 KNOWN = frozenset(_INTEGERS) | {"PYCOLLECT_ALGO", "PYCOLLECT_SOCKET_IFNAME", "PYCOLLECT_LINK_TIMEOUT",
-                                 "PYCOLLECT_SECRET", "PYCOLLECT_SECRET_FILE"}
+                                 "PYCOLLECT_SECRET", "PYCOLLECT_SECRET_FILE", "PYCOLLECT_TRANSPORT",
+                                 "PYCOLLECT_HOST_TAG"}
+TRANSPORTS = ("auto", "tcp", "shm")
 
 
 @dataclass(frozen=True)
@@ -54,6 +58,8 @@ class Options:
     socket_ifname: Optional[str] = None
     link_timeout: Optional[float] = None
     secret: Optional[bytes] = field(default=None, repr=False)  # never printed, never stored
+    transport: Optional[str] = None  # auto, tcp or shm; None: the engine's (auto)
+    host_tag: Optional[str] = None
 
     @classmethod
     def from_env(cls, environ: Optional[Mapping[str, str]] = None) -> "Options":
@@ -89,6 +95,14 @@ class Options:
                 raise ValueError(f"PYCOLLECT_LINK_TIMEOUT={raw!r} is not a number of seconds") from None
             if not 0 < values["link_timeout"] < float("inf"):
                 raise ValueError(f"PYCOLLECT_LINK_TIMEOUT={raw!r} must be a positive, finite number of seconds")
+        transport = env.get("PYCOLLECT_TRANSPORT", "").strip().lower()
+        if transport:
+            if transport not in TRANSPORTS:
+                raise ValueError(f"PYCOLLECT_TRANSPORT={transport!r} must be one of {', '.join(TRANSPORTS)}")
+            values["transport"] = transport
+        tag = env.get("PYCOLLECT_HOST_TAG", "").strip()
+        if tag:
+            values["host_tag"] = tag
         values["secret"] = _secret(env)
         return cls(**values)
 

@@ -21,8 +21,31 @@ def pool3():
 
 @pytest.fixture(scope="session")
 def pool4():
+    """PYCOLLECT_TRANSPORT left at auto: every link of these ranks is shared memory."""
     with RankPool(4, timeout=240) as pool:
         yield pool
+
+
+@pytest.fixture(scope="session")
+def pool4_tcp():
+    """The same over TCP links (PYCOLLECT_TRANSPORT=tcp), for the suites that cover both."""
+    with RankPool(4, timeout=240, env={"PYCOLLECT_TRANSPORT": "tcp"}) as pool:
+        yield pool
+
+
+@pytest.fixture(params=["shm", "tcp"])
+def pool4_each(request):
+    """pool4 (shared memory) and pool4_tcp in turn, checking that the links are what they say."""
+    pool = request.getfixturevalue("pool4" if request.param == "shm" else "pool4_tcp")
+    kinds = pool.run(_link_kinds)
+    assert all(set(k.values()) == {request.param} for k in kinds), kinds
+    return pool
+
+
+def _link_kinds():
+    import pycollect as pc
+
+    return pc.get_transport_info()
 
 
 def pytest_configure(config):

@@ -1,7 +1,8 @@
 """Every collective x dtype x op x world size (1-4) x count (0, 1, 13, ~2 MiB),
 against a numpy reference and torch.distributed Gloo in the same processes, with
-all ranks bit-identical. The session's 4-rank pool (conftest.py) serves the whole
-module; world sizes 1-3 run in sub-groups made with pycollect.new_group and dist.new_group.
+all ranks bit-identical, once over shared-memory links and once over TCP links (the
+session's 4-rank pools, conftest.py: pool4_each). World sizes 1-3 run in sub-groups
+made with pycollect.new_group and dist.new_group.
 """
 import pytest
 
@@ -15,14 +16,14 @@ WORLD = 4
 @pytest.mark.parametrize("ws", [1, 2, 3, 4])
 @pytest.mark.parametrize("kind", ["all_reduce", "all_gather_into_tensor", "all_gather",
                                   "reduce_scatter_tensor", "reduce_scatter", "broadcast"])
-def test_collective_matches_reference_and_gloo(pool4, kind, ws):
+def test_collective_matches_reference_and_gloo(pool4_each, kind, ws):
     counts = cc.COUNTS if kind in ("all_reduce", "all_gather_into_tensor", "reduce_scatter_tensor") else [0, 1, 13]
-    cc.check_members(pool4.run(cc.case_collective, kind, ws, 1, counts), kind, ws)
+    cc.check_members(pool4_each.run(cc.case_collective, kind, ws, 1, counts), kind, ws)
 
 
 @pytest.mark.parametrize("ws", [1, 2, 3, 4])
-def test_all_to_all_single_matches_gloo(pool4, ws):
-    results = [res for res in pool4.run(cc.case_all_to_all, ws) if res is not None]
+def test_all_to_all_single_matches_gloo(pool4_each, ws):
+    results = [res for res in pool4_each.run(cc.case_all_to_all, ws) if res is not None]
     assert len(results) == ws and results[0] == 8
 
 

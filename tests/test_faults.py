@@ -1,5 +1,6 @@
 """Faults that need fresh processes: a rank killed mid-collective, strangers on a
 rank's port during rendezvous, IPv6 loopback and interface selection."""
+import glob
 import socket
 import struct
 import threading
@@ -58,9 +59,15 @@ def case_strangers_during_rendezvous():
 # -- tests -----------------------------------------------------------------------------
 
 
+def case_link_kinds():
+    return set(pc.get_transport_info().values())
+
+
 @pytest.mark.slow
-def test_killed_rank_fails_every_other_rank_fast():
-    with RankPool(4, init_gloo=False, timeout=60) as pool:
+@pytest.mark.parametrize("transport", ["shm", "tcp"])
+def test_killed_rank_fails_every_other_rank_fast(transport):
+    with RankPool(4, init_gloo=False, timeout=60, env={"PYCOLLECT_TRANSPORT": transport}) as pool:
+        assert pool.run(case_link_kinds) == [{transport}] * 4
         pool.submit(case_all_reduce_until_failure)
         time.sleep(1.5)
         killed_at = time.time()
@@ -73,6 +80,8 @@ def test_killed_rank_fails_every_other_rank_fast():
         assert "rank 1" in msg or "[1]" in msg, f"rank {r} does not name the lost rank: {msg}"
         assert failed_at - killed_at < 5.0, f"rank {r} took {failed_at - killed_at:.2f} s"
         assert later == "GroupFailedError", f"rank {r}: {later}"
+    # Segments lose their names once both ends have them mapped: a SIGKILL leaves none.
+    assert glob.glob("/dev/shm/pycollect-*") == []
 
 
 def test_ipv6_loopback():

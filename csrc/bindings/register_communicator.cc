@@ -58,6 +58,23 @@ void registerCommunicator(py::module_& m) {
       .def_readwrite("socket_buffer", &CommOptions::socketBuffer)
       .def_readwrite("link_timeout", &CommOptions::linkTimeoutSec)
       .def_property(
+          "transport",
+          [](const CommOptions& o) {
+            switch (o.transport) {
+              case TransportKind::kTcp: return "tcp";
+              case TransportKind::kShm: return "shm";
+              case TransportKind::kAuto: break;
+            }
+            return "auto";
+          },
+          [](CommOptions& o, const std::string& v) {
+            if (v == "tcp") o.transport = TransportKind::kTcp;
+            else if (v == "shm") o.transport = TransportKind::kShm;
+            else if (v == "auto") o.transport = TransportKind::kAuto;
+            else throw InvalidArgument("transport must be auto, tcp or shm, got '" + v + "'");
+          })
+      .def_readwrite("host_tag", &CommOptions::hostTag)
+      .def_property(
           "secret", [](const CommOptions& o) { return py::bytes(o.secret); },
           [](CommOptions& o, const py::bytes& v) { o.secret = std::string(v); });
 
@@ -173,6 +190,7 @@ void registerCommunicator(py::module_& m) {
       .def("failed", &Communicator::failed)
       .def("failure", &Communicator::failure)
       .def("counters", &Communicator::counters)
+      .def("link_kinds", &Communicator::linkKinds)
       .def("scratch_bytes", &Communicator::scratchBytes)
       .def("bytes_sent", &Communicator::bytesSent)
       .def("abort", &Communicator::abort, py::arg("reason"), R());

@@ -40,7 +40,8 @@ Communicator::Communicator(int rank, int size, CommOptions options)
   to.socketBuffer = options_.socketBuffer;
   to.secret = options_.secret;
   to.linkTimeoutSec = options_.linkTimeoutSec > 0 ? options_.linkTimeoutSec : kDefaultLinkTimeoutSec;
-  transport_ = makeTransport(TransportKind::kTcp, to);
+  to.hostTag = options_.hostTag;
+  transport_ = makeTransport(options_.transport, to);
 }
 
 Communicator::~Communicator() {
@@ -547,6 +548,15 @@ void Communicator::countBytesSent() {
     if (l != nullptr) total += l->bytesPosted();
   }
   bytesSent_.store(total);
+}
+
+std::map<int, std::string> Communicator::linkKinds() {
+  checkNotForked();
+  std::map<int, std::string> kinds;
+  for (int p = 0; p < static_cast<int>(links_.size()); ++p) {
+    if (links_[p] != nullptr) kinds[p] = transport_->linkKind(p);
+  }
+  return kinds;
 }
 
 std::map<std::string, uint64_t> Communicator::counters() {

@@ -43,6 +43,8 @@ struct CommOptions {
   int socketBuffer = 0;
   std::string secret;         // PYCOLLECT_SECRET: the handshake's challenge-response
   double linkTimeoutSec = 0;  // PYCOLLECT_LINK_TIMEOUT; 0: kDefaultLinkTimeoutSec
+  TransportKind transport = TransportKind::kAuto;  // PYCOLLECT_TRANSPORT
+  std::string hostTag;                             // PYCOLLECT_HOST_TAG
 };
 
 constexpr double kDefaultLinkTimeoutSec = 60.0;
@@ -107,6 +109,8 @@ class Communicator {
   void shutdown();
   bool failed();
   std::string failure();
+  // What carries the link to each peer ("tcp" or "shm"), by group rank.
+  std::map<int, std::string> linkKinds();
   // Calls per kind issued on this communicator, for tests and tools.
   std::map<std::string, uint64_t> counters();
   // Bytes of scratch memory the worker holds now. Large scratch (> kScratchKeepBytes)

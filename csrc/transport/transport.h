@@ -14,8 +14,15 @@
 
 namespace pycollect {
 
+// What PYCOLLECT_TRANSPORT asks for. Every rank takes part in the same per-link
+// choice whatever it asked for (shm/upgrade.h), so ranks that asked differently
+// still agree on every link: kTcp keeps TCP, kShm insists on shared memory with
+// every peer (an error where it cannot be had), kAuto shares memory where the peer
+// is on the same host and in the same IPC namespace.
 enum class TransportKind : uint8_t {
   kTcp = 0,
+  kShm = 1,
+  kAuto = 2,
 };
 
 struct TransportOptions {
@@ -25,6 +32,7 @@ struct TransportOptions {
   int socketBuffer = 0;       // TCP: SO_SNDBUF/SO_RCVBUF, 0 for the kernel's autotuning
   std::string secret;         // shared by every rank, never sent; empty: none (handshake)
   double linkTimeoutSec = 60.0;  // a link whose peer stops answering fails after this
+  std::string hostTag;        // PYCOLLECT_HOST_TAG: part of the host identity (shm/upgrade.h)
 };
 
 // Where a rank can be reached; the Python layer publishes it in the store.
@@ -55,6 +63,9 @@ class Transport {
   virtual bool busy() const = 0;
   // Blocks until progress() may move bytes, wake() was called, or `until` passed.
   virtual void waitReady(Clock::time_point until) = 0;
+
+  // What carries the link to `peer` ("tcp", "shm"); valid after connect().
+  virtual const char* linkKind(int peer) const = 0;
 
   // Any thread: makes a blocked waitReady() return soon.
   virtual void wake() = 0;

@@ -39,8 +39,12 @@ class Config:
 def _job(rank: int, n: int, emit, cfg: Config) -> None:
     """One rank's part: the link limit, then every size (pycollect is initialised)."""
     from . import linklimit, runner
+    from .. import api as pc
 
     peer = runner.Engine("gloo") if cfg.peer == "gloo" else None
+    if rank == 0:
+        emit("memcpy", linklimit.memcpy_bandwidth())
+        emit("transport", sorted(set(pc.get_transport_info().values())))
     if cfg.link_limit and n > 1:
         limit = linklimit.measure(rank)
         if rank == 0:
@@ -62,7 +66,7 @@ def run(cfg: Config, json_path: Optional[str] = None, plot_path: Optional[str] =
             "machine": f"{platform.machine()}, {os.cpu_count()} cores", "python": platform.python_version(),
             **asdict(cfg)}
     rows: List[Dict] = []
-    link = None
+    link = memcpy = None
     line = netns.rate_bytes(cfg.line_rate) / 1e9 if cfg.netns_hosts else None
     where = (f"{cfg.world_size} namespace hosts, {cfg.line_rate} cables ({line:.3f} GB/s each way)"
              if cfg.netns_hosts else f"{cfg.world_size} ranks on loopback")
@@ -71,9 +75,16 @@ def run(cfg: Config, json_path: Optional[str] = None, plot_path: Optional[str] =
           file=stream, flush=True)
 
     def on_event(rank: int, event: tuple) -> None:
-        nonlocal link
+        nonlocal link, memcpy
         kind, value = event
-        if kind == "link":
+        if kind == "memcpy":
+            memcpy = value
+            print(f"# memcpy: {memcpy:.3f} GB/s (one rank copying 64 MiB)", file=stream, flush=True)
+        elif kind == "transport":
+            meta["links"] = "+".join(value) or "none"
+            print(f"# links: {meta['links']} (PYCOLLECT_TRANSPORT={cfg.env.get('PYCOLLECT_TRANSPORT', 'auto')})",
+                  file=stream, flush=True)
+        elif kind == "link":
             link = value
             print(f"# link limit: {link:.3f} GB/s per direction", file=stream, flush=True)
         else:
@@ -87,14 +98,16 @@ def run(cfg: Config, json_path: Optional[str] = None, plot_path: Optional[str] =
         hosts = stack.enter_context(netns.Hosts(cfg.world_size, cfg.line_rate)) if cfg.netns_hosts else None
         run_ranks(_job, cfg.world_size, backends, job_args=(cfg,), timeout=timeout, on_event=on_event, env=cfg.env,
                   netns=hosts and hosts.names, master_addr=hosts.addrs[0] if hosts else "127.0.0.1")
-    print(report.summary(rows, cfg.op, cfg.peer, link, line), file=stream, flush=True)
+    print(report.summary(rows, cfg.op, cfg.peer, link, line, memcpy), file=stream, flush=True)
     meta["link_limit_GBps"] = link
     meta["line_rate_GBps"] = line
+    meta["memcpy_GBps"] = memcpy
     if json_path:
         report.write_json(json_path, meta, rows)
         print(f"# wrote {json_path}", file=stream)
     if plot_path and rows:
         network = f"namespace hosts, {cfg.line_rate} cables" if cfg.netns_hosts else f"loopback ({meta['machine']})"
-        report.plot(plot_path, cfg.op, rows, cfg.peer, link, f"{cfg.op}, {cfg.world_size} ranks, {cfg.dtype}, {network}")
+        report.plot(plot_path, cfg.op, rows, cfg.peer, link,
+                    f"{cfg.op}, {cfg.world_size} ranks, {cfg.dtype}, links {meta.get('links', '?')}, {network}", memcpy)
         print(f"# wrote {plot_path}", file=stream)
     return {"meta": meta, "rows": rows, "link_limit": link}

@@ -1,9 +1,14 @@
-"""The link limit: TCP bandwidth between two ranks sending both ways at once.
+"""The reference lines: what the link carries, and what memory copies.
 
-Ranks 0 and 1 each isend `nbytes` to the other and irecv the other's, over
-pycollect's TCP links: raw streaming with no algorithm and no reduction, so it is
-what one TCP connection carries in each direction at once here, and a ring's busbw
-can be read as a fraction of it. (A measurement with Python sockets and threads
+The link limit: ranks 0 and 1 each isend `nbytes` to the other and irecv the
+other's, over pycollect's links (TCP, or shared memory under PYCOLLECT_TRANSPORT
+auto/shm): raw streaming with no algorithm and no reduction, so it is what one link
+carries in each direction at once here, and a ring's busbw can be read as a
+fraction of it.
+
+The memcpy limit (memcpy_bandwidth): one rank copying 64 MiB between two warm
+buffers, bytes copied per second. A shared-memory link moves every byte with at
+least one such copy, so on one host no transport's busbw goes far beyond it. (A measurement with Python sockets and threads
 came out lower than the engine itself, limited by the GIL, so it would not be a
 ceiling.) The median of `repeats` transfers, in GB/s per direction.
 """
@@ -15,6 +20,20 @@ import time
 import torch
 
 from .. import api as pc
+
+
+def memcpy_bandwidth(nbytes: int = 64 * 1024 * 1024, repeats: int = 7) -> float:
+    """GB/s of a 64 MiB numpy copy between warm buffers (median of `repeats`)."""
+    import numpy as np
+
+    src = np.ones(nbytes, dtype=np.uint8)
+    dst = np.zeros_like(src)
+    samples = []
+    for _ in range(repeats + 1):  # the first copy faults the pages in
+        t0 = time.perf_counter()
+        np.copyto(dst, src)
+        samples.append(nbytes / (time.perf_counter() - t0) / 1e9)
+    return statistics.median(samples[1:])
 
 
 def measure(rank: int, nbytes: int = 64 * 1024 * 1024, repeats: int = 5) -> float:

@@ -33,17 +33,21 @@ def format_row(row: Dict, peer: Optional[str]) -> str:
 
 
 def summary(rows: List[Dict], op: str, peer: Optional[str], link_limit: Optional[float],
-            line_rate: Optional[float] = None) -> str:
+            line_rate: Optional[float] = None, memcpy: Optional[float] = None) -> str:
     lines = []
+    if memcpy:
+        lines.append(f"# memcpy: {memcpy:.3f} GB/s (one rank copying 64 MiB between warm buffers)")
     if link_limit:
-        lines.append(f"# link limit: {link_limit:.3f} GB/s per direction (TCP over pycollect's links, both ways at once, ranks 0<->1)")
+        lines.append(f"# link limit: {link_limit:.3f} GB/s per direction (pycollect's links, both ways at once, ranks 0<->1)")
     if line_rate:
         lines.append(f"# line rate: {line_rate:.3f} GB/s per direction (each host's cable, tc tbf)")
     if rows:
         big = rows[-1]
-        lines.append(f"# largest size {format_size(big['size'])}: pycollect busbw {big['pycollect']['busbw']:.3f} GB/s"
-                     + (f" = {big['pycollect']['busbw'] / link_limit:.2f} x link limit" if link_limit else "")
-                     + (f" = {big['pycollect']['busbw'] / line_rate:.2f} x line rate" if line_rate else "")
+        busbw = big['pycollect']['busbw']
+        lines.append(f"# largest size {format_size(big['size'])}: pycollect busbw {busbw:.3f} GB/s"
+                     + (f" = {busbw / link_limit:.2f} x link limit" if link_limit else "")
+                     + (f" = {busbw / line_rate:.2f} x line rate" if line_rate else "")
+                     + (f" = {busbw / memcpy:.2f} x memcpy" if memcpy else "")
                      + (f"; {peer} {big[peer]['busbw']:.3f} GB/s" if peer else ""))
         if peer:
             ratios = [r["ratio"] for r in rows]
@@ -61,7 +65,7 @@ def write_json(path: str, meta: Dict, rows: List[Dict]) -> None:
 
 
 def plot(path: str, op: str, rows: List[Dict], peer: Optional[str], link_limit: Optional[float],
-         title: str) -> None:
+         title: str, memcpy: Optional[float] = None) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -74,6 +78,8 @@ def plot(path: str, op: str, rows: List[Dict], peer: Optional[str], link_limit: 
         ax.plot(sizes, [r[peer]["busbw"] for r in rows], "s--", label=peer)
     if link_limit:
         ax.axhline(link_limit, color="gray", linestyle=":", label=f"link limit {link_limit:.2f} GB/s")
+    if memcpy:
+        ax.axhline(memcpy, color="black", linestyle="-.", label=f"memcpy {memcpy:.2f} GB/s")
     ax.set_xscale("log", base=2)
     ax.set_xticks(sizes[:: max(1, len(sizes) // 10)])
     ax.set_xticklabels([format_size(s) for s in sizes[:: max(1, len(sizes) // 10)]])

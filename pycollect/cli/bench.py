@@ -11,7 +11,7 @@ def register(subparsers) -> None:
     p = subparsers.add_parser("bench", help="benchmark collectives against Gloo (nccl-tests style)",
                               description="Times pycollect and the peer in the same processes, interleaved; "
                                           "prints size, count, type, redop, time, algbw, busbw, #wrong and the "
-                                          "ratio, a link-limit line, and writes JSON and a PNG plot.")
+                                          "ratio, memcpy and link-limit lines, and writes JSON and a PNG plot.")
     p.add_argument("-b", "--minbytes", default="8", help="smallest size (e.g. 8, 1K, 1M)")
     p.add_argument("-e", "--maxbytes", default="64M", help="largest size")
     p.add_argument("-f", "--stepfactor", type=float, default=2.0, help="multiply the size by this each row")
@@ -26,6 +26,8 @@ def register(subparsers) -> None:
     p.add_argument("--peer", default="gloo", choices=["gloo", "nccl", "none"])
     p.add_argument("--algo", default=None, choices=["auto", "ring", "direct"],
                    help="force pycollect's all-reduce algorithm (PYCOLLECT_ALGO)")
+    p.add_argument("--transport", default=None, choices=["auto", "tcp", "shm"],
+                   help="what carries pycollect's links (PYCOLLECT_TRANSPORT; default auto: shared memory here)")
     p.add_argument("--no-link-limit", action="store_true", help="skip the TCP link-limit measurement")
     p.add_argument("--netns-hosts", type=int, default=0, metavar="N",
                    help="run one rank on each of N hosts made of network namespaces on a switch (needs root "
@@ -75,6 +77,8 @@ def run(args) -> int:
     env = {k: v for k, v in os.environ.items() if k.startswith("PYCOLLECT_")}
     if args.algo:
         env["PYCOLLECT_ALGO"] = args.algo
+    if args.transport:
+        env["PYCOLLECT_TRANSPORT"] = args.transport
     peer = None if args.peer == "none" else args.peer
     if args.latency:
         from ..benchmark.latency import LatencyConfig, run as latency

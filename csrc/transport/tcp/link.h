@@ -22,6 +22,8 @@ class Link final : public pycollect::Link {
 
   int peer() const override { return peer_; }
   int fd() const { return socket_.fd(); }
+  // For a transport that keeps this connection beside another channel (shm/link.h).
+  Socket& socket() { return socket_; }
 
   uint64_t postRecv(void* data, size_t bytes) override;
   bool sent(uint64_t ticket) const override { return sendsDone_ > ticket; }

@@ -30,9 +30,11 @@ void Poller::wake() {
   (void)ignored;
 }
 
-void Poller::wait(const std::vector<Link*>& links, Clock::time_point until) {
+void Poller::wait(const std::vector<Link*>& links, const std::vector<int>& readable,
+                  Clock::time_point until) {
   fds_.clear();
   fds_.push_back({wakeFd_, POLLIN, 0});
+  for (int fd : readable) fds_.push_back({fd, POLLIN, 0});
   for (Link* l : links) {
     short ev = (l->sendPending() ? POLLOUT : 0) | (l->recvPending() ? POLLIN : 0);
     if (ev) fds_.push_back({l->fd(), ev, 0});

@@ -22,9 +22,11 @@ class Poller {
   Poller& operator=(const Poller&) = delete;
 
   void wake();
-  // Returns when a socket of `links` is ready for its queued direction, after a
-  // wake(), or at `until`. Socket errors surface in the link's next progress call.
-  void wait(const std::vector<Link*>& links, Clock::time_point until);
+  // Returns when a socket of `links` is ready for its queued direction, one of
+  // `readable` (other descriptors) can be read, after a wake(), or at `until`.
+  // Socket errors surface in the link's next progress call.
+  void wait(const std::vector<Link*>& links, const std::vector<int>& readable,
+            Clock::time_point until);
 
  private:
   fork::Owner owner_;

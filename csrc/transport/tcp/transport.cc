@@ -53,8 +53,14 @@ void Transport::progress() {
   }
 }
 
-void Transport::waitReady(Clock::time_point until) {
-  poller_.wait(active_, busy() ? std::min(until, nextCheck_) : until);
+void Transport::waitReady(Clock::time_point until, const std::vector<int>& readable) {
+  poller_.wait(active_, readable, busy() ? std::min(until, nextCheck_) : until);
+}
+
+std::unique_ptr<Link> Transport::detach(int peer) {
+  if (peer < 0 || peer >= static_cast<int>(owned_.size()) || !owned_[peer]) return nullptr;
+  active_.erase(std::find(active_.begin(), active_.end(), owned_[peer].get()));
+  return std::move(owned_[peer]);
 }
 
 bool Transport::busy() const {

@@ -25,7 +25,15 @@ class Transport final : public pycollect::Transport {
   // check period, and waitReady() wakes up for it.
   void progress() override;
   bool busy() const override;
-  void waitReady(Clock::time_point until) override;
+  void waitReady(Clock::time_point until) override { waitReady(until, {}); }
+  // Also returns when one of `readable` (descriptors of another transport) can be read.
+  void waitReady(Clock::time_point until, const std::vector<int>& readable);
+  const char* linkKind(int peer) const override { return "tcp"; }
+  // Hands the link to `peer` over to another transport (shm/transport.h), which
+  // drives it from then on; this one forgets it. nullptr if there is none.
+  std::unique_ptr<Link> detach(int peer);
+  // Stops a running connect() (or the caller's own setup after it) soon.
+  const std::atomic<bool>* cancelFlag() const { return &cancel_; }
   void wake() override { poller_.wake(); }
   void close() override;
 

@@ -1,0 +1,210 @@
+#include "transport/shm/link.h"
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+
+#include "common/error.h"
+#include "transport/shm/cma.h"
+
+namespace pycollect {
+namespace shm {
+namespace {
+constexpr int kMaxIov = 16;
+size_t padOf(size_t bytes) { return (16 - bytes % 16) % 16; }
+}  // namespace
+
+Link::Link(std::unique_ptr<tcp::Link> tcp, Segment segment, int side, pid_t peerPid, bool singleCopy)
+    : tcp_(std::move(tcp)), segment_(std::move(segment)),
+      header_(static_cast<Header*>(segment_.data())), side_(side), peerPid_(peerPid),
+      singleCopy_(singleCopy), tx_(segment_.data(), kRingBytes, side),
+      rx_(segment_.data(), kRingBytes, 1 - side) {}
+
+uint64_t Link::queueSend(const void* data, size_t bytes) {
+  bool single = singleCopy_ && bytes >= kSingleCopyMinBytes;
+  sends_.push_back({static_cast<char*>(const_cast<void*>(data)), bytes, single, 0});
+  return sendsPosted_++;
+}
+
+uint64_t Link::postRecv(void* data, size_t bytes) {
+  recvs_.push_back({static_cast<char*>(data), bytes, false, 0});
+  return recvsPosted_++;
+}
+
+void Link::progress() {
+  bool changed = progressSend();
+  changed = progressRecv() || changed;
+  snapshot();
+  if (changed) ring();
+  // A peer that closed its socket may have left its last bytes in the ring (it
+  // finished and left): they are taken first, as TCP delivers data before a FIN.
+  if (!lost_.empty() && busy()) throw PeerLostError(lost_);
+}
+
+// Writes queued ranges into the ring (or posts them as single-copy records), then
+// retires the leading ranges that are done.
+bool Link::progressSend() {
+  bool changed = false;
+  while (handedOff_ < sends_.size()) {
+    Range& s = sends_[handedOff_];
+    if (s.left == 0) {
+      ++handedOff_;
+      continue;
+    }
+    size_t room = tx_.freeBytes();
+    if (s.single) {
+      if (room < sizeof(RecordHeader)) break;
+      RecordHeader h{s.left, reinterpret_cast<uint64_t>(s.data)};
+      tx_.write(&h, sizeof(h));
+      singlePosted_ += s.left;
+      s.ackEnd = singlePosted_;
+      s.left = 0;
+    } else {
+      if (room < 2 * sizeof(RecordHeader)) break;
+      size_t n = std::min({s.left, kRecordBytes, (room - sizeof(RecordHeader)) & ~size_t{15}});
+      RecordHeader h{n, 0};
+      tx_.write(&h, sizeof(h));
+      tx_.write(s.data, n);
+      tx_.pad(padOf(n));
+      s.data += n;
+      s.left -= n;
+    }
+    tx_.publish();  // record by record, so the receiver starts early
+    changed = true;
+    if (s.left == 0) ++handedOff_;
+  }
+  uint64_t acked = tx_.channel().acked.value.load(std::memory_order_acquire);
+  while (handedOff_ > 0 && (!sends_.front().single || acked >= sends_.front().ackEnd)) {
+    sends_.pop_front();
+    --handedOff_;
+    ++sendsDone_;
+  }
+  return changed;
+}
+
+bool Link::progressRecv() {
+  bool changed = false;
+  while (!recvs_.empty()) {
+    Range& r = recvs_.front();
+    if (r.left == 0) {
+      recvs_.pop_front();
+      ++recvsDone_;
+      continue;
+    }
+    if (record_.bytes == 0) {
+      if (rx_.available() < sizeof(RecordHeader)) break;  // records are published whole
+      rx_.read(&record_, sizeof(record_));
+      recordPad_ = record_.address == 0 ? padOf(record_.bytes) : 0;
+      if (record_.address != 0) rx_.consume();  // the header is all it holds
+      changed = true;
+    }
+    if (record_.address != 0) {
+      if (!readSingle()) break;
+      continue;
+    }
+    size_t n = std::min(record_.bytes, r.left);
+    rx_.read(r.data, n);
+    r.data += n;
+    r.left -= n;
+    record_.bytes -= n;
+    if (record_.bytes == 0) rx_.skip(recordPad_);
+    rx_.consume();
+  }
+  return changed;
+}
+
+// Copies the current single-copy record from the sender's memory into the queued
+// receive ranges, up to kSingleCopyChunk at a time, and acknowledges it.
+bool Link::readSingle() {
+  struct iovec iov[kMaxIov];
+  size_t want = std::min(record_.bytes, kSingleCopyChunk), total = 0;
+  int n = 0;
+  for (auto it = recvs_.begin(); it != recvs_.end() && n < kMaxIov && total < want; ++it) {
+    if (it->left == 0) continue;
+    size_t take = std::min(it->left, want - total);
+    iov[n++] = {it->data, take};
+    total += take;
+  }
+  if (total == 0) return false;
+  ssize_t got = readPeer(peerPid_, iov, n, record_.address, total);
+  if (got < 0) fail("process_vm_readv", static_cast<int>(-got));
+  if (got == 0) fail("process_vm_readv", EFAULT);
+  size_t left = static_cast<size_t>(got);
+  while (left > 0) {
+    Range& r = recvs_.front();
+    size_t take = std::min(left, r.left);
+    r.data += take;
+    r.left -= take;
+    left -= take;
+    if (r.left == 0) {
+      recvs_.pop_front();
+      ++recvsDone_;
+    }
+  }
+  record_.address += got;
+  record_.bytes -= got;
+  auto& acked = rx_.channel().acked.value;
+  acked.store(acked.load(std::memory_order_relaxed) + got, std::memory_order_release);
+  return true;
+}
+
+void Link::snapshot() {
+  seenHead_ = rx_.channel().head.value.load(std::memory_order_relaxed);
+  seenTail_ = tx_.channel().tail.value.load(std::memory_order_relaxed);
+  seenAcked_ = tx_.channel().acked.value.load(std::memory_order_relaxed);
+}
+
+bool Link::moved() const {
+  return rx_.channel().head.value.load(std::memory_order_seq_cst) != seenHead_ ||
+         tx_.channel().tail.value.load(std::memory_order_seq_cst) != seenTail_ ||
+         tx_.channel().acked.value.load(std::memory_order_seq_cst) != seenAcked_;
+}
+
+// After moving a cursor: wake the peer if it went to sleep (see the header).
+void Link::ring() {
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+  auto& theirs = header_->sleeping[1 - side_].value;
+  if (theirs.load(std::memory_order_relaxed) == 0 || theirs.exchange(0) == 0) return;
+  char one = 1;
+  tcp_->socket().sendSome(&one, 1);  // EAGAIN: unread doorbell bytes will wake it anyway
+}
+
+bool Link::arm() {
+  header_->sleeping[side_].value.store(1, std::memory_order_seq_cst);
+  return moved();
+}
+
+void Link::disarm() {
+  header_->sleeping[side_].value.store(0, std::memory_order_relaxed);
+  char buf[64];
+  for (;;) {
+    tcp::IoResult r = tcp_->socket().recvSome(buf, sizeof(buf));
+    if (r.err == EAGAIN) return;
+    if (r.eof || r.err != 0) {
+      if (lost_.empty()) {
+        lost_ = r.eof ? "connection to rank " + std::to_string(peer()) +
+                            " was closed by the peer (it exited, crashed or failed)"
+                      : "connection to rank " + std::to_string(peer()) + " lost: " +
+                            syscallMessage("recv", r.err, "on the shared-memory doorbell");
+      }
+      return;
+    }
+  }
+}
+
+void Link::fail(const char* call, int err) const {
+  throw PeerLostError("shared-memory link to rank " + std::to_string(peer()) + " lost: " +
+                      syscallMessage(call, err, err == ESRCH ? "the peer exited" : "reading its memory"));
+}
+
+void Link::abort() {
+  sends_.clear();
+  recvs_.clear();
+  handedOff_ = 0;
+  sendsDone_ = sendsPosted_;
+  recvsDone_ = recvsPosted_;
+  tcp_->abort();  // shuts the socket down: the peer's poll sees it at once
+}
+
+}  // namespace shm
+}  // namespace pycollect

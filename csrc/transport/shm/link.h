@@ -1,0 +1,117 @@
+// The shared-memory Link: two SPSC byte rings in one segment (ring.h), one per
+// direction, plus the TCP connection the two ranks met on, which stays open as the
+// liveness channel and the doorbell.
+//
+// Records. A send range becomes records in the ring, each a 16-byte RecordHeader
+// {bytes, address}: address 0 means the bytes follow in the ring (copied in by
+// the sender, out by the receiver); otherwise the receiver copies `bytes` straight
+// from that address in the sender's memory (cma.h: one copy instead of two) and
+// then advances the direction's `acked` cursor. Ranges of at least
+// kSingleCopyMinBytes go that way where the probe allowed it. Send tickets
+// complete in order: a ring range once written, a single-copy one once acked (so
+// its memory stays valid until the peer has read it).
+//
+// Waiting. A rank with nothing to do spins briefly on the peer's cursors
+// (Transport::waitReady), then sets its `sleeping` flag and blocks in poll on the
+// TCP socket. A rank that moves a cursor checks the peer's flag afterwards and, if
+// set, clears it and writes one byte on the socket. Flag and cursors are ordered
+// with sequentially consistent fences on both sides, so a wake-up is never lost.
+// When the peer dies, its kernel closes the socket: poll wakes and the next
+// progress() throws PeerLostError (never a silent hang on shared memory).
+#pragma once
+
+#include <sys/types.h>
+#include <sys/uio.h>
+
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <string>
+
+#include "transport/link.h"
+#include "transport/shm/ring.h"
+#include "transport/shm/segment.h"
+#include "transport/tcp/link.h"
+
+namespace pycollect {
+namespace shm {
+
+constexpr size_t kRingBytes = 2 << 20;            // per direction
+constexpr size_t kRecordBytes = 128 << 10;        // largest ring record's payload
+constexpr size_t kSingleCopyMinBytes = 64 << 10;  // smallest range read from the sender's memory
+constexpr size_t kSingleCopyChunk = 1 << 20;      // bytes per process_vm_readv, then acked
+
+struct RecordHeader {
+  uint64_t bytes;
+  uint64_t address;  // 0: in the ring
+};
+static_assert(sizeof(RecordHeader) == 16, "records are 16-byte aligned");
+
+class Link final : public pycollect::Link {
+ public:
+  // `side`: 0 for the lower rank. `singleCopy`: the peer can read our memory.
+  Link(std::unique_ptr<tcp::Link> tcp, Segment segment, int side, pid_t peerPid, bool singleCopy);
+
+  int peer() const override { return tcp_->peer(); }
+  int fd() const { return tcp_->fd(); }
+
+  uint64_t postRecv(void* data, size_t bytes) override;
+  bool sent(uint64_t ticket) const override { return sendsDone_ > ticket; }
+  bool received(uint64_t ticket) const override { return recvsDone_ > ticket; }
+  bool sendPending() const override { return !sends_.empty(); }
+  bool recvPending() const override { return !recvs_.empty(); }
+  bool busy() const { return sendPending() || recvPending(); }
+
+  // Moves what can move now in both directions and rings the peer's doorbell if it
+  // sleeps. Throws PeerLostError naming the peer once it is gone and work remains.
+  void progress();
+  // Whether the peer moved a cursor since the last progress() (worth progressing).
+  bool moved() const;
+  // Before blocking in poll: raise our sleeping flag; returns moved() seen after it.
+  bool arm();
+  // After poll: lower the flag and read the doorbell bytes; a closed socket is
+  // remembered and thrown by the next progress().
+  void disarm();
+
+  void abort() override;
+  void interrupt() override { tcp_->interrupt(); }
+  void close() override { tcp_->close(); }
+
+ protected:
+  uint64_t queueSend(const void* data, size_t bytes) override;
+
+ private:
+  struct Range {
+    char* data;
+    size_t left;
+    bool single;      // read by the peer from our memory
+    uint64_t ackEnd;  // single: done once `acked` reaches this
+  };
+  bool progressSend();
+  bool progressRecv();
+  bool readSingle();
+  void ring();
+  void snapshot();
+  [[noreturn]] void fail(const char* call, int err) const;
+
+  std::unique_ptr<tcp::Link> tcp_;
+  Segment segment_;
+  Header* header_;
+  int side_;
+  pid_t peerPid_;
+  bool singleCopy_;
+  Ring tx_, rx_;
+  std::deque<Range> sends_;
+  size_t handedOff_ = 0;     // leading sends_ fully written or posted as single-copy
+  uint64_t singlePosted_ = 0;
+  std::deque<Range> recvs_;
+  RecordHeader record_{0, 0};  // what is left of the record being received
+  size_t recordPad_ = 0;
+  uint64_t sendsPosted_ = 0, sendsDone_ = 0;
+  uint64_t recvsPosted_ = 0, recvsDone_ = 0;
+  uint64_t seenHead_ = 0, seenTail_ = 0, seenAcked_ = 0;  // the peer's cursors, last progress
+  std::string lost_;  // why the socket says the peer is gone
+};
+
+}  // namespace shm
+}  // namespace pycollect

@@ -1,0 +1,98 @@
+#include "transport/shm/transport.h"
+
+#include <thread>
+
+#include "transport/shm/upgrade.h"
+
+namespace pycollect {
+namespace shm {
+
+std::vector<pycollect::Link*> Transport::connect(const std::vector<Endpoint>& peers, uint64_t token) {
+  std::vector<pycollect::Link*> links = tcp_.connect(peers, token);
+  std::vector<tcp::Link*> tcpLinks;
+  for (pycollect::Link* l : links) tcpLinks.push_back(static_cast<tcp::Link*>(l));
+  tcp::MeshOptions mo;
+  mo.rank = options_.rank;
+  mo.size = options_.size;
+  mo.token = token;
+  mo.timeoutSec = options_.timeoutSec;
+  mo.cancel = tcp_.cancelFlag();
+  auto deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(
+                                     std::chrono::duration<double>(options_.timeoutSec));
+  std::vector<Upgrade> plan = negotiate(tcpLinks, mode_, options_.hostTag, mo, deadline);
+  isShm_.assign(links.size(), false);
+  for (size_t p = 0; p < plan.size(); ++p) {
+    if (!plan[p].chosen) continue;
+    shm_.push_back(std::make_unique<Link>(tcp_.detach(static_cast<int>(p)), std::move(plan[p].segment),
+                                          plan[p].side, plan[p].peerPid, plan[p].singleCopy));
+    links[p] = shm_.back().get();
+    isShm_[p] = true;
+  }
+  return links;
+}
+
+void Transport::progress() {
+  tcp_.progress();
+  for (auto& l : shm_) {
+    if (l->busy()) l->progress();
+  }
+}
+
+bool Transport::busy() const {
+  if (tcp_.busy()) return true;
+  for (auto& l : shm_) {
+    if (l->busy()) return true;
+  }
+  return false;
+}
+
+bool Transport::spin(Clock::time_point until) {
+  auto end = std::min(until, Clock::now() + kSpin);
+  for (;;) {
+    for (auto& l : shm_) {
+      if (l->busy() && l->moved()) return true;
+    }
+    if (woken_.exchange(false, std::memory_order_acq_rel)) return true;
+    if (Clock::now() >= end) return Clock::now() >= until;
+    // Yield rather than pause: on a machine with more busy threads than cores (ranks,
+    // their Python threads, other jobs) the peer we wait for may need this core.
+    std::this_thread::yield();
+  }
+}
+
+void Transport::waitReady(Clock::time_point until) {
+  armed_.clear();
+  fds_.clear();
+  for (auto& l : shm_) {
+    if (l->busy()) armed_.push_back(l.get());
+  }
+  if (!armed_.empty()) {
+    if (spin(until)) return;
+    bool moved = false;
+    for (Link* l : armed_) moved = l->arm() || moved;
+    if (!moved && !woken_.exchange(false)) {
+      for (Link* l : armed_) fds_.push_back(l->fd());
+      tcp_.waitReady(until, fds_);
+    }
+    for (Link* l : armed_) l->disarm();
+    return;
+  }
+  tcp_.waitReady(until);
+}
+
+const char* Transport::linkKind(int peer) const {
+  return peer >= 0 && peer < static_cast<int>(isShm_.size()) && isShm_[peer] ? "shm" : "tcp";
+}
+
+void Transport::wake() {
+  woken_.store(true, std::memory_order_release);
+  tcp_.wake();
+}
+
+void Transport::close() {
+  for (auto& l : shm_) l->close();
+  tcp_.close();
+}
+
+}  // namespace shm
+}  // namespace pycollect

@@ -1,0 +1,156 @@
+"""The shared-memory transport: which links it carries (pc.get_transport_info), a group
+that mixes shared-memory and TCP links, the ring path for data that is never read
+straight from the sender's memory, PYCOLLECT_TRANSPORT=shm where it cannot be had,
+and no segment left behind in /dev/shm. The collective suite runs on both transports
+(test_collectives.py); a rank killed mid-collective on shm links is in test_faults.py."""
+import glob
+import os
+import signal
+import time
+
+import pytest
+import torch
+
+import pycollect as pc
+from rank_pool import RankPool
+
+
+def _leftover_segments():
+    return glob.glob("/dev/shm/pycollect-*")
+
+
+# -- worker functions ------------------------------------------------------------------
+
+
+def case_segments_while_connected():
+    """Links of the default group, and whether any segment still has a name while they run."""
+    t = torch.ones(1 << 20)
+    pc.all_reduce(t)
+    return pc.get_transport_info(), _leftover_segments(), bool(torch.all(t == pc.get_world_size()))
+
+
+def case_mixed_group(env: dict):
+    """A group over all ranks where ranks 0-1 and 2-3 claim different hosts
+    (PYCOLLECT_HOST_TAG): shared memory inside each pair, TCP across. Runs every
+    collective with large and small counts and checks the results exactly."""
+    r, w = pc.get_rank(), pc.get_world_size()
+    saved = dict(os.environ)
+    os.environ.update(env)
+    os.environ["PYCOLLECT_HOST_TAG"] = "host-a" if r < 2 else "host-b"
+    try:
+        g = pc.new_group(list(range(w)))
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
+    bad = []
+    for n in [1, 13, 4099, 1_000_003]:
+        base = torch.arange(n, dtype=torch.int64)
+        t = base * (r + 1)
+        pc.all_reduce(t, group=g)
+        if not torch.equal(t, base * (w * (w + 1) // 2)):
+            bad.append(("all_reduce", n))
+        out = torch.empty(n * w, dtype=torch.int64)
+        pc.all_gather_into_tensor(out, base + r, group=g)
+        if not torch.equal(out, torch.cat([base + q for q in range(w)])):
+            bad.append(("all_gather", n))
+        mine = torch.empty(n, dtype=torch.int64)
+        pc.reduce_scatter_tensor(mine, torch.arange(n * w, dtype=torch.int64), group=g)
+        if not torch.equal(mine, torch.arange(n * r, n * (r + 1), dtype=torch.int64) * w):
+            bad.append(("reduce_scatter", n))
+        b = base + 7 if r == 3 else torch.zeros(n, dtype=torch.int64)
+        pc.broadcast(b, src=3, group=g)
+        if not torch.equal(b, base + 7):
+            bad.append(("broadcast", n))
+    info = pc.get_transport_info(g)
+    pc.destroy_process_group(g)
+    return info, bad
+
+
+def case_last_message_then_leave(flag: str):
+    """Rank 1 sends twice and destroys the group at once; the test stops rank 0 while it
+    waits for the second message, so on waking it finds the bytes and the closed socket
+    together. It must get the bytes (as TCP delivers data before the FIN), not a
+    PeerLostError."""
+    import time
+
+    g = pc.new_group([0, 1])
+    r = pc.get_rank()
+    if r == 1:
+        pc.send(torch.full((100,), 1.0), dst=0, group=g)
+        while not os.path.exists(flag):  # the test has stopped rank 0
+            time.sleep(0.01)
+        pc.send(torch.full((100,), 2.0), dst=0, group=g)
+        pc.destroy_process_group(g)
+    if r == 0:
+        first, second = torch.zeros(100), torch.zeros(100)
+        pc.recv(first, src=1, group=g)
+        pc.recv(second, src=1, group=g)
+        pc.destroy_process_group(g)
+        return bool(torch.all(first == 1)) and bool(torch.all(second == 2))
+    return True
+
+
+def case_new_group_error():
+    r = pc.get_rank()
+    saved = dict(os.environ)
+    os.environ["PYCOLLECT_HOST_TAG"] = f"host-{r}"
+    try:
+        pc.new_group([0, 1])
+        return "no error"
+    except Exception as e:  # noqa: BLE001 - the test checks the type and text
+        return f"{type(e).__name__}: {e}"
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
+
+
+# -- tests -----------------------------------------------------------------------------
+
+
+def test_default_links_are_shared_memory_and_unnamed(pool4):
+    for r, (info, leftover, ok) in enumerate(pool4.run(case_segments_while_connected)):
+        assert info == {p: "shm" for p in range(4) if p != r}
+        assert leftover == [], f"segments still named while the group runs: {leftover}"
+        assert ok
+
+
+@pytest.mark.parametrize("env", [{}, {"PYCOLLECT_SEGMENT_BYTES": "16384"}], ids=["single-copy", "ring-only"])
+def test_mixed_group_shares_memory_within_a_host_and_tcp_across(pool4, env):
+    """ring-only: 16 KiB segments stay below the single-copy threshold, so every byte
+    goes through the rings (the path of a kernel that refuses process_vm_readv)."""
+    results = pool4.run(case_mixed_group, env)
+    for r, (info, bad) in enumerate(results):
+        same = {0: 1, 1: 0, 2: 3, 3: 2}[r]
+        assert info == {p: "shm" if p == same else "tcp" for p in range(4) if p != r}
+        assert bad == [], f"rank {r}: wrong results {bad}"
+    assert _leftover_segments() == []
+
+
+def test_a_peer_that_sends_and_leaves_is_not_lost(pool4, tmp_path):
+    flag = str(tmp_path / "rank0-stopped")
+    pool4.submit(case_last_message_then_leave, flag)
+    time.sleep(2.0)  # rank 0 has its first message and sleeps waiting for the second
+    rank0 = pool4.procs[0].pid
+    os.kill(rank0, signal.SIGSTOP)
+    try:
+        open(flag, "w").close()
+        assert pool4.collect(ranks=[1, 2, 3], timeout=60) == [(True, True)] * 3
+        time.sleep(0.2)  # rank 1's socket is closed now, its last bytes in the ring
+    finally:
+        os.kill(rank0, signal.SIGCONT)
+    assert pool4.collect(ranks=[0], timeout=60) == [(True, True)]
+
+
+def test_forced_shm_across_hosts_is_a_clear_error_on_both_ranks():
+    with RankPool(2, init_gloo=False, env={"PYCOLLECT_TRANSPORT": "shm"}, timeout=60) as pool:
+        for outcome in pool.run(case_new_group_error, timeout=60):
+            assert "InvalidArgument" in outcome and "cannot share memory" in outcome, outcome
+
+
+def test_transport_option_is_checked():
+    from pycollect.options import Options
+
+    assert Options.from_env({"PYCOLLECT_TRANSPORT": "SHM"}).transport == "shm"
+    assert Options.from_env({}).transport is None
+    with pytest.raises(ValueError, match="PYCOLLECT_TRANSPORT='udp' must be one of auto, tcp, shm"):
+        Options.from_env({"PYCOLLECT_TRANSPORT": "udp"})
