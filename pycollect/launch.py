@@ -91,6 +91,9 @@ def enter_host(netns: Optional[str]) -> None:
         from . import netns as ns
 
         ns.enter(netns)
+        # Namespace hosts share the machine's boot id and IPC namespace: without a tag of
+        # their own the engine would give them shared-memory links that no cable cut reaches.
+        os.environ["PYCOLLECT_HOST_TAG"] = netns
 
 
 def _rank_main(rank: int, world_size: int, port: int, backends: Sequence[str], job: Callable,

@@ -183,8 +183,9 @@ class Hosts:
             self._tbf(self.switch, self.port(i))  # switch -> host
 
     def argv(self, i: int, argv: Sequence[str]) -> List[str]:
-        """A command line that runs `argv` on host i."""
-        return ["ip", "netns", "exec", self.names[i], *argv]
+        """A command line that runs `argv` on host i (tagged as that host: namespaces share
+        the machine's boot id and IPC namespace, and must not share memory)."""
+        return ["ip", "netns", "exec", self.names[i], "env", f"PYCOLLECT_HOST_TAG={self.names[i]}", *argv]
 
     def set_link(self, i: int, up: bool) -> None:
         """Plug (up=True) or pull (up=False) host i's cable at the switch: no FIN, no RST,
