@@ -100,6 +100,7 @@ bool Link::progressRecv() {
     }
     if (record_.address != 0) {
       if (!readSingle()) break;
+      changed = true;  // acked moved: the sender may wait for it
       continue;
     }
     size_t n = std::min(record_.bytes, r.left);
@@ -109,6 +110,7 @@ bool Link::progressRecv() {
     record_.bytes -= n;
     if (record_.bytes == 0) rx_.skip(recordPad_);
     rx_.consume();
+    changed = true;  // tail moved: the sender may wait for room
   }
   return changed;
 }
