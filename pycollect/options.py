@@ -31,7 +31,7 @@ from .types import Algo
 DEFAULT_TIMEOUT = datetime.timedelta(minutes=30)  # as torch.distributed's default
 MAX_TIMEOUT = datetime.timedelta(days=3650)  # longer is clamped: deadlines must not overflow the clock
 
-# name -> (Options field, smallest allowed value); None: not an integer tunable.
+# name -> (Options attribute, smallest allowed value), for the integer tunables.
 _INTEGERS = {
     "PYCOLLECT_SEGMENT_BYTES": ("segment_bytes", 1),
     "PYCOLLECT_INFLIGHT": ("inflight", 1),
@@ -70,7 +70,7 @@ class Options:
             raise ValueError(f"unknown environment variable(s) {', '.join(unknown)}; pycollect reads "
                              f"{', '.join(sorted(KNOWN))}")
         values = {}
-        for name, (field, lowest) in _INTEGERS.items():
+        for name, (attr, lowest) in _INTEGERS.items():
             raw = env.get(name, "").strip()
             if not raw:
                 continue
@@ -80,7 +80,7 @@ class Options:
                 raise ValueError(f"{name}={raw!r} is not an integer") from None
             if value < lowest:
                 raise ValueError(f"{name}={raw!r} must be >= {lowest}")
-            values[field] = value
+            values[attr] = value
         algo = env.get("PYCOLLECT_ALGO", "").strip()
         if algo:
             values["algo"] = Algo.parse(algo, "PYCOLLECT_ALGO")
