@@ -30,12 +30,16 @@ class ReduceOp(enum.IntEnum):
 
 
 class Algo(enum.IntEnum):
-    """All-reduce algorithms (codes shared with csrc/common/types.h). AUTO picks by size:
-    DIRECT (one round) for small messages on small groups, RING otherwise."""
+    """Collective algorithms (codes shared with csrc/common/types.h). AUTO picks by size:
+    DIRECT (one round) for small messages on small groups, RING otherwise.
+    HALVING_DOUBLING and TREE are all-reduces, BRUCK an all-gather."""
 
     AUTO = 0
     RING = 1
     DIRECT = 2
+    HALVING_DOUBLING = 3
+    TREE = 4
+    BRUCK = 5
 
     @classmethod
     def parse(cls, value, what: str) -> "Algo":

@@ -31,7 +31,7 @@ def test_every_variable_is_read():
     ({"PYCOLLECT_SEGMENT_BYTES": "1M"}, "PYCOLLECT_SEGMENT_BYTES='1M' is not an integer"),
     ({"PYCOLLECT_INFLIGHT": "-1"}, "PYCOLLECT_INFLIGHT='-1' must be >= 1"),
     ({"PYCOLLECT_SOCKET_BUFFER": "-5"}, "PYCOLLECT_SOCKET_BUFFER='-5' must be >= 0"),
-    ({"PYCOLLECT_ALGO": "tree"}, "PYCOLLECT_ALGO='tree': choose one of auto, ring, direct"),
+    ({"PYCOLLECT_ALGO": "trie"}, "PYCOLLECT_ALGO='trie': choose one of auto, ring, direct, halving_doubling"),
     ({"PYCOLLECT_SEGMENT_BYTE": "4096"}, "unknown environment variable(s) PYCOLLECT_SEGMENT_BYTE"),
 ])
 def test_bad_values_name_the_variable(env, words):
@@ -42,8 +42,8 @@ def test_bad_values_name_the_variable(env, words):
 
 def test_algo_parse():
     assert Algo.parse("direct", "x") is Algo.DIRECT and Algo.parse(Algo.RING, "x") is Algo.RING
-    with pytest.raises(ValueError, match=r"all_reduce\(algo\)=3"):
-        Algo.parse(3, "all_reduce(algo)")
+    with pytest.raises(ValueError, match=r"all_reduce\(algo\)=9"):
+        Algo.parse(9, "all_reduce(algo)")
 
 
 def test_timeouts():

@@ -191,10 +191,15 @@ std::shared_ptr<Work> Communicator::allReduce(void* data, size_t count, DType dt
   Algo chosen = chooseAlgo(algo, count * dtypeSize(dtype));
   WireHeader h = makeHeader(OpKind::kAllReduce, dtype, op, count, -1);
   h.algo = static_cast<uint8_t>(chosen);
-  if (chosen == Algo::kRing) {
-    return enqueue(h, [=](Context& c) { allreduceRing(c, data, count, dtype, op); });
+  switch (chosen) {
+    case Algo::kRing:
+      return enqueue(h, [=](Context& c) { allreduceRing(c, data, count, dtype, op); });
+    case Algo::kDirect:
+      return enqueue(h, [=](Context& c) { allreduceDirect(c, data, count, dtype, op); });
+    default:
+      throw InvalidArgument(std::string("all_reduce has no algorithm \"") + algoName(chosen) +
+                            "\" (choose auto, ring or direct)");
   }
-  return enqueue(h, [=](Context& c) { allreduceDirect(c, data, count, dtype, op); });
 }
 
 std::shared_ptr<Work> Communicator::allGather(const void* in, void* out, size_t count, DType dtype) {

@@ -79,6 +79,9 @@ const char* algoName(Algo a) {
     case Algo::kAuto: return "auto";
     case Algo::kRing: return "ring";
     case Algo::kDirect: return "direct";
+    case Algo::kHalvingDoubling: return "halving_doubling";
+    case Algo::kTree: return "tree";
+    case Algo::kBruck: return "bruck";
   }
   return "?";
 }
@@ -99,8 +102,8 @@ ReduceOp checkedReduceOp(int v) {
 
 Algo checkedAlgo(int v) {
   if (v < 0 || v >= kNumAlgos) {
-    throw InvalidArgument("unknown all-reduce algorithm code " + std::to_string(v) +
-                          " (0 auto, 1 ring, 2 direct)");
+    throw InvalidArgument("unknown algorithm code " + std::to_string(v) +
+                          " (0 auto, 1 ring, 2 direct, 3 halving_doubling, 4 tree, 5 bruck)");
   }
   return static_cast<Algo>(v);
 }

@@ -49,8 +49,11 @@ enum class Algo : uint8_t {
   kAuto = 0,
   kRing = 1,
   kDirect = 2,
+  kHalvingDoubling = 3,  // all-reduce: recursive halving-doubling (Rabenseifner)
+  kTree = 4,             // all-reduce: tree reduce + broadcast
+  kBruck = 5,            // all-gather: Bruck's log-step exchange
 };
-constexpr int kNumAlgos = 3;
+constexpr int kNumAlgos = 6;
 
 size_t dtypeSize(DType t);
 bool isFloating(DType t);
