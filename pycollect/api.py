@@ -276,11 +276,15 @@ def _check_tag(tag) -> int:
 
 
 def isend(tensor, dst: int, group=None, tag: int = 0) -> Work:
+    return _send(tensor, dst, group, tag, async_op=True)
+
+
+def _send(tensor, dst: int, group, tag: int, async_op: bool):
     g = _group(group)
     peer = g.group_rank(dst, "send(dst)")
     b = as_buffer(tensor, "send(tensor)")
     tag = _check_tag(tag)
-    return g.submit(lambda c: c.send(b.address, b.numel, b.code, peer, tag), (b,))
+    return _run(g, lambda c, blk: c.send(b.address, b.numel, b.code, peer, tag, blk), (b,), async_op)
 
 
 def irecv(tensor, src: Optional[int] = None, group=None, tag: int = 0) -> Work:
@@ -288,14 +292,25 @@ def irecv(tensor, src: Optional[int] = None, group=None, tag: int = 0) -> Work:
     send with `tag` arrives first, as in Gloo. The Work's source_rank() names the sender
     (a global rank) once it completed. A recv from any source holds this rank's later
     operations on the group until it matched (transfers already posted keep moving)."""
+    return _recv(tensor, src, group, tag, async_op=True)
+
+
+def _recv(tensor, src: Optional[int], group, tag: int, async_op: bool):
     g = _group(group)
     b = as_buffer(tensor, "recv(tensor)", writable=True)
     tag = _check_tag(tag)
-    if src is not None:
-        peer = g.group_rank(src, "recv(src)")
-        work = g.submit(lambda c: c.recv(b.address, b.numel, b.code, peer, tag), (b,))
-        work.source_rank = lambda: src
-        return work
+    if src is None:
+        work = _recv_any(g, b, tag)
+        return work if async_op else (work.wait() and work.source_rank())
+    peer = g.group_rank(src, "recv(src)")
+    work = _run(g, lambda c, blk: c.recv(b.address, b.numel, b.code, peer, tag, blk), (b,), async_op)
+    if not async_op:
+        return src
+    work.source_rank = lambda: src
+    return work
+
+
+def _recv_any(g: ProcessGroup, b, tag: int) -> Work:
     if g.size == 1:
         raise ValueError("recv(src=None): the group has no other rank to receive from")
     source = np.full(1, -1, dtype=np.int32)  # the engine writes the sender's group rank here
@@ -306,14 +321,12 @@ def irecv(tensor, src: Optional[int] = None, group=None, tag: int = 0) -> Work:
 
 def send(tensor, dst: int, group=None, tag: int = 0) -> None:
     """Send `tensor` to global rank `dst` (completes once the bytes left this process)."""
-    isend(tensor, dst, group, tag).wait()
+    _send(tensor, dst, group, tag, async_op=False)
 
 
 def recv(tensor, src: Optional[int] = None, group=None, tag: int = 0) -> int:
     """Receive into `tensor` from global rank `src` (None: any rank); returns the sender."""
-    work = irecv(tensor, src, group, tag)
-    work.wait()
-    return work.source_rank()
+    return _recv(tensor, src, group, tag, async_op=False)
 
 
 def reduce(tensor, dst: int = 0, op=ReduceOp.SUM, group=None, async_op: bool = False):

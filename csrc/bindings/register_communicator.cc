@@ -130,16 +130,20 @@ void registerCommunicator(py::module_& m) {
           py::arg("timeout") = -1.0, py::arg("blocking") = false, R())
       .def(
           "send",
-          [](Communicator& c, uintptr_t data, size_t count, int dtype, int peer, int tag) {
+          [](Communicator& c, uintptr_t data, size_t count, int dtype, int peer, int tag, bool blocking) {
+            Blocking scope(blocking);
             return c.send(ptr(data), count, checkedDType(dtype), peer, tag);
           },
-          R())
+          py::arg("data"), py::arg("count"), py::arg("dtype"), py::arg("peer"), py::arg("tag"),
+          py::arg("blocking") = false, R())
       .def(
           "recv",
-          [](Communicator& c, uintptr_t data, size_t count, int dtype, int peer, int tag) {
+          [](Communicator& c, uintptr_t data, size_t count, int dtype, int peer, int tag, bool blocking) {
+            Blocking scope(blocking);
             return c.recv(ptr(data), count, checkedDType(dtype), peer, tag);
           },
-          R())
+          py::arg("data"), py::arg("count"), py::arg("dtype"), py::arg("peer"), py::arg("tag"),
+          py::arg("blocking") = false, R())
       .def(
           "recv_any",
           [](Communicator& c, uintptr_t data, size_t count, int dtype, int tag, uintptr_t source) {

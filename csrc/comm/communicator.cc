@@ -7,6 +7,7 @@
 #include "collectives/collectives.h"
 #include "common/error.h"
 #include "reduce/reduce.h"
+#include "transport/wait.h"
 
 namespace pycollect {
 namespace {
@@ -136,11 +137,14 @@ std::shared_ptr<Work> Communicator::enqueue(Op op) {
   auto work = std::make_shared<Work>("rank " + std::to_string(rank_) + " " + describeCall(header));
   workOf(op) = work;
   ++calls_[opKindName(static_cast<OpKind>(header.kind))];  // send and recv both count as "send/recv"
-  auto* collective = std::get_if<Collective>(&op);
-  if (tInline && collective != nullptr && queue_.empty() && !driving_ && p2p_.empty()) {
+  if (tInline && queue_.empty() && !driving_ && p2p_.empty()) {
     driving_ = true;  // the worker waits for us; nobody else touches the links meanwhile
     lock.unlock();
-    runCollective(*collective);
+    if (auto* collective = std::get_if<Collective>(&op)) {
+      runCollective(*collective);
+    } else {
+      runP2P(*std::get<std::unique_ptr<PendingP2P>>(op));
+    }
     lock.lock();
     driving_ = false;
     // Wake the worker for what queued behind us, a shutdown waiting, or a scratch grown
@@ -165,6 +169,24 @@ void Communicator::runCollective(Collective& c) {
     c.work->finish(nullptr);
   } catch (const std::exception& e) {
     failRunning(c.work, e);
+  }
+}
+
+void Communicator::postP2P(PendingP2P& p) {
+  if (!p.isSend) p.header.seq = recvSeq_[p.peer]++;
+  p.post(links_[p.peer], inbox_, deadlineFromNow());
+}
+
+void Communicator::runP2P(PendingP2P& p) {
+  try {
+    postP2P(p);
+    // The transfer's own deadline (poll() names the call) comes first; the wait's is a backstop.
+    waitUntil(*transport_, [&p] { return p.poll(); }, p.deadline + std::chrono::seconds(1),
+              [&p] { return p.work->what(); }, std::chrono::microseconds(options_.tunables.spinUs));
+    countBytesSent();
+    p.work->finish(nullptr);
+  } catch (const std::exception& e) {
+    failRunning(p.work, e);
   }
 }
 
@@ -442,8 +464,7 @@ void Communicator::workerLoop() {
     if (auto* c = std::get_if<Collective>(&op)) runCollective(*c);
     try {
       if (auto* p2p = std::get_if<std::unique_ptr<PendingP2P>>(&op)) {
-        if (!(*p2p)->isSend) (*p2p)->header.seq = recvSeq_[(*p2p)->peer]++;
-        (*p2p)->post(links_[(*p2p)->peer], inbox_, deadlineFromNow());
+        postP2P(**p2p);
         p2p_.push_back(std::move(*p2p));
         transport_->progress();  // put it on the wire now, not after the next idle wait
       }

@@ -150,6 +150,11 @@ class Communicator {
   std::shared_ptr<Work> enqueue(const WireHeader& header, std::function<void(Context&)> run) {
     return enqueue(Collective{header, std::move(run), nullptr});
   }
+  // Numbers a recv (per peer) and queues the transfer on its link.
+  void postP2P(PendingP2P& p);
+  // A blocking send/recv run inline (see InlineScope): post, then drive the links until it
+  // completes; on failure fails the group.
+  void runP2P(PendingP2P& p);
   std::shared_ptr<Work> enqueueP2P(bool isSend, void* data, size_t count, DType dtype, int peer,
                                    int tag);
   // Completes finished point-to-point transfers; throws on a mismatch or timeout.

@@ -21,13 +21,14 @@ from __future__ import annotations
 import datetime
 import os
 import time
-from typing import List
+from typing import List, Optional
 
 import torch
 import torch.distributed as dist
 
 from .. import api
 from .._buffers import as_buffer
+from ..errors import PyCollectError
 from ..group import ProcessGroup as EngineGroup
 from ..rendezvous import _store_host, listen_address
 from .ops import check_premul, premultiplied, single, translate
@@ -85,6 +86,23 @@ class PyCollectProcessGroup(dist.ProcessGroup):
     def _submit(self, method: str, works, result: List[torch.Tensor], source=None) -> TorchWork:
         return self._completer.add(TorchWork(method, works, result, source))
 
+    def _eager(self, method: str, call, result: List[torch.Tensor]) -> TorchWork:
+        """Runs a small collective now, on this thread (the engine's inline path), and
+        returns its Work already settled: no hand-off to the completer thread and back,
+        which costs more than the call itself. Only for collectives (every rank issues
+        them in the same order, so running one before returning cannot deadlock), never
+        for point-to-point calls (an irecv issued before the matching isend would).
+        Bad arguments raise here, as on the queued path; the engine's own errors (a lost
+        peer, a mismatch, a timeout) are the Work's, as there."""
+        try:
+            call()
+            outcome = None
+        except PyCollectError as e:
+            outcome = e
+        work = TorchWork(method, [_Done(outcome)], result)
+        work._settle()
+        return work
+
     def _many(self, method: str, outputs, inputs, one) -> TorchWork:
         if len(outputs) != len(inputs):
             raise ValueError(f"pycollect backend: {method}: {len(outputs)} outputs for {len(inputs)} inputs")
@@ -98,6 +116,8 @@ class PyCollectProcessGroup(dist.ProcessGroup):
             op, _ = translate(opts.reduceOp if opts is not None else dist.ReduceOp.SUM, "allreduce")
             sparse_all_reduce(tensor, op, self._engine)
             return self._submit("allreduce", [], [tensor])
+        if _small(tensor):
+            return self._eager("allreduce", lambda: self._allreduce_one("allreduce", tensor, opts, False), [tensor])
         return self._submit("allreduce", [self._allreduce_one("allreduce", tensor, opts)], [tensor])
 
     def allreduce_coalesced(self, tensors, opts=None) -> TorchWork:
@@ -115,14 +135,14 @@ class PyCollectProcessGroup(dist.ProcessGroup):
         works = [api.all_reduce_coalesced(ts, op, group=self._engine, async_op=True) for ts in by_dtype.values()]
         return self._submit(method, works, list(tensors))
 
-    def _allreduce_one(self, method: str, tensor, opts):
+    def _allreduce_one(self, method: str, tensor, opts, async_op: bool = True):
         op, factor = translate(opts.reduceOp if opts is not None else dist.ReduceOp.SUM, method)
         if factor is not None:
             check_premul(tensor, factor, method)
             # validate before scaling in place, so a refused call leaves the tensor as it was
             as_buffer(tensor, f"{method}(tensor)", writable=True)
             tensor.mul_(factor)
-        return api.all_reduce(tensor, op, group=self._engine, async_op=True)
+        return api.all_reduce(tensor, op, group=self._engine, async_op=async_op)
 
     # -- reduce / gather / scatter ----------------------------------------------
     def reduce(self, tensors, opts=None) -> TorchWork:
@@ -154,6 +174,8 @@ class PyCollectProcessGroup(dist.ProcessGroup):
     def broadcast(self, tensors, opts=None) -> TorchWork:
         tensor = single(tensors, "broadcast")
         root = opts.rootRank if opts is not None else 0
+        if _small(tensor):
+            return self._eager("broadcast", lambda: api.broadcast(tensor, root, group=self._engine), [tensor])
         return self._submit("broadcast", [api.broadcast(tensor, root, group=self._engine, async_op=True)],
                             [tensor])
 
@@ -162,7 +184,7 @@ class PyCollectProcessGroup(dist.ProcessGroup):
         as Gloo's)."""
         timeout = getattr(opts, "timeout", None)
         timeout = timeout if timeout is not None and timeout.total_seconds() > 0 else None
-        return self._submit("barrier", [api.barrier(group=self._engine, async_op=True, timeout=timeout)], [])
+        return self._eager("barrier", lambda: api.barrier(group=self._engine, timeout=timeout), [])
 
     def monitored_barrier(self, timeout=None, wait_all_ranks: bool = False) -> None:
         """Gloo's monitored barrier: rank 0 waits up to `timeout` for every other rank to
@@ -316,3 +338,22 @@ def _wait_key(store, key: str, deadline: float) -> bool:
         if time.monotonic() >= deadline:
             return False
         time.sleep(0.01)
+
+
+EAGER_MAX_BYTES = 64 * 1024  # collectives up to this size run at once on the caller's thread
+
+
+def _small(tensor: torch.Tensor) -> bool:
+    return not tensor.is_sparse and tensor.numel() * tensor.element_size() <= EAGER_MAX_BYTES
+
+
+class _Done:
+    """An engine call already made: wait() raises its error, if it had one."""
+
+    def __init__(self, error: Optional[BaseException]):
+        self._error = error
+
+    def wait(self) -> bool:
+        if self._error is not None:
+            raise self._error
+        return True
