@@ -129,3 +129,26 @@ def test_device_staging_bytes_option():
     assert Options.from_env({"PYCOLLECT_STAGING_BYTES": "1048576"}).staging_bytes == 1 << 20
     with pytest.raises(ValueError, match="PYCOLLECT_STAGING_BYTES"):
         Options.from_env({"PYCOLLECT_STAGING_BYTES": "0"})
+
+
+def test_device_gpu_check_script_is_sound():
+    import os
+    import subprocess
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    subprocess.run(["bash", "-n", os.path.join(root, "scripts", "gpu_check.sh")], check=True)
+
+
+@pytest.mark.slow
+def test_device_gpu_check_dry_run(tmp_path):
+    """scripts/gpu_check.py's every step on CPU (host device), as the GPU machine runs them."""
+    import os
+    import subprocess
+    import sys
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    p = subprocess.run([sys.executable, os.path.join(root, "scripts", "gpu_check.py"), "--dry-run", "--out",
+                        str(tmp_path)], capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+    assert "FAIL" not in p.stdout and "PASS gpu_check (dry run)" in p.stdout, p.stdout[-3000:]
+    assert (tmp_path / "gpu_check.json").exists() and (tmp_path / "gpu_check.txt").read_text().strip()
