@@ -152,3 +152,13 @@ def test_device_gpu_check_dry_run(tmp_path):
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
     assert "FAIL" not in p.stdout and "PASS gpu_check (dry run)" in p.stdout, p.stdout[-3000:]
     assert (tmp_path / "gpu_check.json").exists() and (tmp_path / "gpu_check.txt").read_text().strip()
+
+
+def test_device_bench_cuda_needs_cuda(capsys):
+    from pycollect.cli import main
+
+    if torch.cuda.is_available():
+        pytest.skip("this machine has CUDA")
+    assert main(["bench", "--device", "cuda"]) == 2
+    assert "CUDA is not available on this machine" in capsys.readouterr().err
+    assert main(["bench", "--device", "cuda", "--peer", "nccl"]) == 2

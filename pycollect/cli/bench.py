@@ -50,7 +50,7 @@ def check_device(device: str, peer: str, world_size: int, netns_hosts: int):
     on fewer GPUs than ranks), or None."""
     if device == "cpu":
         if peer == "nccl":
-            raise ValueError("--peer nccl runs on GPUs: add --device cuda")
+            raise ValueError("--peer nccl runs on CUDA GPUs: add --device cuda")
         return None
     import torch
 
