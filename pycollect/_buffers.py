@@ -132,8 +132,13 @@ def concat_flat(items):
 
 
 def copy_into(dst, src) -> None:
-    """dst[...] = src for same-library, same-numel buffers (src is 1-D)."""
+    """dst[...] = src for same-library, same-numel buffers (src is 1-D). On CUDA the copy is
+    finished before this returns (it may run on another thread than the caller's stream)."""
     if is_torch_tensor(dst):
         dst.copy_(src.view(dst.shape))
+        if dst.is_cuda:
+            import torch
+
+            torch.cuda.current_stream(dst.device).synchronize()
     else:
         np.copyto(dst, src.reshape(dst.shape))

@@ -162,3 +162,22 @@ def test_device_bench_cuda_needs_cuda(capsys):
     assert main(["bench", "--device", "cuda"]) == 2
     assert "CUDA is not available on this machine" in capsys.readouterr().err
     assert main(["bench", "--device", "cuda", "--peer", "nccl"]) == 2
+
+
+def test_device_driver_abi_matches_cuda_h():
+    """The driver API as csrc/device/cuda_driver.h declares it (no CUDA header at build
+    time) against NVIDIA's cuda.h, where a toolkit is installed: every entry point's
+    shape (the _v2 symbols where cuda.h maps to them) and the constants."""
+    import glob
+    import os
+    import shutil
+    import subprocess
+
+    headers = sorted(glob.glob("/usr/local/cuda*/include/cuda.h"))
+    if not headers or shutil.which("g++") is None:
+        pytest.skip("no CUDA toolkit's cuda.h (or no g++) on this machine")
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    p = subprocess.run(["g++", "-std=c++17", "-fsyntax-only", "-I", os.path.dirname(headers[-1]), "-I",
+                        os.path.join(root, "csrc"), os.path.join(root, "tests", "cuda_abi", "check_driver_abi.cc")],
+                       capture_output=True, text=True)
+    assert p.returncode == 0, p.stderr[-3000:]

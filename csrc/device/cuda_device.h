@@ -3,7 +3,8 @@
 // It works in the device's primary context, the one the CUDA runtime (and so torch)
 // uses, so the streams torch hands out (torch.cuda.current_stream().cuda_stream) are
 // valid handles here, and memory torch allocated is addressable by our copies.
-// Every call first makes that context current on the calling thread.
+// Every call makes that context current on the calling thread for its duration, and
+// then restores the thread's previous one.
 #pragma once
 
 #include "device/cuda_driver.h"
@@ -28,8 +29,6 @@ class CudaDevice : public Device {
   void freePinned(void* p) override;
 
  private:
-  void makeCurrent();
-
   const cuda::Driver& d_;
   const int ordinal_;
   cuda::CUcontext ctx_ = nullptr;  // retained for the life of the process, never released:
