@@ -253,3 +253,24 @@ def case_staging_cuda_missing():
         return message, float(x[0]), g._comm.failed()
     finally:
         pc.destroy_process_group(g)
+
+
+def case_staging_cut_mismatch(count: int):
+    """Ranks that cut differently (different PYCOLLECT_STAGING_BYTES) get a MismatchError
+    naming the piece counts, not mixed bytes or a hang."""
+    import os
+
+    rank = dist.get_rank()
+    saved = os.environ.get("PYCOLLECT_STAGING_BYTES")
+    os.environ["PYCOLLECT_STAGING_BYTES"] = str(PIECE_BYTES * (rank + 1))
+    try:
+        g = _host_group()
+    finally:
+        os.environ["PYCOLLECT_STAGING_BYTES"] = saved
+    try:
+        pc.all_reduce(torch.ones(count), group=g)
+    except pc.PyCollectError as e:
+        return type(e).__name__, str(e)
+    finally:
+        pc.destroy_process_group(g)
+    return "no error", ""

@@ -181,3 +181,9 @@ def test_device_driver_abi_matches_cuda_h():
                         os.path.join(root, "csrc"), os.path.join(root, "tests", "cuda_abi", "check_driver_abi.cc")],
                        capture_output=True, text=True)
     assert p.returncode == 0, p.stderr[-3000:]
+
+
+def test_staging_ranks_that_cut_differently_mismatch(staging_pool):
+    results = staging_pool.run(sc.case_staging_cut_mismatch, 5 * PER)
+    assert any(kind == "MismatchError" for kind, _ in results), results
+    assert all(kind != "no error" for kind, _ in results), results
