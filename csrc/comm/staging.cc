@@ -187,8 +187,13 @@ void Staging::run(const StagedCall& call) {
       if (slots_[i].draining) waitEvent(slots_[i].drained, call, "copy the result to the device");
       slots_[i].draining = false;
     }
-  } catch (...) {
+  } catch (const DeviceError& e) {
     drain();  // no queued copy may touch the caller's memory once the call has failed
+    // A failure while queueing (an invalid pointer, a sticky error) names the call too.
+    if (std::string(e.what()).rfind(call.what, 0) == 0) throw;
+    throw DeviceError(call.what + ": " + e.what());
+  } catch (...) {
+    drain();
     throw;
   }
 }
