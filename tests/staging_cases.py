@@ -274,3 +274,23 @@ def case_staging_cut_mismatch(count: int):
     finally:
         pc.destroy_process_group(g)
     return "no error", ""
+
+
+def case_staging_abort_while_copying():
+    """A staged call waiting on slow copies stops soon after the group is aborted (the
+    poll asks for the group's failure), on every rank."""
+    rank = dist.get_rank()
+    g = _host_group(copy_delay_us=300_000)  # every copy takes 0.3 s
+    t0 = time.monotonic()
+    try:
+        w = pc.all_reduce(torch.ones(20 * (PIECE_BYTES // 4)), group=g, async_op=True)  # 20 pieces: > 12 s
+        if rank == 0:
+            time.sleep(0.5)
+            g.abort("test: aborted while copying")
+        try:
+            w.wait(timeout=30)
+        except pc.PyCollectError as e:
+            return type(e).__name__, str(e), time.monotonic() - t0
+        return "no error", "", time.monotonic() - t0
+    finally:
+        pc.destroy_process_group(g)

@@ -187,3 +187,10 @@ def test_staging_ranks_that_cut_differently_mismatch(staging_pool):
     results = staging_pool.run(sc.case_staging_cut_mismatch, 5 * PER)
     assert any(kind == "MismatchError" for kind, _ in results), results
     assert all(kind != "no error" for kind, _ in results), results
+
+
+def test_staging_abort_stops_a_call_waiting_on_copies(staging_pool):
+    results = staging_pool.run(sc.case_staging_abort_while_copying)
+    for kind, message, seconds in results:
+        assert kind != "no error" and seconds < 6, (kind, message, seconds)
+    assert "aborted while copying" in results[0][1], results[0]
