@@ -291,7 +291,8 @@ def bench(dry: bool, log):
               link_limit=False, env={})
     cuda = run(Config(peer="gloo", device="cpu" if dry else "cuda", **kw), stream=log)
     cpu = run(Config(peer=None, device="cpu", **kw), stream=log)
-    table = ["size        pycollect-cuda  gloo-cuda  x gloo   pycollect-cpu  cuda/cpu   (busbw GB/s)"]
+    table = ["size        pycollect-cuda  gloo-cuda  x gloo   pycollect-cpu  cuda/cpu   (busbw GB/s)"
+             + ("  [dry run: CPU tensors in every column]" if dry else "")]
     rows = []
     for a, c in zip(cuda["rows"], cpu["rows"]):
         ours, gloo, mine_cpu = a["pycollect"]["busbw"], a["gloo"]["busbw"], c["pycollect"]["busbw"]
@@ -299,6 +300,14 @@ def bench(dry: bool, log):
                      "wrong": a["pycollect"]["wrong"] + a["gloo"]["wrong"]})
         table.append(f"{a['size']:>10}  {ours:14.3f}  {gloo:9.3f}  {ours / gloo:6.2f}x  {mine_cpu:13.3f}  "
                      f"{ours / mine_cpu:7.2f}x")
+    # PYCOLLECT_STAGING_BYTES at 64 MiB (dry run: the smallest size), to tune its default.
+    sweep = {}
+    for piece in (1 << 20, 4 << 20, 16 << 20):
+        kw.update(sizes=[sizes[-2]], repeats=2, env={"PYCOLLECT_STAGING_BYTES": str(piece)})
+        r = run(Config(peer=None, device="cpu" if dry else "cuda", **kw), stream=log)
+        sweep[piece] = r["rows"][0]["pycollect"]["busbw"]
+    table.append(f"staging pieces at {sizes[-2]} B (busbw GB/s): " +
+                 ", ".join(f"{p >> 20} MiB {bw:.3f}" for p, bw in sweep.items()))
     return rows, "\n".join(table)
 
 
