@@ -126,6 +126,9 @@ std::shared_ptr<Work> Communicator::allReduceStaged(void* data, size_t count, DT
   Cut cut(count, options_.staging.pieceBytes / es);
   // The algorithm of the pieces, chosen on one piece's size (what each run moves).
   Algo chosen = chooseAlgo(algo, cut.length(0) * es);
+  // Pieces run the ring or the direct algorithm; an automatic choice of another one
+  // (the group's thresholds may name newer algorithms) falls back to the ring.
+  if (algo == Algo::kAuto && chosen != Algo::kDirect) chosen = Algo::kRing;
   if (chosen != Algo::kRing && chosen != Algo::kDirect) {
     throw InvalidArgument(std::string("all_reduce on CUDA tensors runs the ring or direct algorithm, not \"") +
                           algoName(chosen) + "\"");
