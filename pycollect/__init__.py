@@ -30,7 +30,7 @@ _API = {
 }
 _ERRORS = {
     "PyCollectError", "CollectiveTimeoutError", "PeerLostError", "MismatchError", "GroupFailedError",
-    "InvalidArgumentError", "NotInitializedError",
+    "InvalidArgumentError", "NotInitializedError", "DeviceError",
 }
 
 # Imported on first use: name -> (module, attribute or None for the module).

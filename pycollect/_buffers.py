@@ -1,13 +1,14 @@
-"""Validation of user buffers (torch CPU tensors and numpy arrays).
+"""Validation of user buffers (torch CPU and CUDA tensors, numpy arrays).
 
-Everything here runs before anything is sent: a wrong dtype, a non-contiguous or
-CUDA tensor, a read-only output or a size mismatch raises a clear exception and
-the group is untouched.
+Everything here runs before anything is sent: a wrong dtype, a non-contiguous
+tensor, a read-only output or a size mismatch raises a clear exception and the
+group is untouched. A CUDA tensor's Buffer names its device (`device`); which
+path it takes (staging through pinned memory) is decided in _device.py.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any, Optional, Sequence
 
 import numpy as np
 
@@ -23,6 +24,7 @@ class Buffer:
     address: int
     numel: int
     dtype: str
+    device: Optional[int] = None  # CUDA device index; None: host memory
 
     @property
     def code(self) -> int:
@@ -30,7 +32,7 @@ class Buffer:
 
 
 def as_buffer(x, what: str, writable: bool = False) -> Buffer:
-    """Validate `x` (a torch CPU tensor or numpy array) and return its Buffer.
+    """Validate `x` (a torch CPU or CUDA tensor, or a numpy array) and return its Buffer.
 
     `what` names the argument in error messages, e.g. "all_reduce(tensor)".
     """
@@ -39,6 +41,8 @@ def as_buffer(x, what: str, writable: bool = False) -> Buffer:
         # microseconds); the slower questions are asked only when one of them fails.
         name = _TORCH_NAMES.get(x.dtype) if x.is_cpu and x.layout is _strided() and not x.is_quantized else None
         if name is None:
+            if x.is_cuda:
+                return _cuda_buffer(x, what)
             _refuse_torch(x, what)
         if not x.is_contiguous():
             raise ValueError(f"{what}: tensor is not contiguous (shape {tuple(x.shape)}, stride {x.stride()}); call .contiguous()")
@@ -60,6 +64,16 @@ def as_buffer(x, what: str, writable: bool = False) -> Buffer:
     raise TypeError(f"{what}: expected a torch.Tensor or numpy.ndarray, got {type(x).__name__}")
 
 
+def _cuda_buffer(x, what: str) -> Buffer:
+    """A CUDA tensor's Buffer (device memory: no read-only check applies)."""
+    name = _TORCH_NAMES.get(x.dtype) if x.layout is _strided() else None
+    if name is None:
+        _refuse_torch(x, what)
+    if not x.is_contiguous():
+        raise ValueError(f"{what}: tensor is not contiguous (shape {tuple(x.shape)}, stride {x.stride()}); call .contiguous()")
+    return Buffer(x, x.data_ptr(), x.numel(), name, x.device.index)
+
+
 _TORCH_NAMES: dict = {}  # torch.dtype -> our dtype name, filled on first use
 
 
@@ -74,10 +88,9 @@ def _strided():
 
 def _refuse_torch(x, what: str) -> None:
     """The error for a torch tensor the fast path did not accept."""
-    if x.device.type != "cpu":
+    if x.device.type not in ("cpu", "cuda"):
         raise NotImplementedError(
-            f"{what}: tensor is on {x.device}; pycollect moves CPU tensors only "
-            "(CUDA staging is not implemented yet): call .cpu() first"
+            f"{what}: tensor is on {x.device}; pycollect moves CPU and CUDA tensors only: call .cpu() first"
         )
     if x.is_sparse or x.layout is not _strided() or getattr(x, "is_quantized", False):
         raise TypeError(f"{what}: sparse and quantized tensors are not supported")
@@ -106,7 +119,7 @@ def empty_like_flat(x, numel: int):
     if is_torch_tensor(x):
         import torch
 
-        return torch.empty(numel, dtype=x.dtype)
+        return torch.empty(numel, dtype=x.dtype, device=x.device)
     return np.empty(numel, dtype=x.dtype)
 
 
@@ -119,8 +132,13 @@ def concat_flat(items):
 
 
 def copy_into(dst, src) -> None:
-    """dst[...] = src for same-library, same-numel buffers (src is 1-D)."""
+    """dst[...] = src for same-library, same-numel buffers (src is 1-D). On CUDA the copy is
+    finished before this returns (it may run on another thread than the caller's stream)."""
     if is_torch_tensor(dst):
         dst.copy_(src.view(dst.shape))
+        if dst.is_cuda:
+            import torch
+
+            torch.cuda.current_stream(dst.device).synchronize()
     else:
         np.copyto(dst, src.reshape(dst.shape))

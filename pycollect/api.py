@@ -5,7 +5,7 @@
     pc.all_reduce(t)                     # in place, SUM
     w = pc.all_gather_into_tensor(out, t, async_op=True); w.wait()
 
-Tensors are contiguous torch CPU tensors or numpy arrays. Source/destination ranks
+Tensors are contiguous torch CPU or CUDA tensors, or numpy arrays (CUDA: _device.py). Source/destination ranks
 (`src`, `dst`) are global ranks, as in torch.distributed.
 """
 from __future__ import annotations
@@ -25,6 +25,7 @@ from ._buffers import (
     copy_into,
     empty_like_flat,
 )
+from ._device import device_call, needs_host_staging, through_host
 from .errors import NotInitializedError
 from .group import NON_GROUP_MEMBER, ProcessGroup
 from .options import to_timedelta
@@ -194,6 +195,10 @@ def all_reduce(tensor, op=ReduceOp.SUM, group=None, async_op: bool = False, algo
     op = to_reduce_op(op)
     algo = g.algo if algo is None else Algo.parse(algo, "all_reduce(algo)")
     b = as_buffer(tensor, "all_reduce(tensor)", writable=True)
+    dc = device_call(g, (b,), "all_reduce")
+    if dc is not None:
+        return _run(g, lambda c, blk: c.all_reduce_staged(b.address, b.numel, b.code, int(op), int(algo), *dc, blk),
+                    (b,), async_op)
     return _run(g, lambda c, blk: c.all_reduce(b.address, b.numel, b.code, int(op), int(algo), blk), (b,), async_op)
 
 
@@ -204,6 +209,10 @@ def all_gather_into_tensor(output_tensor, input_tensor, group=None, async_op: bo
     o = as_buffer(output_tensor, "all_gather_into_tensor(output_tensor)", writable=True)
     check_same_dtype(i, o, "all_gather_into_tensor(output_tensor, input_tensor)")
     check_numel(o, i.numel * g.size, f"all_gather_into_tensor(output_tensor) for {g.size} ranks x {i.numel}")
+    dc = device_call(g, (i, o), "all_gather_into_tensor")
+    if dc is not None:
+        return _run(g, lambda c, blk: c.all_gather_staged(i.address, o.address, i.numel, i.code, *dc, blk), (i, o),
+                    async_op)
     return _run(g, lambda c, blk: c.all_gather(i.address, o.address, i.numel, i.code, blk), (i, o), async_op)
 
 
@@ -218,11 +227,15 @@ def all_gather(tensor_list, tensor, group=None, async_op: bool = False):
         check_numel(o, i.numel, f"all_gather(tensor_list[{k}])")
     flat = empty_like_flat(tensor, i.numel * g.size)
     f = as_buffer(flat, "all_gather(staging)")
+    dc = device_call(g, (i, *outs), "all_gather")
 
     def finish():
         for k, t in enumerate(tensor_list):
             copy_into(t, flat[k * i.numel:(k + 1) * i.numel])
 
+    if dc is not None:
+        return _run(g, lambda c, blk: c.all_gather_staged(i.address, f.address, i.numel, i.code, *dc, blk), (i, f),
+                    async_op, finish)
     return _run(g, lambda c, blk: c.all_gather(i.address, f.address, i.numel, i.code, blk), (i, f), async_op, finish)
 
 
@@ -234,6 +247,10 @@ def reduce_scatter_tensor(output, input, op=ReduceOp.SUM, group=None, async_op: 
     o = as_buffer(output, "reduce_scatter_tensor(output)", writable=True)
     check_same_dtype(i, o, "reduce_scatter_tensor(output, input)")
     check_numel(i, o.numel * g.size, f"reduce_scatter_tensor(input) for {g.size} ranks x {o.numel}")
+    dc = device_call(g, (i, o), "reduce_scatter_tensor")
+    if dc is not None:
+        return _run(g, lambda c, blk: c.reduce_scatter_staged(i.address, o.address, o.numel, o.code, int(op), *dc, blk),
+                    (i, o), async_op)
     return _run(g, lambda c, blk: c.reduce_scatter(i.address, o.address, o.numel, o.code, int(op), blk), (i, o), async_op)
 
 
@@ -243,12 +260,18 @@ def reduce_scatter(output, input_list, op=ReduceOp.SUM, group=None, async_op: bo
     op = to_reduce_op(op)
     check_list(input_list, g.size, "reduce_scatter(input_list)")
     o = as_buffer(output, "reduce_scatter(output)", writable=True)
+    ins = []
     for k, t in enumerate(input_list):
         b = as_buffer(t, f"reduce_scatter(input_list[{k}])")
         check_same_dtype(o, b, f"reduce_scatter(output, input_list[{k}])")
         check_numel(b, o.numel, f"reduce_scatter(input_list[{k}])")
+        ins.append(b)
+    dc = device_call(g, (o, *ins), "reduce_scatter")
     flat = concat_flat(input_list)
     i = as_buffer(flat, "reduce_scatter(staging)")
+    if dc is not None:
+        return _run(g, lambda c, blk: c.reduce_scatter_staged(i.address, o.address, o.numel, o.code, int(op), *dc, blk),
+                    (i, o), async_op)
     return _run(g, lambda c, blk: c.reduce_scatter(i.address, o.address, o.numel, o.code, int(op), blk), (i, o), async_op)
 
 
@@ -257,6 +280,9 @@ def broadcast(tensor, src: int = 0, group=None, async_op: bool = False):
     g = _group(group)
     root = g.group_rank(src, "broadcast(src)")
     b = as_buffer(tensor, "broadcast(tensor)", writable=True)
+    dc = device_call(g, (b,), "broadcast")
+    if dc is not None:
+        return _run(g, lambda c, blk: c.broadcast_staged(b.address, b.numel, b.code, root, *dc, blk), (b,), async_op)
     return _run(g, lambda c, blk: c.broadcast(b.address, b.numel, b.code, root, blk), (b,), async_op)
 
 
@@ -281,6 +307,8 @@ def isend(tensor, dst: int, group=None, tag: int = 0) -> Work:
 
 def _send(tensor, dst: int, group, tag: int, async_op: bool):
     g = _group(group)
+    if needs_host_staging(g, [tensor], "send"):
+        return through_host([tensor], [], lambda i, _o: isend(i[0], dst, group, tag))
     peer = g.group_rank(dst, "send(dst)")
     b = as_buffer(tensor, "send(tensor)")
     tag = _check_tag(tag)
@@ -297,6 +325,8 @@ def irecv(tensor, src: Optional[int] = None, group=None, tag: int = 0) -> Work:
 
 def _recv(tensor, src: Optional[int], group, tag: int, async_op: bool):
     g = _group(group)
+    if needs_host_staging(g, [tensor], "recv"):
+        return through_host([], [tensor], lambda _i, o: irecv(o[0], src, group, tag))
     b = as_buffer(tensor, "recv(tensor)", writable=True)
     tag = _check_tag(tag)
     if src is None:
@@ -336,6 +366,10 @@ def reduce(tensor, dst: int = 0, op=ReduceOp.SUM, group=None, async_op: bool = F
     op = to_reduce_op(op)
     root = g.group_rank(dst, "reduce(dst)")
     b = as_buffer(tensor, "reduce(tensor)", writable=True)
+    dc = device_call(g, (b,), "reduce")
+    if dc is not None:
+        return _run(g, lambda c, _blocking: c.reduce_staged(b.address, b.numel, b.code, int(op), root, *dc), (b,),
+                    async_op)
     return _run(g, lambda c, _blocking: c.reduce(b.address, b.numel, b.code, int(op), root), (b,), async_op)
 
 
@@ -355,6 +389,9 @@ def gather(tensor, gather_list=None, dst: int = 0, group=None, async_op: bool = 
     """gather_list[r] on global rank `dst` = rank r's `tensor`. Sizes may differ by rank
     (gather_list[r] must match rank r's tensor); other ranks pass no list."""
     g = _group(group)
+    if needs_host_staging(g, [tensor, *(gather_list or [])], "gather"):
+        return through_host([tensor], list(gather_list or []),
+                            lambda i, o: gather(i[0], o or None, dst, group, async_op))
     root = g.group_rank(dst, "gather(dst)")
     i = as_buffer(tensor, "gather(tensor)")
     items = _root_list(gather_list, g.rank == root, g.size, "gather(gather_list)", f"the destination rank {dst}")
@@ -371,6 +408,9 @@ def scatter(tensor, scatter_list=None, src: int = 0, group=None, async_op: bool 
     """Rank r's `tensor` = scatter_list[r] of global rank `src`. Sizes may differ by rank
     (each rank's tensor must match its entry); other ranks pass no list."""
     g = _group(group)
+    if needs_host_staging(g, [tensor, *(scatter_list or [])], "scatter"):
+        return through_host(list(scatter_list or []), [tensor],
+                            lambda i, o: scatter(o[0], i or None, src, group, async_op))
     root = g.group_rank(src, "scatter(src)")
     o = as_buffer(tensor, "scatter(tensor)", writable=True)
     items = _root_list(scatter_list, g.rank == root, g.size, "scatter(scatter_list)", f"the source rank {src}")
@@ -390,6 +430,9 @@ def all_to_all(output_tensor_list, input_tensor_list, group=None, async_op: bool
     g = _group(group)
     check_list(output_tensor_list, g.size, "all_to_all(output_tensor_list)")
     check_list(input_tensor_list, g.size, "all_to_all(input_tensor_list)")
+    if needs_host_staging(g, [*output_tensor_list, *input_tensor_list], "all_to_all"):
+        return through_host(list(input_tensor_list), list(output_tensor_list),
+                            lambda i, o: all_to_all(o, i, group, async_op))
     outs = [as_buffer(t, f"all_to_all(output_tensor_list[{k}])", writable=True)
             for k, t in enumerate(output_tensor_list)]
     ins = [as_buffer(t, f"all_to_all(input_tensor_list[{k}])") for k, t in enumerate(input_tensor_list)]
@@ -416,6 +459,9 @@ def all_reduce_coalesced(tensors, op=ReduceOp.SUM, group=None, async_op: bool = 
     g = _group(group)
     op = to_reduce_op(op)
     algo = g.algo if algo is None else Algo.parse(algo, "all_reduce_coalesced(algo)")
+    if isinstance(tensors, (list, tuple)) and needs_host_staging(g, tensors, "all_reduce_coalesced"):
+        return through_host(list(tensors), list(tensors),
+                            lambda _i, o: all_reduce_coalesced(o, op, group, async_op, algo))
     bufs = _same_dtype_list(tensors, "all_reduce_coalesced(tensors)", writable=True)
     spans = [(b.address, b.numel) for b in bufs]
     return _run(g, lambda c, _blocking: c.all_reduce_coalesced(spans, bufs[0].code, int(op), int(algo)), bufs, async_op)
@@ -424,6 +470,17 @@ def all_reduce_coalesced(tensors, op=ReduceOp.SUM, group=None, async_op: bool = 
 def all_gather_coalesced(output_tensor_lists, input_tensor_list, group=None, async_op: bool = False):
     """output_tensor_lists[r][i] = rank r's input_tensor_list[i], in one engine call."""
     g = _group(group)
+    if (isinstance(input_tensor_list, (list, tuple)) and isinstance(output_tensor_lists, (list, tuple))
+            and needs_host_staging(g, [*input_tensor_list, *(t for row in output_tensor_lists for t in row)],
+                                   "all_gather_coalesced")):
+        rows = [len(row) for row in output_tensor_lists]
+        flat_out = [t for row in output_tensor_lists for t in row]
+
+        def run(i, o):
+            it = iter(o)
+            return all_gather_coalesced([[next(it) for _ in range(k)] for k in rows], i, group, async_op)
+
+        return through_host(list(input_tensor_list), flat_out, run)
     ins = _same_dtype_list(input_tensor_list, "all_gather_coalesced(input_tensor_list)", writable=False)
     check_list(output_tensor_lists, g.size, "all_gather_coalesced(output_tensor_lists)")
     outs = []

@@ -6,10 +6,12 @@ All engine errors derive from PyCollectError (a RuntimeError):
 - PeerLostError: a peer closed its connection or died.
 - MismatchError: ranks issued different calls at the same point; names both calls.
 - GroupFailedError: the group failed earlier; every later call raises this.
+- DeviceError: a device (CUDA) call failed: a staging copy, or CUDA missing at run time.
 Bad arguments raise TypeError / ValueError / NotImplementedError before anything is sent.
 """
 from ._C import (  # noqa: F401
     CollectiveTimeoutError,
+    DeviceError,
     GroupFailedError,
     InvalidArgumentError,
     MismatchError,

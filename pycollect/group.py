@@ -11,13 +11,15 @@ import time
 from typing import Dict, List, Optional, Sequence
 
 from . import _C
-from .errors import CollectiveTimeoutError, GroupFailedError, MismatchError, PeerLostError, PyCollectError
+from .errors import (CollectiveTimeoutError, DeviceError, GroupFailedError, MismatchError, PeerLostError,
+                     PyCollectError)
 from .options import Options, default_spin_us
 from .work import Work
 
 # Kinds of failure that explain a neighbour's PeerLostError: the rank that saw one of these
 # closed its links on purpose, and its neighbours only saw the links close.
-_ROOT_CAUSES = {"MismatchError": MismatchError, "CollectiveTimeoutError": CollectiveTimeoutError}
+_ROOT_CAUSES = {"MismatchError": MismatchError, "CollectiveTimeoutError": CollectiveTimeoutError,
+                "DeviceError": DeviceError}
 
 
 def _comm_options(timeout: datetime.timedelta, options: Options, size: int) -> "_C.CommOptions":
@@ -28,7 +30,7 @@ def _comm_options(timeout: datetime.timedelta, options: Options, size: int) -> "
     else:  # torchrun says how many ranks share this host; else assume the whole group does
         o.spin_us = default_spin_us(min(size, int(os.environ.get("LOCAL_WORLD_SIZE") or size)))
     for name in ("segment_bytes", "inflight", "direct_max_bytes", "socket_buffer", "link_timeout", "secret",
-                 "transport", "host_tag"):
+                 "transport", "host_tag", "staging_bytes"):
         value = getattr(options, name)
         if value is not None:
             setattr(o, name, value)
@@ -57,6 +59,8 @@ class ProcessGroup:
         self._lock = threading.Lock()  # threads may submit on one group at once
         self._published = False   # this rank's failure is in the store
         self._store_silent = False  # the store did not answer while explaining a failure
+        self.cuda_device: Optional[int] = None  # the CUDA device its CUDA tensors live on (first use)
+        self.host_device = False  # tests: CPU tensors take the staged path (use_host_device)
         self._comm = _C.Communicator(self.rank, self.size, _comm_options(timeout, self.options, self.size))
         self._connect(host)
 
@@ -138,6 +142,13 @@ class ProcessGroup:
             return self.ranks.index(global_rank)
         except ValueError:
             raise ValueError(f"{what}: rank {global_rank} is not in this group (ranks {self.ranks})") from None
+
+    def use_host_device(self, copy_delay_us: int = 0, fail_copy: int = 0) -> None:
+        """Tests only: from now on CPU tensors take the CUDA path, staged through the engine's
+        host device (an asynchronous stand-in for a GPU: each copy runs later on a stream
+        thread, after `copy_delay_us`; the `fail_copy`-th copy fails)."""
+        self._comm.use_host_device(copy_delay_us, fail_copy)
+        self.host_device = True
 
     # -- failures -------------------------------------------------------------
     def explain(self, error: PyCollectError, wait_s: float = 1.5) -> PyCollectError:

@@ -27,7 +27,7 @@ import time
 import traceback
 from typing import Any, Callable, List, Optional, Sequence
 
-BACKENDS = ("pycollect", "gloo")
+BACKENDS = ("pycollect", "gloo", "nccl")  # nccl: one GPU per rank (rank r on cuda:r)
 
 
 def free_port(host: str = "127.0.0.1", netns: Optional[str] = None) -> int:
@@ -52,7 +52,8 @@ def init_rank(rank: int, world_size: int, port: int, backends: Sequence[str], ti
               master_addr: str = "127.0.0.1") -> None:
     """What every local rank does first: one thread for torch, a TCPStore that rank 0 hosts on
     `master_addr:port`, and on it the default groups named in `backends` ("pycollect":
-    pycollect's, "gloo": torch.distributed's), each under its own store prefix."""
+    pycollect's, "gloo" or "nccl": torch.distributed's), each under its own store prefix. With
+    "nccl" rank r uses cuda:r (NCCL refuses two ranks on one GPU)."""
     _check_backends(backends)
     import torch
     import torch.distributed as dist
@@ -65,7 +66,11 @@ def init_rank(rank: int, world_size: int, port: int, backends: Sequence[str], ti
     if "pycollect" in backends:
         api.init_process_group(store=dist.PrefixStore("pycollect", store), rank=rank, world_size=world_size,
                                timeout=td)
-    if "gloo" in backends:
+    if "nccl" in backends:
+        torch.cuda.set_device(rank)
+        dist.init_process_group("nccl", store=dist.PrefixStore("nccl", store), rank=rank, world_size=world_size,
+                                timeout=td)
+    elif "gloo" in backends:
         dist.init_process_group("gloo", store=dist.PrefixStore("gloo", store), rank=rank, world_size=world_size,
                                 timeout=td)
 

@@ -17,6 +17,7 @@
 | PYCOLLECT_SECRET            | shared secret for the handshake's mutual authentication (never in the store) | none |
 | PYCOLLECT_SECRET_FILE       | a file holding that secret (instead of PYCOLLECT_SECRET) | none |
 | PYCOLLECT_TRANSPORT         | links: auto (shared memory to ranks on this host, TCP to others), tcp, or shm (every link, else an error) | auto |
+| PYCOLLECT_STAGING_BYTES     | CUDA tensors: bytes per staged piece (> 0)            | engine's (4 MiB)  |
 | PYCOLLECT_HOST_TAG          | appended to this rank's host identity: ranks with different tags never share memory (tests, or hosts that share a boot id) | none |
 """
 from __future__ import annotations
@@ -38,6 +39,7 @@ _INTEGERS = {
     "PYCOLLECT_DIRECT_MAX_BYTES": ("direct_max_bytes", 0),
     "PYCOLLECT_SOCKET_BUFFER": ("socket_buffer", 0),
     "PYCOLLECT_SPIN_US": ("spin_us", 0),
+    "PYCOLLECT_STAGING_BYTES": ("staging_bytes", 1),
 }
 KNOWN = frozenset(_INTEGERS) | {"PYCOLLECT_ALGO", "PYCOLLECT_SOCKET_IFNAME", "PYCOLLECT_LINK_TIMEOUT",
                                  "PYCOLLECT_SECRET", "PYCOLLECT_SECRET_FILE", "PYCOLLECT_TRANSPORT",
@@ -60,6 +62,7 @@ class Options:
     secret: Optional[bytes] = field(default=None, repr=False)  # never printed, never stored
     transport: Optional[str] = None  # auto, tcp or shm; None: the engine's (auto)
     host_tag: Optional[str] = None
+    staging_bytes: Optional[int] = None  # CUDA tensors: bytes per staged piece
 
     @classmethod
     def from_env(cls, environ: Optional[Mapping[str, str]] = None) -> "Options":

@@ -1,6 +1,7 @@
 // pycollect._C: the only door into the C++ engine. One register_* function per area.
 #include "bindings/register.h"
 #include "common/error.h"
+#include "device/device.h"
 #include "common/memory.h"
 #include "common/hmac.h"
 #include "reduce/reduce.h"
@@ -42,6 +43,7 @@ void registerErrors(py::module_& m) {
   static py::exception<PeerLostError> lost(m, "PeerLostError", base.ptr());
   static py::exception<MismatchError> mismatch(m, "MismatchError", base.ptr());
   static py::exception<GroupFailedError> groupFailed(m, "GroupFailedError", base.ptr());
+  static py::exception<DeviceError> device(m, "DeviceError", base.ptr());
   py::register_exception_translator([](std::exception_ptr p) {
     try {
       if (p) std::rethrow_exception(p);
@@ -63,6 +65,8 @@ void registerErrors(py::module_& m) {
       py::set_error(mismatch, e.what());
     } catch (const GroupFailedError& e) {
       py::set_error(groupFailed, e.what());
+    } catch (const DeviceError& e) {
+      py::set_error(device, e.what());
     } catch (const Error& e) {
       py::set_error(base, e.what());
     }

@@ -75,6 +75,18 @@ void registerCommunicator(py::module_& m) {
           })
       .def_readwrite("host_tag", &CommOptions::hostTag)
       .def_property(
+          "staging_bytes", [](const CommOptions& o) { return o.staging.pieceBytes; },
+          [](CommOptions& o, size_t v) {
+            if (v == 0) throw InvalidArgument("staging_bytes must be > 0");
+            o.staging.pieceBytes = v;
+          })
+      .def_property(
+          "staging_slots", [](const CommOptions& o) { return o.staging.slots; },
+          [](CommOptions& o, int v) {
+            if (v < 2) throw InvalidArgument("staging_slots must be >= 2, got " + std::to_string(v));
+            o.staging.slots = v;
+          })
+      .def_property(
           "secret", [](const CommOptions& o) { return py::bytes(o.secret); },
           [](CommOptions& o, const py::bytes& v) { o.secret = std::string(v); });
 
@@ -190,6 +202,72 @@ void registerCommunicator(py::module_& m) {
             return c.allGatherCoalesced(spans(ins), spans(outs), checkedDType(dtype));
           },
           R())
+      // Device (CUDA) memory, staged through pinned host memory: `device` is the CUDA
+      // ordinal, `stream` the caller's current stream (torch's cuda_stream).
+      .def(
+          "all_reduce_staged",
+          [](Communicator& c, uintptr_t data, size_t count, int dtype, int op, int algo, int device,
+             uintptr_t stream, bool blocking) {
+            Blocking scope(blocking);
+            return c.allReduceStaged(ptr(data), count, checkedDType(dtype), checkedReduceOp(op),
+                                     checkedAlgo(algo), DeviceCall{device, stream});
+          },
+          py::arg("data"), py::arg("count"), py::arg("dtype"), py::arg("op"), py::arg("algo"),
+          py::arg("device"), py::arg("stream"), py::arg("blocking") = false, R())
+      .def(
+          "all_gather_staged",
+          [](Communicator& c, uintptr_t in, uintptr_t out, size_t count, int dtype, int device,
+             uintptr_t stream, bool blocking) {
+            Blocking scope(blocking);
+            return c.allGatherStaged(ptr(in), ptr(out), count, checkedDType(dtype), DeviceCall{device, stream});
+          },
+          py::arg("inp"), py::arg("out"), py::arg("count"), py::arg("dtype"), py::arg("device"),
+          py::arg("stream"), py::arg("blocking") = false, R())
+      .def(
+          "reduce_scatter_staged",
+          [](Communicator& c, uintptr_t in, uintptr_t out, size_t count, int dtype, int op, int device,
+             uintptr_t stream, bool blocking) {
+            Blocking scope(blocking);
+            return c.reduceScatterStaged(ptr(in), ptr(out), count, checkedDType(dtype), checkedReduceOp(op),
+                                         DeviceCall{device, stream});
+          },
+          py::arg("inp"), py::arg("out"), py::arg("count"), py::arg("dtype"), py::arg("op"),
+          py::arg("device"), py::arg("stream"), py::arg("blocking") = false, R())
+      .def(
+          "broadcast_staged",
+          [](Communicator& c, uintptr_t data, size_t count, int dtype, int root, int device,
+             uintptr_t stream, bool blocking) {
+            Blocking scope(blocking);
+            return c.broadcastStaged(ptr(data), count, checkedDType(dtype), root, DeviceCall{device, stream});
+          },
+          py::arg("data"), py::arg("count"), py::arg("dtype"), py::arg("root"), py::arg("device"),
+          py::arg("stream"), py::arg("blocking") = false, R())
+      .def(
+          "reduce_staged",
+          [](Communicator& c, uintptr_t data, size_t count, int dtype, int op, int root, int device,
+             uintptr_t stream) {
+            return c.reduceStaged(ptr(data), count, checkedDType(dtype), checkedReduceOp(op), root,
+                                  DeviceCall{device, stream});
+          },
+          py::arg("data"), py::arg("count"), py::arg("dtype"), py::arg("op"), py::arg("root"),
+          py::arg("device"), py::arg("stream"), R())
+      // Tests: stage through the host device (CPU memory plays device memory).
+      .def(
+          "use_host_device",
+          [](Communicator& c, int copyDelayUs, uint64_t failCopy) {
+            c.useHostDevice(HostDeviceOptions{copyDelayUs, failCopy});
+          },
+          py::arg("copy_delay_us") = 0, py::arg("fail_copy") = 0)
+      .def(
+          "host_device_fill",
+          [](Communicator& c, uintptr_t data, size_t bytes, int value, int delayUs) {
+            HostDevice* d = c.hostDevice();
+            if (d == nullptr) throw InvalidArgument("host_device_fill: no host device staged a call yet");
+            d->fill(ptr(data), bytes, value, delayUs, 0);
+          },
+          py::arg("data"), py::arg("bytes"), py::arg("value"), py::arg("delay_us"))
+      .def("staging_pinned_bytes", &Communicator::stagingPinnedBytes)
+      .def("staged_pieces", &Communicator::stagedPieces)
       .def("shutdown", &Communicator::shutdown, R())
       .def("failed", &Communicator::failed)
       .def("failure", &Communicator::failure)

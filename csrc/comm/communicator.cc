@@ -50,6 +50,7 @@ Communicator::~Communicator() {
     // A std::thread still "joinable" would terminate the process when destroyed: move
     // it into memory that is never freed (the thread itself was not copied by fork).
     new std::thread(std::move(worker_));
+    staging_.release();  // its stream threads (host device) were not copied either
     return;
   }
   shutdown();

@@ -27,9 +27,11 @@
 #include "collectives/collectives.h"
 #include "collectives/context.h"
 #include "comm/p2p.h"
+#include "comm/staging.h"
 #include "comm/work.h"
 #include "common/fork.h"
 #include "common/types.h"
+#include "device/host_device.h"
 #include "transport/link.h"
 #include "transport/transport.h"
 
@@ -45,6 +47,14 @@ struct CommOptions {
   double linkTimeoutSec = 0;  // PYCOLLECT_LINK_TIMEOUT; 0: kDefaultLinkTimeoutSec
   TransportKind transport = TransportKind::kAuto;  // PYCOLLECT_TRANSPORT
   std::string hostTag;                             // PYCOLLECT_HOST_TAG
+  StagingOptions staging;                          // device buffers (PYCOLLECT_STAGING_BYTES)
+};
+
+// Where a call on device memory comes from: the CUDA device its buffers live on, and
+// the caller's stream (its queued work runs before the call; 0: the default stream).
+struct DeviceCall {
+  int device = 0;
+  uintptr_t stream = 0;
 };
 
 constexpr double kDefaultLinkTimeoutSec = 60.0;
@@ -104,6 +114,28 @@ class Communicator {
   // outs: size() * ins.size() spans, rank-major (outs[r * ins.size() + i] = rank r's ins[i]).
   std::shared_ptr<Work> allGatherCoalesced(std::vector<Span> ins, std::vector<Span> outs,
                                            DType dtype);
+
+  // The same calls on device memory (CUDA tensors), staged through pinned host memory
+  // (comm/staging.h). Raise before anything is sent if CUDA is missing or `call.device`
+  // is not the group's device (the first staged call chooses it).
+  std::shared_ptr<Work> allReduceStaged(void* data, size_t count, DType dtype, ReduceOp op,
+                                        Algo algo, DeviceCall call);
+  std::shared_ptr<Work> allGatherStaged(const void* in, void* out, size_t count, DType dtype,
+                                        DeviceCall call);
+  std::shared_ptr<Work> reduceScatterStaged(const void* in, void* out, size_t count, DType dtype,
+                                            ReduceOp op, DeviceCall call);
+  std::shared_ptr<Work> broadcastStaged(void* data, size_t count, DType dtype, int root,
+                                        DeviceCall call);
+  std::shared_ptr<Work> reduceStaged(void* data, size_t count, DType dtype, ReduceOp op, int root,
+                                     DeviceCall call);
+  // Tests: stage through a HostDevice (host memory plays device memory) instead of CUDA.
+  // Must come before the first staged call.
+  void useHostDevice(HostDeviceOptions options);
+  // The host device, once a staged call made it (nullptr otherwise): for test hooks.
+  HostDevice* hostDevice();
+  // Pinned bytes the staging slots hold, and pieces staged so far.
+  size_t stagingPinnedBytes();
+  uint64_t stagedPieces() const { return stagedPieces_.load(); }
 
   // Aborts running work, fails queued work, stops the worker and closes the links.
   void shutdown();
@@ -174,6 +206,12 @@ class Communicator {
   Algo chooseAlgo(Algo algo, size_t bytes) const;
   void workerLoop();
   void failWith(const std::string& message);
+  // The staging of device calls, made on first use for `device` (see *Staged).
+  Staging& staging(int device);
+  // Records the start event on the caller's stream and queues a staged call whose
+  // piece k is `piece(k)` (runs on the worker; comm/communicator_staged.cc).
+  std::shared_ptr<Work> enqueueStaged(const WireHeader& header, size_t pieces, size_t slotBytes,
+                                      std::function<StagedPiece(size_t)> piece, DeviceCall call);
 
   // Throws GroupFailedError in a process forked from the one that made this group.
   void checkNotForked() const;
@@ -184,6 +222,11 @@ class Communicator {
   const int size_;
   CommOptions options_;
   std::unique_ptr<Transport> transport_;
+  std::mutex stagingMu_;                 // guards the three below
+  std::unique_ptr<Staging> staging_;     // device calls; made on first use
+  int stagingDevice_ = -1;
+  std::unique_ptr<HostDeviceOptions> hostDevice_;  // set: stage through a HostDevice
+  std::atomic<uint64_t> stagedPieces_{0};
   std::vector<Link*> links_;  // indexed by rank, nullptr at self; owned by transport_
   HeaderInbox inbox_;          // headers prefetched by a recv from any source (worker thread)
   std::vector<char> scratch_;            // worker thread only

@@ -34,6 +34,7 @@ class Config:
     env: Dict[str, str] = field(default_factory=dict)
     netns_hosts: bool = False  # one rank per namespace host (pycollect.netns) instead of loopback
     line_rate: str = "1gbit"  # those hosts' cables, each way (tc syntax)
+    device: str = "cpu"  # "cuda": tensors on the GPU (rank r on cuda:r when there are enough, else cuda:0)
 
 
 def _job(rank: int, n: int, emit, cfg: Config) -> None:
@@ -41,7 +42,13 @@ def _job(rank: int, n: int, emit, cfg: Config) -> None:
     from . import linklimit, runner
     from .. import api as pc
 
-    peer = runner.Engine("gloo") if cfg.peer == "gloo" else None
+    peer = runner.Engine(cfg.peer) if cfg.peer in ("gloo", "nccl") else None
+    device = cfg.device
+    if device == "cuda":
+        import torch
+
+        device = f"cuda:{rank % torch.cuda.device_count()}"
+        torch.cuda.set_device(device)
     if rank == 0:
         emit("memcpy", linklimit.memcpy_bandwidth())
         emit("transport", sorted(set(pc.get_transport_info().values())))
@@ -50,7 +57,7 @@ def _job(rank: int, n: int, emit, cfg: Config) -> None:
         if rank == 0:
             emit("link", limit)
     for row in runner.run(cfg.op, cfg.sizes, cfg.dtype, cfg.iters, cfg.warmup, cfg.repeats, peer,
-                          runner.Engine("pycollect"), rank, n):
+                          runner.Engine("pycollect"), rank, n, device):
         if rank == 0:
             emit("row", row)
 
@@ -70,7 +77,7 @@ def run(cfg: Config, json_path: Optional[str] = None, plot_path: Optional[str] =
     line = netns.rate_bytes(cfg.line_rate) / 1e9 if cfg.netns_hosts else None
     where = (f"{cfg.world_size} namespace hosts, {cfg.line_rate} cables ({line:.3f} GB/s each way)"
              if cfg.netns_hosts else f"{cfg.world_size} ranks on loopback")
-    print(f"# pycollect bench: {cfg.op}, {where}, {cfg.dtype}, "
+    print(f"# pycollect bench: {cfg.op}, {where}, {cfg.dtype} on {cfg.device}, "
           f"iters {cfg.iters} x {cfg.repeats} blocks (median), warm-up {cfg.warmup}, peer {cfg.peer or 'none'}",
           file=stream, flush=True)
 
@@ -93,7 +100,7 @@ def run(cfg: Config, json_path: Optional[str] = None, plot_path: Optional[str] =
             rows.append(value)
             print(report.format_row(value, cfg.peer), file=stream, flush=True)
 
-    backends = ("pycollect", "gloo") if cfg.peer == "gloo" else ("pycollect",)
+    backends = ("pycollect", cfg.peer) if cfg.peer in ("gloo", "nccl") else ("pycollect",)
     with contextlib.ExitStack() as stack:
         hosts = stack.enter_context(netns.Hosts(cfg.world_size, cfg.line_rate)) if cfg.netns_hosts else None
         run_ranks(_job, cfg.world_size, backends, job_args=(cfg,), timeout=timeout, on_event=on_event, env=cfg.env,

@@ -59,17 +59,18 @@ _ag = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
 _rs = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
 
 
-def buffers(op: str, count: int, n: int, dtype: torch.dtype):
-    """(a, b): the input (in place for all_reduce / broadcast) and the output."""
+def buffers(op: str, count: int, n: int, dtype: torch.dtype, device: str = "cpu"):
+    """(a, b): the input (in place for all_reduce / broadcast) and the output, on `device`."""
     if op == "all_gather":
-        return torch.zeros(count // n, dtype=dtype), torch.empty(count, dtype=dtype)
+        return torch.zeros(count // n, dtype=dtype, device=device), torch.empty(count, dtype=dtype, device=device)
     if op == "reduce_scatter":
-        return torch.zeros(count, dtype=dtype), torch.empty(count // n, dtype=dtype)
-    return torch.zeros(count, dtype=dtype), None
+        return torch.zeros(count, dtype=dtype, device=device), torch.empty(count // n, dtype=dtype, device=device)
+    return torch.zeros(count, dtype=dtype, device=device), None
 
 
-def count_wrong(engine: Engine, op: str, count: int, rank: int, n: int, dtype: torch.dtype) -> int:
-    """Run one call on a known pattern; return how many elements are wrong."""
+def count_wrong(engine: Engine, op: str, count: int, rank: int, n: int, dtype: torch.dtype,
+                device: str = "cpu") -> int:
+    """Run one call on a known pattern (on `device`); return how many elements are wrong."""
     idx = torch.arange(count, dtype=torch.int64)
     if op == "all_reduce":
         a, b = ((idx % 7 + 1) * (rank + 1)).to(dtype), None
@@ -87,9 +88,10 @@ def count_wrong(engine: Engine, op: str, count: int, rank: int, n: int, dtype: t
     else:
         a = ((idx % 11) + 1).to(dtype) if rank == 0 else torch.zeros(count, dtype=dtype)
         b, expected = None, ((idx % 11) + 1).to(dtype)
+    a, b = a.to(device), None if b is None else b.to(device)
     engine.call(op, a, b)
     got = a if b is None else b
-    return int((got != expected).sum())
+    return int((got.cpu() != expected).sum())
 
 
 def _max_over_ranks(value: float, group) -> float:
@@ -98,8 +100,14 @@ def _max_over_ranks(value: float, group) -> float:
     return float(t[0])
 
 
+def _sync(device: str) -> None:
+    """CUDA: a block's time includes the device work its calls queued."""
+    if device != "cpu":
+        torch.cuda.synchronize()
+
+
 def run(op: str, sizes, dtype_name: str, iters: int, warmup: int, repeats: int,
-        peer: Optional[Engine], ours: Engine, rank: int, n: int) -> Iterator[Dict]:
+        peer: Optional[Engine], ours: Engine, rank: int, n: int, device: str = "cpu") -> Iterator[Dict]:
     dtype = getattr(torch, dtype_name)
     esize = DTYPE_BYTES[dtype_name]
     engines = [ours] + ([peer] if peer else [])
@@ -109,7 +117,7 @@ def run(op: str, sizes, dtype_name: str, iters: int, warmup: int, repeats: int,
             continue
         row = {"size": count * esize, "count": count, "type": dtype_name,
                "redop": "sum" if op in ("all_reduce", "reduce_scatter") else "none"}
-        bufs = {e.name: buffers(op, count, n, dtype) for e in engines}
+        bufs = {e.name: buffers(op, count, n, dtype, device) for e in engines}
         samples = {e.name: [] for e in engines}
         for e in engines:
             for _ in range(warmup):
@@ -117,16 +125,18 @@ def run(op: str, sizes, dtype_name: str, iters: int, warmup: int, repeats: int,
         for rep in range(repeats):
             order = engines if rep % 2 == 0 else engines[::-1]
             for e in order:
+                _sync(device)
                 e.barrier()
                 t0 = time.perf_counter()
                 for _ in range(iters):
                     e.call(op, *bufs[e.name])
+                _sync(device)
                 samples[e.name].append((time.perf_counter() - t0) / iters)
         for e in engines:
             t = _max_over_ranks(statistics.median(samples[e.name]), ours.group)
             algbw = row["size"] / t / 1e9
             row[e.name] = {"time_us": t * 1e6, "algbw": algbw, "busbw": algbw * bus_factor(op, n),
-                           "wrong": count_wrong(e, op, count, rank, n, dtype)}
+                           "wrong": count_wrong(e, op, count, rank, n, dtype, device)}
             wrong = torch.tensor([row[e.name]["wrong"]], dtype=torch.int64)
             pc.all_reduce(wrong, group=ours.group)
             row[e.name]["wrong"] = int(wrong[0])

@@ -23,7 +23,10 @@ def register(subparsers) -> None:
     p.add_argument("-g", "--world-size", type=int, default=None,
                    help="ranks on this machine (default 2, or the --netns-hosts count)")
     p.add_argument("-d", "--dtype", default="float32", choices=sorted(DTYPE_BYTES))
-    p.add_argument("--peer", default="gloo", choices=["gloo", "nccl", "none"])
+    p.add_argument("--peer", default="gloo", choices=["gloo", "nccl", "none"],
+                   help="the engine timed beside pycollect on the same tensors (nccl: --device cuda, one GPU per rank)")
+    p.add_argument("--device", default="cpu", choices=["cpu", "cuda"],
+                   help="where the tensors live (cuda: pycollect stages them through pinned host memory)")
     p.add_argument("--algo", default=None, choices=["auto", "ring", "direct"],
                    help="force pycollect's all-reduce algorithm (PYCOLLECT_ALGO)")
     p.add_argument("--transport", default=None, choices=["auto", "tcp", "shm"],
@@ -40,6 +43,27 @@ def register(subparsers) -> None:
     p.add_argument("--json", default=None, help="write the results here (default bench/results/OP_gN.json)")
     p.add_argument("--plot", default=None, help="write the PNG plot here (default next to the JSON)")
     p.set_defaults(func=run)
+
+
+def check_device(device: str, peer: str, world_size: int, netns_hosts: int):
+    """Raise ValueError for a device the machine lacks; return why the run is skipped (NCCL
+    on fewer GPUs than ranks), or None."""
+    if device == "cpu":
+        if peer == "nccl":
+            raise ValueError("--peer nccl runs on CUDA GPUs: add --device cuda")
+        return None
+    import torch
+
+    if not torch.cuda.is_available():
+        raise ValueError("--device cuda: CUDA is not available on this machine (torch.cuda.is_available() is "
+                         "False: no GPU, no driver, or a CPU-only torch)")
+    if netns_hosts:
+        raise ValueError("--device cuda runs on loopback (no --netns-hosts)")
+    gpus = torch.cuda.device_count()
+    if peer == "nccl" and gpus < world_size:
+        return (f"--peer nccl needs one GPU per rank (NCCL refuses two ranks on one GPU); this machine has "
+                f"{gpus} GPU(s) for {world_size} ranks. Use --peer gloo to compare on one GPU.")
+    return None
 
 
 def run(args) -> int:
@@ -68,12 +92,13 @@ def run(args) -> int:
             raise ValueError(f"world size must be >= 1, got {args.world_size}")
         if args.iters < 1 or args.repeats < 1 or args.warmup_iters < 0:
             raise ValueError("iters and repeats must be >= 1 and warm-up >= 0")
-        if args.peer == "nccl":
-            raise NotImplementedError("--peer nccl needs CUDA GPUs and pycollect's CUDA staging, which is not "
-                                      "implemented yet; use --peer gloo")
+        skip = check_device(args.device, args.peer, args.world_size, args.netns_hosts)
     except (ValueError, NotImplementedError) as e:
         print(f"pycollect bench: {e}", file=sys.stderr)
         return 2
+    if skip:
+        print(f"pycollect bench: skipped: {skip}", file=sys.stderr)
+        return 0
     env = {k: v for k, v in os.environ.items() if k.startswith("PYCOLLECT_")}
     if args.algo:
         env["PYCOLLECT_ALGO"] = args.algo
@@ -91,8 +116,9 @@ def run(args) -> int:
     cfg = Config(op=args.op, world_size=args.world_size, sizes=sizes, dtype=args.dtype, iters=args.iters,
                  warmup=args.warmup_iters, repeats=args.repeats, peer=peer,
                  link_limit=not args.no_link_limit, env=env, netns_hosts=bool(args.netns_hosts),
-                 line_rate=args.line_rate)
-    name = f"{args.op}_g{args.world_size}" + (f"_netns_{args.line_rate}" if args.netns_hosts else "")
+                 line_rate=args.line_rate, device=args.device)
+    name = f"{args.op}_g{args.world_size}" + ("_cuda" if args.device == "cuda" else "")
+    name += (f"_netns_{args.line_rate}" if args.netns_hosts else "")
     json_path = args.json or os.path.join("bench", "results", f"{name}.json")
     plot_path = args.plot or os.path.splitext(json_path)[0] + ".png"
     os.makedirs(os.path.dirname(json_path) or ".", exist_ok=True)

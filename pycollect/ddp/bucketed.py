@@ -121,7 +121,8 @@ class _Bucket:
         for i in indices:
             self.offsets.append(total)
             total += params[i].numel()
-        self.flat = torch.zeros(total, dtype=params[indices[0]].dtype)
+        # On the parameters' device: a CUDA model's buckets are reduced as CUDA tensors.
+        self.flat = torch.zeros(total, dtype=params[indices[0]].dtype, device=params[indices[0]].device)
         self.pending = len(indices)
         self.work = None
 

@@ -74,12 +74,13 @@ def make_layout(shapes: Sequence[Sequence[int]], world_size: int) -> FlatLayout:
 
 def shard_from_params(params: Sequence[torch.Tensor], layout: FlatLayout, rank: int,
                       dtype: torch.dtype = torch.float32) -> torch.Tensor:
-    """Copy rank `rank`'s shard out of the full parameters (no full-size temporary)."""
+    """Copy rank `rank`'s shard out of the full parameters (no full-size temporary), on
+    the parameters' device."""
     if not 0 <= rank < layout.world_size:
         raise ValueError(f"rank {rank} is outside the world [0, {layout.world_size})")
     S = layout.shard_numel
     lo, hi = rank * S, (rank + 1) * S
-    shard = torch.zeros(S, dtype=dtype)
+    shard = torch.zeros(S, dtype=dtype, device=params[0].device if len(params) else "cpu")
     start = 0
     for p, n in zip(params, layout.numels):
         # overlap of [start, start + n) (this parameter) with [lo, hi) (this shard)
@@ -96,9 +97,9 @@ def chunk_of(full: torch.Tensor, layout: FlatLayout, rank: int) -> torch.Tensor:
     return full[rank * S:(rank + 1) * S]
 
 
-def alloc_unsharded(layout: FlatLayout, dtype: torch.dtype) -> torch.Tensor:
-    """An unsharded padded buffer, created with its storage already freed."""
-    full = torch.empty(layout.padded_numel, dtype=dtype)
+def alloc_unsharded(layout: FlatLayout, dtype: torch.dtype, device="cpu") -> torch.Tensor:
+    """An unsharded padded buffer on `device`, created with its storage already freed."""
+    full = torch.empty(layout.padded_numel, dtype=dtype, device=device)
     free_storage(full)
     return full
 
@@ -162,7 +163,7 @@ def reduce_scatter_grads(flat_grad: torch.Tensor, layout: FlatLayout, reduce_dty
                          f"expects {layout.padded_numel}")
     grad = flat_grad.detach().to(reduce_dtype).contiguous()
     grad.div_(layout.world_size)  # divide before summing: 16-bit sums stay in range
-    shard = torch.empty(layout.shard_numel, dtype=reduce_dtype)
+    shard = torch.empty(layout.shard_numel, dtype=reduce_dtype, device=grad.device)
     work = api.reduce_scatter_tensor(shard, grad, op=ReduceOp.SUM, group=group, async_op=async_op)
     return work, shard
 

@@ -46,7 +46,7 @@ class ParamGroup:
         self.shard = nn.Parameter(C.shard_from_params(params, self.layout, rank, dtype), requires_grad)
         self.compute_dtype = mp.compute_dtype(dtype)
         self.reduce_dtype = mp.grad_reduce_dtype(dtype)
-        self.full = C.alloc_unsharded(self.layout, self.compute_dtype)
+        self.full = C.alloc_unsharded(self.layout, self.compute_dtype, self.shard.device)
         # while sharded, each attribute holds a data-less stand-in of the right shape:
         # a view of freed storage would crash whoever reads it.
         self.placeholders = [torch.empty(s, dtype=self.compute_dtype, device="meta") for s in self.layout.shapes]

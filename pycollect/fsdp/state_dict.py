@@ -37,7 +37,7 @@ def full_state_dict(module: nn.Module, rank0_only: bool = True) -> dict:
     for unit in state.units:
         if unit.empty:
             continue
-        full = torch.empty(unit.layout.padded_numel, dtype=unit.shard.dtype)
+        full = torch.empty(unit.layout.padded_numel, dtype=unit.shard.dtype, device=unit.shard.device)
         api.all_gather_into_tensor(full, unit.shard.detach(), group=state.group)
         if keep:
             for view, holders in zip(C.unflatten(full, unit.layout), unit.holders):
@@ -79,7 +79,7 @@ def load_full_state_dict(module: nn.Module, state_dict: Optional[dict], broadcas
                 tensors = [state_dict[h[0][2]] for h in unit.holders]
                 unit.shard.copy_(C.shard_from_params(tensors, unit.layout, state.rank, unit.shard.dtype))
                 continue
-            full = torch.zeros(unit.layout.padded_numel, dtype=unit.shard.dtype)
+            full = torch.zeros(unit.layout.padded_numel, dtype=unit.shard.dtype, device=unit.shard.device)
             if has_dict:
                 for view, holders in zip(C.unflatten(full, unit.layout), unit.holders):
                     view.copy_(state_dict[holders[0][2]])

@@ -23,12 +23,13 @@ def _create(options, backend_options=None):
 
 
 def register() -> None:
-    """Make "pycollect" a torch.distributed backend (CPU tensors). Safe to call again."""
+    """Make "pycollect" a torch.distributed backend for CPU and CUDA tensors (CUDA ones are
+    staged through pinned host memory by the engine). Safe to call again."""
     import torch.distributed as dist
 
     if BACKEND.upper() in dist.Backend._plugins:
         return
-    dist.Backend.register_backend(BACKEND, _create, extended_api=True, devices=["cpu"])
+    dist.Backend.register_backend(BACKEND, _create, extended_api=True, devices=["cpu", "cuda"])
 
 
 def monitored_barrier(group=None, timeout=None, wait_all_ranks: bool = False) -> None:

@@ -37,7 +37,9 @@ class TorchWork(dist.Work):
         self._result = result
         self._done = threading.Event()
         self._error: Optional[BaseException] = None
-        self._future: torch.futures.Future = torch.futures.Future()
+        # CUDA results: the Future knows their devices, so a consumer's stream syncs with it.
+        devices = sorted({t.device for t in result if isinstance(t, torch.Tensor) and t.is_cuda}, key=str)
+        self._future: torch.futures.Future = torch.futures.Future(devices=devices) if devices else torch.futures.Future()
 
     def _settle(self) -> None:
         """Completer thread: wait for the engine, then publish the outcome."""

@@ -1,0 +1,195 @@
+#include "device/host_device.h"
+
+#include <chrono>
+#include <condition_variable>
+#include <cstdlib>
+#include <cstring>
+#include <deque>
+#include <functional>
+#include <thread>
+
+namespace pycollect {
+
+// One record of an event: done once its stream ran up to it; `error` if the stream
+// had failed by then.
+struct HostDevice::Mark {
+  std::mutex mu;
+  std::condition_variable cv;
+  bool done = false;
+  std::string error;
+
+  void complete(const std::string& why) {
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      done = true;
+      error = why;
+    }
+    cv.notify_all();
+  }
+  std::string waitDone() {
+    std::unique_lock<std::mutex> lock(mu);
+    cv.wait(lock, [this] { return done; });
+    return error;
+  }
+};
+
+// A FIFO of tasks and the thread that runs them. `error` (thread only) breaks it.
+struct HostDevice::Stream {
+  Stream() : thread([this] { run(); }) {}
+  ~Stream() {
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      stopping = true;
+    }
+    cv.notify_all();
+    thread.join();  // runs what is queued first: no record is left pending
+  }
+  void push(std::function<void()> task) {
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      tasks.push_back(std::move(task));
+    }
+    cv.notify_all();
+  }
+  void run() {
+    for (;;) {
+      std::function<void()> task;
+      {
+        std::unique_lock<std::mutex> lock(mu);
+        cv.wait(lock, [this] { return stopping || !tasks.empty(); });
+        if (tasks.empty()) return;
+        task = std::move(tasks.front());
+        tasks.pop_front();
+      }
+      task();
+    }
+  }
+
+  std::mutex mu;
+  std::condition_variable cv;
+  std::deque<std::function<void()>> tasks;
+  bool stopping = false;
+  std::string error;  // set by the thread when a task failed; later tasks are skipped
+  std::thread thread;  // last: starts once the members above exist
+};
+
+HostDevice::HostDevice(HostDeviceOptions options) : options_(options) {
+  streams_.push_back(std::make_unique<Stream>());  // handle 0: the default stream
+}
+
+HostDevice::~HostDevice() { streams_.clear(); }
+
+HostDevice::Stream& HostDevice::stream(StreamHandle handle) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (handle >= streams_.size()) {
+    throw DeviceError("host device: no stream " + std::to_string(handle));
+  }
+  return *streams_[handle];
+}
+
+StreamHandle HostDevice::createStream() {
+  std::lock_guard<std::mutex> lock(mu_);
+  streams_.push_back(std::make_unique<Stream>());
+  return streams_.size() - 1;
+}
+
+EventHandle HostDevice::createEvent() {
+  std::lock_guard<std::mutex> lock(mu_);
+  events_.push_back(nullptr);
+  return events_.size();
+}
+
+void HostDevice::destroyEvent(EventHandle event) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (event >= 1 && event <= events_.size()) events_[event - 1] = nullptr;
+}
+
+void HostDevice::copy(void* dst, const void* src, size_t bytes, StreamHandle handle) {
+  Stream& s = stream(handle);
+  uint64_t index;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    index = ++copies_;
+  }
+  const int delayUs = options_.copyDelayUs;
+  const bool fail = index == options_.failCopy;
+  Stream* sp = &s;
+  s.push([sp, dst, src, bytes, delayUs, fail, index] {
+    if (!sp->error.empty()) return;
+    if (delayUs > 0) std::this_thread::sleep_for(std::chrono::microseconds(delayUs));
+    if (fail) {
+      sp->error = "copy #" + std::to_string(index) + " failed (injected by the host device's failCopy)";
+      return;
+    }
+    std::memcpy(dst, src, bytes);
+  });
+}
+
+void HostDevice::copyToHost(void* host, const void* device, size_t bytes, StreamHandle stream) {
+  copy(host, device, bytes, stream);
+}
+
+void HostDevice::copyToDevice(void* device, const void* host, size_t bytes, StreamHandle stream) {
+  copy(device, host, bytes, stream);
+}
+
+void HostDevice::fill(void* device, size_t bytes, int value, int delayUs, StreamHandle handle) {
+  Stream* sp = &stream(handle);
+  sp->push([sp, device, bytes, value, delayUs] {
+    if (!sp->error.empty()) return;
+    std::this_thread::sleep_for(std::chrono::microseconds(delayUs));
+    std::memset(device, value, bytes);
+  });
+}
+
+void HostDevice::record(EventHandle event, StreamHandle handle) {
+  Stream* sp = &stream(handle);
+  auto mark = std::make_shared<Mark>();
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (event < 1 || event > events_.size()) {
+      throw DeviceError("host device: no event " + std::to_string(event));
+    }
+    events_[event - 1] = mark;
+  }
+  sp->push([sp, mark] { mark->complete(sp->error); });
+}
+
+bool HostDevice::query(EventHandle event) {
+  std::shared_ptr<Mark> mark;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (event < 1 || event > events_.size()) {
+      throw DeviceError("host device: no event " + std::to_string(event));
+    }
+    mark = events_[event - 1];
+  }
+  if (mark == nullptr) return true;
+  std::lock_guard<std::mutex> lock(mark->mu);
+  if (mark->done && !mark->error.empty()) throw DeviceError("host device: " + mark->error);
+  return mark->done;
+}
+
+void HostDevice::streamWait(StreamHandle handle, EventHandle event) {
+  Stream* sp = &stream(handle);
+  std::shared_ptr<Mark> mark;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (event >= 1 && event <= events_.size()) mark = events_[event - 1];
+  }
+  if (mark == nullptr) return;  // never recorded: nothing to wait for
+  sp->push([sp, mark] {
+    std::string error = mark->waitDone();
+    if (!error.empty() && sp->error.empty()) sp->error = error;  // failure travels on
+  });
+}
+
+void* HostDevice::allocPinned(size_t bytes) {
+  void* p = std::malloc(bytes == 0 ? 1 : bytes);
+  if (p == nullptr) throw DeviceError("host device: out of memory for " + std::to_string(bytes) + " bytes");
+  return p;
+}
+
+void HostDevice::freePinned(void* p) { std::free(p); }
+
+}  // namespace pycollect

@@ -1,0 +1,61 @@
+// HostDevice: the Device interface on the CPU, asynchronous like a GPU, for tests.
+//
+// Each stream is a FIFO of tasks run by its own thread: a copy is a memcpy that
+// happens later (after `copyDelayUs`, to make reordering bugs show), an event record
+// completes when the thread reaches it, a stream wait blocks that thread until the
+// event's record completes. "Device memory" is ordinary host memory.
+//
+// failCopy = N > 0 makes the N-th copy of this device fail: its stream is then
+// broken, so every later copy on it is skipped and every event recorded on it
+// reports the failure, as a CUDA stream with a sticky error would.
+#pragma once
+
+#include <memory>
+#include <mutex>
+#include <vector>
+
+#include "device/device.h"
+
+namespace pycollect {
+
+struct HostDeviceOptions {
+  int copyDelayUs = 0;  // each copy sleeps this long before it runs
+  uint64_t failCopy = 0;  // 1-based index of the copy that fails; 0: none
+};
+
+class HostDevice : public Device {
+ public:
+  explicit HostDevice(HostDeviceOptions options);
+  ~HostDevice() override;
+
+  std::string name() const override { return "host"; }
+  StreamHandle createStream() override;
+  EventHandle createEvent() override;
+  void destroyEvent(EventHandle event) override;
+  void copyToHost(void* host, const void* device, size_t bytes, StreamHandle stream) override;
+  void copyToDevice(void* device, const void* host, size_t bytes, StreamHandle stream) override;
+  void record(EventHandle event, StreamHandle stream) override;
+  bool query(EventHandle event) override;
+  void streamWait(StreamHandle stream, EventHandle event) override;
+  void* allocPinned(size_t bytes) override;
+  void freePinned(void* p) override;
+
+  // Test hook: queue, on `stream`, a fill of `bytes` at `device` with `value` after a
+  // sleep of `delayUs`: work "already queued by the caller" that a collective must wait for.
+  void fill(void* device, size_t bytes, int value, int delayUs, StreamHandle stream);
+
+  struct Stream;
+  struct Mark;
+
+ private:
+  Stream& stream(StreamHandle handle);
+  void copy(void* dst, const void* src, size_t bytes, StreamHandle stream);
+
+  const HostDeviceOptions options_;
+  std::mutex mu_;
+  std::vector<std::unique_ptr<Stream>> streams_;  // handle h is streams_[h]; 0: the default
+  std::vector<std::shared_ptr<Mark>> events_;     // handle h is events_[h - 1]: its last record
+  uint64_t copies_ = 0;                            // copies queued so far (under mu_)
+};
+
+}  // namespace pycollect

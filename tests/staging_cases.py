@@ -1,0 +1,296 @@
+"""Worker-side functions for tests/test_staging.py: the staged (device) path driven by
+the engine's host device, checked against the plain path and Gloo on the same inputs.
+
+Each case makes its own group with ProcessGroup.use_host_device (CPU tensors then take
+the path CUDA tensors take: cut into pieces, copied through pinned slots by stream
+threads), runs the call there and on the default groups, and returns a digest of the
+staged result so the test can check that every rank holds the same bytes.
+"""
+from __future__ import annotations
+
+import hashlib
+import time
+
+import torch
+import torch.distributed as dist
+
+import pycollect as pc
+from collective_cases import TOL, make_input
+
+PIECE_BYTES = 256  # the pool's PYCOLLECT_STAGING_BYTES: 64 float32 per piece
+
+
+def _host_group(copy_delay_us: int = 0, fail_copy: int = 0):
+    g = pc.new_group()
+    g.use_host_device(copy_delay_us, fail_copy)
+    return g
+
+
+def _digest(*tensors) -> str:
+    h = hashlib.sha256()
+    for t in tensors:
+        h.update(t.contiguous().view(torch.uint8).numpy().tobytes())
+    return h.hexdigest()
+
+
+def _same(a: torch.Tensor, b: torch.Tensor, dtype, what: str) -> None:
+    if dtype.is_floating_point:
+        rtol, atol = TOL[dtype]
+        torch.testing.assert_close(a.double(), b.double(), rtol=rtol, atol=atol, msg=what)
+    else:
+        assert torch.equal(a, b), f"{what}: {a[:8]} != {b[:8]}"
+
+
+def _torch_op(op: str):
+    return {"SUM": dist.ReduceOp.SUM, "PRODUCT": dist.ReduceOp.PRODUCT, "MIN": dist.ReduceOp.MIN,
+            "MAX": dist.ReduceOp.MAX, "AVG": dist.ReduceOp.AVG}[op]
+
+
+def _run_kind(kind: str, g, inputs, op: str, engine: str):
+    """Runs `kind` on `inputs` (this rank's, cloned) through pycollect group `g` or Gloo;
+    returns the tensors it produced."""
+    rank, n = dist.get_rank(), dist.get_world_size()
+    x = inputs[rank].clone()
+    count = x.numel()
+    tops = _torch_op(op) if op != "AVG" else None
+    if kind == "all_reduce":
+        if engine == "gloo":
+            if op == "AVG":
+                dist.all_reduce(x)
+                x = (x.double() / n).to(x.dtype)
+            else:
+                dist.all_reduce(x, op=tops)
+        else:
+            pc.all_reduce(x, op=op, group=g)
+        return [x]
+    if kind == "broadcast":
+        (dist.broadcast if engine == "gloo" else pc.broadcast)(x, 1, **({} if engine == "gloo" else {"group": g}))
+        return [x]
+    if kind == "reduce":
+        if engine == "gloo":
+            dist.reduce(x, 0, op=tops)
+        else:
+            pc.reduce(x, 0, op=op, group=g)
+        return [x] if rank == 0 else [x]
+    if kind == "all_gather_into_tensor":
+        out = torch.empty(n * count, dtype=x.dtype)
+        if engine == "gloo":
+            dist.all_gather_into_tensor(out, x)
+        else:
+            pc.all_gather_into_tensor(out, x, group=g)
+        return [out]
+    if kind == "all_gather":
+        outs = [torch.empty(count, dtype=x.dtype) for _ in range(n)]
+        if engine == "gloo":
+            dist.all_gather(outs, x)
+        else:
+            pc.all_gather(outs, x, group=g)
+        return outs
+    if kind == "reduce_scatter_tensor":
+        big = torch.cat([inputs[rank]] * n) + rank  # n chunks of `count`
+        out = torch.empty(count, dtype=x.dtype)
+        if engine == "gloo":
+            # Gloo has no reduce_scatter: the reference is all_reduce + our chunk.
+            dist.all_reduce(big, op=tops)
+            out.copy_(big[rank * count:(rank + 1) * count])
+        else:
+            pc.reduce_scatter_tensor(out, big, op=op, group=g)
+        return [out]
+    if kind == "reduce_scatter":
+        parts = [inputs[rank] + k for k in range(n)]
+        out = torch.empty(count, dtype=x.dtype)
+        if engine == "gloo":
+            big = torch.cat(parts)
+            dist.all_reduce(big, op=tops)
+            out.copy_(big[rank * count:(rank + 1) * count])
+        else:
+            pc.reduce_scatter(out, parts, op=op, group=g)
+        return [out]
+    raise ValueError(kind)
+
+
+def case_staging_matches(kind: str, dtype, op: str, counts, copy_delay_us: int = 0):
+    """Every count of `counts`: staged == plain == Gloo (within the suite's tolerances)."""
+    rank, n = dist.get_rank(), dist.get_world_size()
+    g = _host_group(copy_delay_us)
+    try:
+        digests = []
+        before = g._comm.staged_pieces()
+        for seed, count in enumerate(counts):
+            inputs = [make_input(dtype, count, r, seed, op) for r in range(n)]
+            staged = _run_kind(kind, g, inputs, op, "pycollect")
+            plain = _run_kind(kind, None, inputs, op, "pycollect")
+            gloo = _run_kind(kind, None, inputs, op, "gloo") if op != "AVG" or kind == "all_reduce" else plain
+            for s, p, gl in zip(staged, plain, gloo):
+                what = f"{kind} {dtype} {op} count={count} rank {rank}"
+                if kind == "reduce" and rank != 0:
+                    assert torch.equal(s, inputs[rank]), f"{what}: a non-root's tensor changed"
+                    continue
+                _same(s, p, dtype, what + " staged vs plain")
+                _same(s, gl, dtype, what + " staged vs gloo")
+            digests.append(_digest(*staged) if kind != "reduce" else "")
+        pieces = g._comm.staged_pieces() - before
+        return digests, pieces, g._comm.staging_pinned_bytes()
+    finally:
+        pc.destroy_process_group(g)
+
+
+def case_staging_async_order(count: int, copy_delay_us: int):
+    """Back-to-back async all-reduces on different tensors, with slow copies: each result
+    is its own (no piece of one call lands in another's tensor)."""
+    rank, n = dist.get_rank(), dist.get_world_size()
+    g = _host_group(copy_delay_us)
+    try:
+        xs = [torch.full((count,), float(k * 10 + rank)) for k in range(4)]
+        works = [pc.all_reduce(x, group=g, async_op=True) for x in xs]
+        for w in works:
+            w.wait()
+        for k, x in enumerate(xs):
+            want = float(sum(k * 10 + r for r in range(n)))
+            assert torch.all(x == want), f"call {k}: {x[:4]} != {want}"
+        return _digest(*xs)
+    finally:
+        pc.destroy_process_group(g)
+
+
+def case_staging_waits_for_caller_stream(count: int):
+    """Work queued on the caller's stream before the call (a slow fill) is seen by it."""
+    rank, n = dist.get_rank(), dist.get_world_size()
+    g = _host_group()
+    try:
+        x = torch.zeros(count, dtype=torch.uint8)
+        pc.all_reduce(x, group=g)  # makes the host device
+        g._comm.host_device_fill(x.data_ptr(), count, rank + 1, 100_000)  # 0.1 s, then fill
+        pc.all_reduce(x, group=g)
+        want = sum(r + 1 for r in range(n))
+        assert torch.all(x == want), f"{x[:8]} != {want}: the call did not wait for the caller's stream"
+        return int(x[0])
+    finally:
+        pc.destroy_process_group(g)
+
+
+def case_staging_copy_failure(count: int, fail_copy: int):
+    """Rank 0's `fail_copy`-th copy fails mid-way: every rank gets an error, quickly."""
+    rank = dist.get_rank()
+    g = _host_group(copy_delay_us=100, fail_copy=fail_copy if rank == 0 else 0)
+    t0 = time.monotonic()
+    try:
+        x = torch.ones(count)
+        try:
+            pc.all_reduce(x, group=g)
+        except pc.PyCollectError as e:
+            return type(e).__name__, str(e), time.monotonic() - t0, g._comm.failed()
+        return "no error", "", time.monotonic() - t0, g._comm.failed()
+    finally:
+        pc.destroy_process_group(g)
+
+
+def case_staging_irregular(count: int):
+    """gather, scatter, all_to_all, the coalesced calls and send/recv through the host
+    staging of _device.py: same results as the plain path."""
+    rank, n = dist.get_rank(), dist.get_world_size()
+    g = _host_group()
+    try:
+        results = {}
+        x = torch.arange(count, dtype=torch.float32) + 100 * rank
+        # gather to 0
+        outs = [torch.empty(count) for _ in range(n)] if rank == 0 else None
+        pc.gather(x, outs, dst=0, group=g)
+        if rank == 0:
+            for r in range(n):
+                assert torch.equal(outs[r], torch.arange(count, dtype=torch.float32) + 100 * r), "gather"
+        # scatter from 1
+        got = torch.empty(count)
+        src = [torch.full((count,), float(r + 7)) for r in range(n)] if rank == 1 else None
+        pc.scatter(got, src, src=1, group=g)
+        assert torch.all(got == rank + 7), "scatter"
+        # all_to_all
+        ins = [torch.full((count,), float(rank * 10 + p)) for p in range(n)]
+        outs2 = [torch.empty(count) for _ in range(n)]
+        pc.all_to_all(outs2, ins, group=g)
+        for p in range(n):
+            assert torch.all(outs2[p] == p * 10 + rank), "all_to_all"
+        # coalesced all-reduce (in place) and all-gather
+        ts = [torch.full((count,), float(rank + 1)), torch.full((count + 1,), float(2 * rank))]
+        pc.all_reduce_coalesced(ts, group=g)
+        assert torch.all(ts[0] == sum(r + 1 for r in range(n))) and torch.all(ts[1] == sum(2 * r for r in range(n)))
+        rows = [[torch.empty(count), torch.empty(2)] for _ in range(n)]
+        pc.all_gather_coalesced(rows, [x, torch.full((2,), float(rank))], group=g)
+        for r in range(n):
+            assert torch.all(rows[r][1] == r) and torch.equal(rows[r][0], torch.arange(count, dtype=torch.float32) + 100 * r)
+        # send / recv around the ring, then a recv from any source
+        nxt, prv = (rank + 1) % n, (rank - 1) % n
+        r_buf = torch.empty(count)
+        w = pc.isend(x, g.ranks[nxt], group=g)
+        pc.recv(r_buf, g.ranks[prv], group=g)
+        w.wait()
+        assert torch.equal(r_buf, torch.arange(count, dtype=torch.float32) + 100 * prv), "send/recv"
+        if rank == 1:
+            pc.send(x, 0, group=g, tag=5)
+        if rank == 0:
+            any_buf = torch.empty(count)
+            who = pc.recv(any_buf, None, group=g, tag=5)
+            assert who == 1 and torch.equal(any_buf, torch.arange(count, dtype=torch.float32) + 100), "recv any"
+        results["pieces"] = g._comm.staged_pieces()
+        return results
+    finally:
+        pc.destroy_process_group(g)
+
+
+def case_staging_cuda_missing():
+    """Without a GPU the engine's CUDA device cannot load: a clear DeviceError, raised
+    before anything is sent (the group goes on working)."""
+    g = pc.new_group()
+    try:
+        x = torch.ones(8)
+        try:
+            g._comm.all_reduce_staged(x.data_ptr(), 8, 0, 0, 0, 0, 0)
+        except pc.DeviceError as e:
+            message = str(e)
+        else:
+            message = ""
+        pc.all_reduce(x, group=g)  # still in step with the other ranks
+        return message, float(x[0]), g._comm.failed()
+    finally:
+        pc.destroy_process_group(g)
+
+
+def case_staging_cut_mismatch(count: int):
+    """Ranks that cut differently (different PYCOLLECT_STAGING_BYTES) get a MismatchError
+    naming the piece counts, not mixed bytes or a hang."""
+    import os
+
+    rank = dist.get_rank()
+    saved = os.environ.get("PYCOLLECT_STAGING_BYTES")
+    os.environ["PYCOLLECT_STAGING_BYTES"] = str(PIECE_BYTES * (rank + 1))
+    try:
+        g = _host_group()
+    finally:
+        os.environ["PYCOLLECT_STAGING_BYTES"] = saved
+    try:
+        pc.all_reduce(torch.ones(count), group=g)
+    except pc.PyCollectError as e:
+        return type(e).__name__, str(e)
+    finally:
+        pc.destroy_process_group(g)
+    return "no error", ""
+
+
+def case_staging_abort_while_copying():
+    """A staged call waiting on slow copies stops soon after the group is aborted (the
+    poll asks for the group's failure), on every rank."""
+    rank = dist.get_rank()
+    g = _host_group(copy_delay_us=300_000)  # every copy takes 0.3 s
+    t0 = time.monotonic()
+    try:
+        w = pc.all_reduce(torch.ones(20 * (PIECE_BYTES // 4)), group=g, async_op=True)  # 20 pieces: > 12 s
+        if rank == 0:
+            time.sleep(0.5)
+            g.abort("test: aborted while copying")
+        try:
+            w.wait(timeout=30)
+        except pc.PyCollectError as e:
+            return type(e).__name__, str(e), time.monotonic() - t0
+        return "no error", "", time.monotonic() - t0
+    finally:
+        pc.destroy_process_group(g)

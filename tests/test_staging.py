@@ -1,0 +1,196 @@
+"""The staged (device) path without a GPU: the engine's host device plays the GPU
+(copies on stream threads, completing later), so these tests drive the very pipeline
+CUDA tensors use (csrc/comm/staging.cc): piece boundaries, uneven sizes, ordering under
+slow copies, the caller's stream, an injected copy failure, and the errors raised
+before anything is sent. Names contain "staging" or "device": pytest -k "device or
+cuda or staging" selects them.
+"""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from rank_pool import RankPool
+import staging_cases as sc
+
+PER = sc.PIECE_BYTES // 4  # float32 elements per piece
+# 1 element, piece-1, piece, piece+1, several pieces and a remainder, and 0.
+COUNTS = [0, 1, PER - 1, PER, PER + 1, 5 * PER + 7]
+
+
+@pytest.fixture(scope="module")
+def staging_pool():
+    with RankPool(2, timeout=240, env={"PYCOLLECT_STAGING_BYTES": str(sc.PIECE_BYTES)}) as pool:
+        yield pool
+
+
+@pytest.fixture(scope="module")
+def staging_pool3():
+    with RankPool(3, timeout=240, env={"PYCOLLECT_STAGING_BYTES": str(sc.PIECE_BYTES)}) as pool:
+        yield pool
+
+
+SAME_ON_EVERY_RANK = {"all_reduce", "broadcast", "all_gather_into_tensor", "all_gather"}
+KINDS = ["all_reduce", "broadcast", "reduce", "all_gather_into_tensor", "all_gather", "reduce_scatter_tensor",
+         "reduce_scatter"]
+
+
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("dtype,op", [(torch.float32, "SUM"), (torch.int32, "MAX"), (torch.float16, "SUM"),
+                                      (torch.int64, "PRODUCT"), (torch.bfloat16, "MIN"), (torch.float64, "AVG")])
+def test_staging_matches_plain_and_gloo(staging_pool, kind, dtype, op):
+    if op == "AVG" and kind != "all_reduce":
+        pytest.skip("AVG is checked on all_reduce (Gloo has no AVG to compare the others with)")
+    results = staging_pool.run(sc.case_staging_matches, kind, dtype, op, COUNTS)
+    if kind in SAME_ON_EVERY_RANK:
+        digests = [r[0] for r in results]
+        assert digests[0] == digests[1], "ranks hold different bytes"
+    pieces = results[0][1]
+    assert pieces > len(COUNTS), f"only {pieces} pieces for {len(COUNTS)} calls: the call was not cut"
+
+
+@pytest.mark.parametrize("kind", ["all_reduce", "all_gather_into_tensor", "reduce_scatter_tensor", "broadcast"])
+def test_staging_three_ranks_uneven(staging_pool3, kind):
+    results = staging_pool3.run(sc.case_staging_matches, kind, torch.float32, "SUM", [1, 2, PER // 3 + 1, 7 * PER + 5],
+                                200)
+    if kind in SAME_ON_EVERY_RANK:
+        assert len({tuple(r[0]) for r in results}) == 1
+
+
+def test_staging_slots_are_bounded(staging_pool):
+    # 3 slots of at most (n + 1) x PER elements: reduce-scatter's are the largest.
+    results = staging_pool.run(sc.case_staging_matches, "reduce_scatter_tensor", torch.float32, "SUM", [40 * PER])
+    pinned = results[0][2]
+    assert 0 < pinned <= 3 * 3 * sc.PIECE_BYTES, pinned
+
+
+def test_staging_async_order_with_slow_copies(staging_pool):
+    digests = staging_pool.run(sc.case_staging_async_order, 3 * PER + 5, 300)
+    assert digests[0] == digests[1]
+
+
+def test_staging_waits_for_the_callers_stream(staging_pool):
+    assert staging_pool.run(sc.case_staging_waits_for_caller_stream, 2 * sc.PIECE_BYTES + 3) == [3, 3]
+
+
+def test_staging_copy_failure_reaches_every_rank(staging_pool):
+    # 20 pieces; rank 0's 7th copy fails (a device->host copy of a middle piece).
+    results = staging_pool.run(sc.case_staging_copy_failure, 20 * PER, 7)
+    (kind0, msg0, t0, failed0), (kind1, msg1, t1, failed1) = results
+    assert kind0 == "DeviceError" and "copy #7 failed" in msg0 and "piece" in msg0, msg0
+    assert kind1 != "no error" and failed1, (kind1, msg1)
+    assert "copy #7 failed" in msg1 or "rank 0" in msg1, msg1
+    assert t0 < 10 and t1 < 10, (t0, t1)
+
+
+def test_staging_irregular_calls_through_host(staging_pool):
+    results = staging_pool.run(sc.case_staging_irregular, 2 * PER + 1)
+    assert all(r["pieces"] == 0 for r in results), "irregular calls are staged in Python, not cut into pieces"
+
+
+def test_device_cuda_missing_is_a_clear_error(staging_pool):
+    if torch.cuda.is_available():
+        pytest.skip("this machine has CUDA")
+    results = staging_pool.run(sc.case_staging_cuda_missing)
+    for message, value, failed in results:
+        assert "CUDA is not available" in message and "libcuda.so.1" in message, message
+        assert value == 2.0 and not failed
+
+
+def test_device_mixed_and_foreign_devices_refused(monkeypatch):
+    from pycollect._buffers import Buffer
+    from pycollect._device import device_call
+
+    class G:
+        host_device = False
+        cuda_device = None
+
+    cpu = Buffer(None, 0, 4, "float32", None)
+    gpu0 = Buffer(None, 0, 4, "float32", 0)
+    gpu1 = Buffer(None, 0, 4, "float32", 1)
+    with pytest.raises(ValueError, match="CPU and CUDA tensors are mixed"):
+        device_call(G(), [cpu, gpu0], "all_gather_into_tensor")
+    assert device_call(G(), [cpu, cpu], "all_reduce") is None
+    if not torch.cuda.is_available():
+        with pytest.raises(RuntimeError, match="CUDA is not available at run time"):
+            device_call(G(), [gpu0], "all_reduce")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    g = G()
+    g.cuda_device = 0
+    with pytest.raises(ValueError, match="cuda:1 but this group's CUDA device is cuda:0"):
+        device_call(g, [gpu1], "all_reduce")
+    with pytest.raises(ValueError, match="several CUDA devices"):
+        device_call(G(), [gpu0, gpu1], "all_reduce")
+
+
+def test_device_staging_bytes_option():
+    from pycollect.options import Options
+
+    assert Options.from_env({"PYCOLLECT_STAGING_BYTES": "1048576"}).staging_bytes == 1 << 20
+    with pytest.raises(ValueError, match="PYCOLLECT_STAGING_BYTES"):
+        Options.from_env({"PYCOLLECT_STAGING_BYTES": "0"})
+
+
+def test_device_gpu_check_script_is_sound():
+    import os
+    import subprocess
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    subprocess.run(["bash", "-n", os.path.join(root, "scripts", "gpu_check.sh")], check=True)
+
+
+@pytest.mark.slow
+def test_device_gpu_check_dry_run(tmp_path):
+    """scripts/gpu_check.py's every step on CPU (host device), as the GPU machine runs them."""
+    import os
+    import subprocess
+    import sys
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    p = subprocess.run([sys.executable, os.path.join(root, "scripts", "gpu_check.py"), "--dry-run", "--out",
+                        str(tmp_path)], capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+    assert "FAIL" not in p.stdout and "PASS gpu_check (dry run)" in p.stdout, p.stdout[-3000:]
+    assert (tmp_path / "gpu_check.json").exists() and (tmp_path / "gpu_check.txt").read_text().strip()
+
+
+def test_device_bench_cuda_needs_cuda(capsys):
+    from pycollect.cli import main
+
+    if torch.cuda.is_available():
+        pytest.skip("this machine has CUDA")
+    assert main(["bench", "--device", "cuda"]) == 2
+    assert "CUDA is not available on this machine" in capsys.readouterr().err
+    assert main(["bench", "--device", "cuda", "--peer", "nccl"]) == 2
+
+
+def test_device_driver_abi_matches_cuda_h():
+    """The driver API as csrc/device/cuda_driver.h declares it (no CUDA header at build
+    time) against NVIDIA's cuda.h, where a toolkit is installed: every entry point's
+    shape (the _v2 symbols where cuda.h maps to them) and the constants."""
+    import glob
+    import os
+    import shutil
+    import subprocess
+
+    headers = sorted(glob.glob("/usr/local/cuda*/include/cuda.h"))
+    if not headers or shutil.which("g++") is None:
+        pytest.skip("no CUDA toolkit's cuda.h (or no g++) on this machine")
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    p = subprocess.run(["g++", "-std=c++17", "-fsyntax-only", "-I", os.path.dirname(headers[-1]), "-I",
+                        os.path.join(root, "csrc"), os.path.join(root, "tests", "cuda_abi", "check_driver_abi.cc")],
+                       capture_output=True, text=True)
+    assert p.returncode == 0, p.stderr[-3000:]
+
+
+def test_staging_ranks_that_cut_differently_mismatch(staging_pool):
+    results = staging_pool.run(sc.case_staging_cut_mismatch, 5 * PER)
+    assert any(kind == "MismatchError" for kind, _ in results), results
+    assert all(kind != "no error" for kind, _ in results), results
+
+
+def test_staging_abort_stops_a_call_waiting_on_copies(staging_pool):
+    results = staging_pool.run(sc.case_staging_abort_while_copying)
+    for kind, message, seconds in results:
+        assert kind != "no error" and seconds < 6, (kind, message, seconds)
+    assert "aborted while copying" in results[0][1], results[0]
