@@ -308,7 +308,8 @@ def isend(tensor, dst: int, group=None, tag: int = 0) -> Work:
 def _send(tensor, dst: int, group, tag: int, async_op: bool):
     g = _group(group)
     if needs_host_staging(g, [tensor], "send"):
-        return through_host([tensor], [], lambda i, _o: isend(i[0], dst, group, tag))
+        work = through_host([tensor], [], lambda i, _o: isend(i[0], dst, group, tag))
+        return work if async_op else work.wait() and None
     peer = g.group_rank(dst, "send(dst)")
     b = as_buffer(tensor, "send(tensor)")
     tag = _check_tag(tag)
@@ -326,7 +327,8 @@ def irecv(tensor, src: Optional[int] = None, group=None, tag: int = 0) -> Work:
 def _recv(tensor, src: Optional[int], group, tag: int, async_op: bool):
     g = _group(group)
     if needs_host_staging(g, [tensor], "recv"):
-        return through_host([], [tensor], lambda _i, o: irecv(o[0], src, group, tag))
+        work = through_host([], [tensor], lambda _i, o: irecv(o[0], src, group, tag))
+        return work if async_op else work.wait() and work.source_rank()
     b = as_buffer(tensor, "recv(tensor)", writable=True)
     tag = _check_tag(tag)
     if src is None:
