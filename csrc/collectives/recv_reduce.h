@@ -1,0 +1,18 @@
+// Receive-and-reduce of one whole message, shared by the halving-doubling and tree
+// all-reduces: the message arrives in segments of tunables.segmentBytes, and each
+// segment is reduced into place while the next one is still on the wire.
+#pragma once
+
+#include <cstddef>
+
+#include "collectives/context.h"
+#include "common/types.h"
+
+namespace pycollect {
+
+// Receives `count` elements from `from` into `scratch` (count * dtypeSize bytes) and
+// reduces them into `dst`: dst[i] = dst[i] op received[i]. Returns once all are reduced.
+void recvReduce(Context& ctx, Link& from, char* dst, size_t count, DType dtype, ReduceOp op,
+                char* scratch);
+
+}  // namespace pycollect
