@@ -75,7 +75,6 @@ void allreduceHalvingDoubling(Context& ctx, void* data, size_t count, DType dtyp
   const size_t es = dtypeSize(dtype);
   char* base = static_cast<char*>(data);
   const size_t bytes = count * es;
-  char* scratch = ctx.scratch(bytes);
 
   // Fold: the even rank's vector goes up; it then waits for the result (unfold).
   if (folded) {
@@ -91,8 +90,10 @@ void allreduceHalvingDoubling(Context& ctx, void* data, size_t count, DType dtyp
       ctx.drainSends();
       return;
     }
-    recvReduce(ctx, pair, base, count, dtype, op, scratch);
   }
+  // Room for the receive slots of the largest message (at most the whole vector).
+  char* scratch = ctx.scratch(recvReduceScratch(ctx, count, dtype));
+  if (folded) recvReduce(ctx, ctx.link(rank ^ 1), base, count, dtype, op, scratch);
 
   Chunks blocks(count, pp);
   // Element range of blocks [lo, hi).
@@ -112,7 +113,6 @@ void allreduceHalvingDoubling(Context& ctx, void* data, size_t count, DType dtyp
     const int keepLo = upper ? mid : lo, keepHi = upper ? hi : mid;
     ctx.setStep("reduce-scatter", k, steps);
     sendBlocks(partner, upper ? lo : mid, upper ? mid : hi);
-    // The scratch of the previous step is free: its receives were all reduced.
     recvReduce(ctx, partner, base + first(keepLo) * es, length(keepLo, keepHi), dtype, op, scratch);
     lo = keepLo;
     hi = keepHi;

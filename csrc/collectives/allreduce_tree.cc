@@ -61,7 +61,7 @@ void allreduceTree(Context& ctx, void* data, size_t count, DType dtype, ReduceOp
 
   const size_t bytes = count * dtypeSize(dtype);
   char* base = static_cast<char*>(data);
-  char* scratch = ctx.scratch(bytes);
+  char* scratch = children.empty() ? nullptr : ctx.scratch(recvReduceScratch(ctx, count, dtype));
 
   for (size_t i = 0; i < children.size(); ++i) {
     ctx.setStep("reduce", childStep[i], steps);
