@@ -406,9 +406,11 @@ void Communicator::workerLoop() {
         if (p2p_.empty() || driving_) {
           if (driving_ || scratch_.capacity() <= kScratchKeepBytes) {
             cv_.wait(lock);
-          } else if (!cv_.wait_for(lock, kScratchIdle, [this] { return !queue_.empty() || stopping_; })) {
+          } else if (!cv_.wait_for(lock, kScratchIdle, [this] { return !queue_.empty() || stopping_; }) &&
+                     !driving_) {
             // Idle for a while after a large op: give the scratch back (it is kept
             // across back-to-back large ops, where reallocating would cost page faults).
+            // Not while a caller runs a call inline (driving_): that call is using it.
             scratchBytes_.store(0);
             std::vector<char>().swap(scratch_);
           }
