@@ -206,7 +206,7 @@ def all_gather_into_tensor(output_tensor, input_tensor, group=None, async_op: bo
     must pass the same value.
     """
     g = _group(group)
-    algo = Algo.for_call("all_gather", algo, g.algo)
+    algo = Algo.for_call("all_gather", algo, g.algo, "all_gather_into_tensor")
     i = as_buffer(input_tensor, "all_gather_into_tensor(input_tensor)")
     o = as_buffer(output_tensor, "all_gather_into_tensor(output_tensor)", writable=True)
     check_same_dtype(i, o, "all_gather_into_tensor(output_tensor, input_tensor)")
@@ -412,7 +412,7 @@ def all_reduce_coalesced(tensors, op=ReduceOp.SUM, group=None, async_op: bool = 
     and one pass over the links for the packed tensors."""
     g = _group(group)
     op = to_reduce_op(op)
-    algo = Algo.for_call("all_reduce", algo, g.algo)
+    algo = Algo.for_call("all_reduce", algo, g.algo, "all_reduce_coalesced")
     bufs = _same_dtype_list(tensors, "all_reduce_coalesced(tensors)", writable=True)
     spans = [(b.address, b.numel) for b in bufs]
     return _run(g, lambda c, _blocking: c.all_reduce_coalesced(spans, bufs[0].code, int(op), int(algo)), bufs, async_op)

@@ -53,18 +53,20 @@ class Algo(enum.IntEnum):
         raise ValueError(f"{what}={value!r}: choose one of {names}")
 
     @classmethod
-    def for_call(cls, call: str, value, default: "Algo") -> "Algo":
+    def for_call(cls, call: str, value, default: "Algo", name: str = "") -> "Algo":
         """The algorithm `call` ("all_reduce" or "all_gather") runs: `value` (an Algo or its
-        name) when given, ValueError naming it if `call` has no such algorithm; else the
-        group's `default` (PYCOLLECT_ALGO) where `call` has it, AUTO otherwise (so
-        PYCOLLECT_ALGO=bruck changes the all-gathers and leaves the all-reduces alone)."""
+        name) when given, ValueError naming it (and the function `name`, default `call`) if
+        `call` has no such algorithm; else the group's `default` (PYCOLLECT_ALGO) where
+        `call` has it, AUTO otherwise (so PYCOLLECT_ALGO=bruck changes the all-gathers and
+        leaves the all-reduces alone)."""
         choices = CALL_ALGOS[call]
         if value is None:
             return default if default in choices else cls.AUTO
-        algo = cls.parse(value, f"{call}(algo)")
+        name = name or call
+        algo = cls.parse(value, f"{name}(algo)")
         if algo not in choices:
             names = ", ".join(a.name.lower() for a in choices)
-            raise ValueError(f"{call}(algo)={algo.name.lower()!r} is not an algorithm of {call}: "
+            raise ValueError(f"{name}(algo)={algo.name.lower()!r} is not an algorithm of {name}: "
                              f"choose one of {names}")
         return algo
 

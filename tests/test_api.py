@@ -395,8 +395,9 @@ def test_algorithm_override(pool4):
         gathered = [k * 10 + i for k in range(WORLD) for i in range(3)]
         assert out["gather_ring"] == out["gather_bruck"] == out["gather_auto"] == gathered
         assert "'bruck' is not an algorithm of all_reduce" in out["bad"] and "tree" in out["bad"]
-        assert "'tree' is not an algorithm of all_gather" in out["bad_gather"] and "bruck" in out["bad_gather"]
-        assert "'bruck' is not an algorithm of all_reduce" in out["bad_coalesced"]
+        assert "'tree' is not an algorithm of all_gather_into_tensor" in out["bad_gather"]
+        assert "bruck" in out["bad_gather"]
+        assert "'bruck' is not an algorithm of all_reduce_coalesced" in out["bad_coalesced"]
         assert out["after"] == [float(WORLD)] * 5
 
 
