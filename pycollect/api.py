@@ -187,13 +187,14 @@ def _run(g: ProcessGroup, launch, keepalive, async_op: bool, finish=None):
 def all_reduce(tensor, op=ReduceOp.SUM, group=None, async_op: bool = False, algo=None):
     """Reduce `tensor` across the group, in place, on every rank.
 
-    `algo` (pc.Algo or its name: "auto", "ring", "direct") overrides the group's choice
-    (PYCOLLECT_ALGO, default "auto": direct for small messages on small groups, ring
-    otherwise). All ranks must pass the same value.
+    `algo` (pc.Algo or its name: "auto", "ring", "direct", "halving_doubling", "tree")
+    overrides the group's choice (PYCOLLECT_ALGO, default "auto": direct for small messages
+    on small groups, ring otherwise). All ranks must pass the same value (else every rank
+    gets a MismatchError); an algorithm all_reduce does not have raises ValueError.
     """
     g = _group(group)
     op = to_reduce_op(op)
-    algo = g.algo if algo is None else Algo.parse(algo, "all_reduce(algo)")
+    algo = Algo.for_call("all_reduce", algo, g.algo)
     b = as_buffer(tensor, "all_reduce(tensor)", writable=True)
     dc = device_call(g, (b,), "all_reduce")
     if dc is not None:
@@ -202,23 +203,38 @@ def all_reduce(tensor, op=ReduceOp.SUM, group=None, async_op: bool = False, algo
     return _run(g, lambda c, blk: c.all_reduce(b.address, b.numel, b.code, int(op), int(algo), blk), (b,), async_op)
 
 
-def all_gather_into_tensor(output_tensor, input_tensor, group=None, async_op: bool = False):
-    """output = concat of every rank's input, in rank order."""
+def all_gather_into_tensor(output_tensor, input_tensor, group=None, async_op: bool = False, algo=None):
+    """output = concat of every rank's input, in rank order.
+
+    `algo` (pc.Algo or its name: "auto", "ring", "bruck") overrides the group's choice
+    (PYCOLLECT_ALGO where it names an all-gather algorithm; "auto" is the ring). All ranks
+    must pass the same value.
+    """
     g = _group(group)
+    algo = Algo.for_call("all_gather", algo, g.algo, "all_gather_into_tensor")
     i = as_buffer(input_tensor, "all_gather_into_tensor(input_tensor)")
     o = as_buffer(output_tensor, "all_gather_into_tensor(output_tensor)", writable=True)
     check_same_dtype(i, o, "all_gather_into_tensor(output_tensor, input_tensor)")
     check_numel(o, i.numel * g.size, f"all_gather_into_tensor(output_tensor) for {g.size} ranks x {i.numel}")
     dc = device_call(g, (i, o), "all_gather_into_tensor")
     if dc is not None:
+        _ring_only_staged(algo, "all_gather_into_tensor")
         return _run(g, lambda c, blk: c.all_gather_staged(i.address, o.address, i.numel, i.code, *dc, blk), (i, o),
                     async_op)
-    return _run(g, lambda c, blk: c.all_gather(i.address, o.address, i.numel, i.code, blk), (i, o), async_op)
+    return _run(g, lambda c, blk: c.all_gather(i.address, o.address, i.numel, i.code, int(algo), blk), (i, o),
+                async_op)
 
 
-def all_gather(tensor_list, tensor, group=None, async_op: bool = False):
-    """tensor_list[r] = rank r's `tensor` (list form)."""
+def _ring_only_staged(algo: Algo, what: str) -> None:
+    if algo not in (Algo.AUTO, Algo.RING):
+        raise NotImplementedError(f"{what}(algo={algo.name.lower()}): CUDA tensors are all-gathered with the "
+                                  "ring only (the staging pipeline does not run Bruck yet)")
+
+
+def all_gather(tensor_list, tensor, group=None, async_op: bool = False, algo=None):
+    """tensor_list[r] = rank r's `tensor` (list form); `algo` as all_gather_into_tensor's."""
     g = _group(group)
+    algo = Algo.for_call("all_gather", algo, g.algo)
     check_list(tensor_list, g.size, "all_gather(tensor_list)")
     i = as_buffer(tensor, "all_gather(tensor)")
     outs = [as_buffer(t, f"all_gather(tensor_list[{k}])", writable=True) for k, t in enumerate(tensor_list)]
@@ -234,9 +250,11 @@ def all_gather(tensor_list, tensor, group=None, async_op: bool = False):
             copy_into(t, flat[k * i.numel:(k + 1) * i.numel])
 
     if dc is not None:
+        _ring_only_staged(algo, "all_gather")
         return _run(g, lambda c, blk: c.all_gather_staged(i.address, f.address, i.numel, i.code, *dc, blk), (i, f),
                     async_op, finish)
-    return _run(g, lambda c, blk: c.all_gather(i.address, f.address, i.numel, i.code, blk), (i, f), async_op, finish)
+    return _run(g, lambda c, blk: c.all_gather(i.address, f.address, i.numel, i.code, int(algo), blk), (i, f),
+                async_op, finish)
 
 
 def reduce_scatter_tensor(output, input, op=ReduceOp.SUM, group=None, async_op: bool = False):
@@ -460,7 +478,7 @@ def all_reduce_coalesced(tensors, op=ReduceOp.SUM, group=None, async_op: bool = 
     and one pass over the links for the packed tensors."""
     g = _group(group)
     op = to_reduce_op(op)
-    algo = g.algo if algo is None else Algo.parse(algo, "all_reduce_coalesced(algo)")
+    algo = Algo.for_call("all_reduce", algo, g.algo, "all_reduce_coalesced")
     if isinstance(tensors, (list, tuple)) and needs_host_staging(g, tensors, "all_reduce_coalesced"):
         return through_host(list(tensors), list(tensors),
                             lambda _i, o: all_reduce_coalesced(o, op, group, async_op, algo))

@@ -30,9 +30,10 @@ class ReduceOp(enum.IntEnum):
 
 
 class Algo(enum.IntEnum):
-    """Collective algorithms (codes shared with csrc/common/types.h). AUTO picks by size:
-    DIRECT (one round) for small messages on small groups, RING otherwise.
-    HALVING_DOUBLING and TREE are all-reduces, BRUCK an all-gather."""
+    """Collective algorithms (codes shared with csrc/common/types.h; docs/algorithms.md
+    describes each). all_reduce: AUTO (by size: DIRECT for small messages on small groups,
+    RING otherwise), RING, DIRECT, HALVING_DOUBLING, TREE. all_gather: AUTO (RING), RING,
+    BRUCK."""
 
     AUTO = 0
     RING = 1
@@ -50,6 +51,31 @@ class Algo(enum.IntEnum):
             return cls[value.upper()]
         names = ", ".join(a.name.lower() for a in cls)
         raise ValueError(f"{what}={value!r}: choose one of {names}")
+
+    @classmethod
+    def for_call(cls, call: str, value, default: "Algo", name: str = "") -> "Algo":
+        """The algorithm `call` ("all_reduce" or "all_gather") runs: `value` (an Algo or its
+        name) when given, ValueError naming it (and the function `name`, default `call`) if
+        `call` has no such algorithm; else the group's `default` (PYCOLLECT_ALGO) where
+        `call` has it, AUTO otherwise (so PYCOLLECT_ALGO=bruck changes the all-gathers and
+        leaves the all-reduces alone)."""
+        choices = CALL_ALGOS[call]
+        if value is None:
+            return default if default in choices else cls.AUTO
+        name = name or call
+        algo = cls.parse(value, f"{name}(algo)")
+        if algo not in choices:
+            names = ", ".join(a.name.lower() for a in choices)
+            raise ValueError(f"{name}(algo)={algo.name.lower()!r} is not an algorithm of {name}: "
+                             f"choose one of {names}")
+        return algo
+
+
+# The algorithms each call with a choice can run.
+CALL_ALGOS = {
+    "all_reduce": (Algo.AUTO, Algo.RING, Algo.DIRECT, Algo.HALVING_DOUBLING, Algo.TREE),
+    "all_gather": (Algo.AUTO, Algo.RING, Algo.BRUCK),
+}
 
 
 def to_reduce_op(op) -> ReduceOp:

@@ -22,6 +22,10 @@ DTYPES = [torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.int
 OPS = ["SUM", "PRODUCT", "MIN", "MAX", "AVG"]
 BIG = 2 * 1024 * 1024 // 4 + 3  # ~2 MiB of float32, not divisible by 2, 3 or 4
 COUNTS = [0, 1, 13, BIG]
+# The algorithms of issue 14, checked like the ring (each with every dtype x op): 3 is
+# fewer elements than ranks at 4 ranks, so some blocks of the log-step algorithms are empty.
+ALGO_COUNTS = [0, 1, 3, 13, BIG]
+ALGOS = {"all_reduce": ["halving_doubling", "tree"], "all_gather_into_tensor": ["bruck"], "all_gather": ["bruck"]}
 # Tolerances for floats (ours vs the float64 numpy reference, and vs Gloo).
 TOL = {torch.float32: (1e-5, 1e-5), torch.float64: (1e-12, 1e-12), torch.float16: (1e-2, 2e-2),
        torch.bfloat16: (2e-2, 1e-1)}
@@ -85,10 +89,11 @@ def _torch_op(op: str):
     return getattr(dist.ReduceOp, op)
 
 
-def case_collective(kind: str, ws: int, seed: int = 0, counts=COUNTS, dtypes=DTYPES, ops=OPS):
-    """Run every (dtype, count, op) case of one collective on ranks [0, ws)."""
+def case_collective(kind: str, ws: int, seed: int = 0, counts=COUNTS, dtypes=DTYPES, ops=OPS, algo=None):
+    """Run every (dtype, count, op) case of one collective on ranks [0, ws), with `algo`
+    forced (all_reduce and the all-gathers) or the group's choice (None)."""
     pair = paired_groups(ws)
-    return None if pair is None else run_cases(kind, pair, ws, seed, counts, dtypes, ops)
+    return None if pair is None else run_cases(kind, pair, ws, seed, counts, dtypes, ops, algo=algo)
 
 
 def check_members(results, kind: str, ws: int) -> None:
@@ -107,10 +112,12 @@ def check_members(results, kind: str, ws: int) -> None:
             assert res["digests"][case_index] == (what, d0), f"{what}: rank {r} differs from rank 0"
 
 
-def run_cases(kind: str, pair, ws: int, seed: int = 0, counts=COUNTS, dtypes=DTYPES, ops=OPS, comm=pc):
+def run_cases(kind: str, pair, ws: int, seed: int = 0, counts=COUNTS, dtypes=DTYPES, ops=OPS, comm=pc,
+              algo=None):
     """Every (dtype, count, op) case of one collective on `pair` (pycollect-side group, Gloo
     group). `comm` is the module the pycollect-side calls go through: pycollect itself, or
-    a stand-in with the same names (the torch backend's tests route them through dist.*)."""
+    a stand-in with the same names (the torch backend's tests route them through dist.*).
+    `algo`: passed as algo= to pycollect's all_reduce / all-gathers (None: not passed)."""
     pg, gg = pair
     r = comm.get_rank(pg)
     out = {"digests": [], "gloo_compared": 0, "cases": 0}
@@ -121,12 +128,12 @@ def run_cases(kind: str, pair, ws: int, seed: int = 0, counts=COUNTS, dtypes=DTY
                 what = f"{kind} ws={ws} {dtype} count={count} op={op}"
                 if op == "AVG" and not dtype.is_floating_point:
                     try:
-                        _run_one(comm, kind, pg, gg, ws, r, dtype, count, op, seed, what)
+                        _run_one(comm, kind, pg, gg, ws, r, dtype, count, op, seed, what, algo)
                     except ValueError as e:
                         assert "AVG" in str(e) and "int" in str(e), str(e)
                         continue
                     raise AssertionError(f"{what}: AVG on an integer dtype did not raise")
-                d, compared = _run_one(comm, kind, pg, gg, ws, r, dtype, count, op, seed, what)
+                d, compared = _run_one(comm, kind, pg, gg, ws, r, dtype, count, op, seed, what, algo)
                 out["digests"].append((what, d))
                 out["gloo_compared"] += compared
                 out["cases"] += 1
@@ -140,14 +147,15 @@ def _all_inputs(dtype, count: int, ws: int, seed: int, product: bool):
     return tuple(make_input(dtype, count, k, seed, "PRODUCT" if product else "SUM") for k in range(ws))
 
 
-def _run_one(comm, kind, pg, gg, ws, r, dtype, count, op, seed, what):
+def _run_one(comm, kind, pg, gg, ws, r, dtype, count, op, seed, what, algo=None):
+    chosen = {} if algo is None else {"algo": algo}
     per_rank = count * ws if kind in ("reduce_scatter_tensor", "reduce_scatter") else count
     inputs = _all_inputs(dtype, per_rank, ws, seed, op == "PRODUCT")
     mine = inputs[r].clone()
     rop = getattr(comm.ReduceOp, op)
     compared = 0
     if kind == "all_reduce":
-        comm.all_reduce(mine, op=rop, group=pg)
+        comm.all_reduce(mine, op=rop, group=pg, **chosen)
         assert_close(mine, reduce_ref(inputs, op, dtype), dtype, what + " vs numpy")
         theirs = inputs[r].clone()
         if op != "AVG" and _gloo(lambda: dist.all_reduce(theirs, op=_torch_op(op), group=gg), what):
@@ -163,10 +171,10 @@ def _run_one(comm, kind, pg, gg, ws, r, dtype, count, op, seed, what):
     if kind in ("all_gather_into_tensor", "all_gather"):
         if kind == "all_gather_into_tensor":
             result = torch.full((count * ws,), 7, dtype=dtype)
-            comm.all_gather_into_tensor(result, mine, group=pg)
+            comm.all_gather_into_tensor(result, mine, group=pg, **chosen)
         else:
             parts = [torch.empty(count, dtype=dtype) for _ in range(ws)]
-            comm.all_gather(parts, mine, group=pg)
+            comm.all_gather(parts, mine, group=pg, **chosen)
             result = torch.cat(parts)
         assert torch.equal(result, torch.cat(inputs)), what + " vs inputs"
         theirs = torch.empty(count * ws, dtype=dtype)
@@ -220,10 +228,12 @@ NEW_KINDS = ["reduce", "gather", "scatter", "all_to_all", "all_reduce_coalesced"
              "recv_any"]
 
 
-def case_new_collective(kind: str, ws: int, seed: int = 0, counts=(0, 1, 13), dtypes=DTYPES):
+def case_new_collective(kind: str, ws: int, seed: int = 0, counts=(0, 1, 13), dtypes=DTYPES, algo=None):
     """pc.<kind> on ranks [0, ws) against numpy and Gloo's dist.<kind>, every dtype x count
     (x op for the reductions); uneven sizes where the call allows them. Returns the
-    digests of results every rank holds (checked bit-identical by the test)."""
+    digests of results every rank holds (checked bit-identical by the test). `algo`:
+    the all-reduce algorithm of all_reduce_coalesced (None: the group's)."""
+    chosen = {} if algo is None else {"algo": algo}
     pair = paired_groups(ws)
     if pair is None:
         return None
@@ -237,12 +247,12 @@ def case_new_collective(kind: str, ws: int, seed: int = 0, counts=(0, 1, 13), dt
                 what = f"{kind} ws={ws} {dtype} count={count} op={op}"
                 if op == "AVG" and not dtype.is_floating_point:
                     try:
-                        _NEW[kind](pg, gg, ws, r, dtype, count, op, seed, what)
+                        _NEW[kind](pg, gg, ws, r, dtype, count, op, seed, what, **chosen)
                     except ValueError as e:
                         assert "AVG" in str(e), str(e)
                         continue
                     raise AssertionError(f"{what}: AVG on an integer dtype did not raise")
-                digests, compared = _NEW[kind](pg, gg, ws, r, dtype, count, op, seed, what)
+                digests, compared = _NEW[kind](pg, gg, ws, r, dtype, count, op, seed, what, **chosen)
                 out["digests"] += [(what, d) for d in digests]
                 out["gloo_compared"] += compared
                 out["cases"] += 1
@@ -328,11 +338,11 @@ def _new_all_to_all(pg, gg, ws, r, dtype, count, op, seed, what):
     return [], compared
 
 
-def _new_all_reduce_coalesced(pg, gg, ws, r, dtype, count, op, seed, what):
+def _new_all_reduce_coalesced(pg, gg, ws, r, dtype, count, op, seed, what, algo=None):
     sizes = (count, 2, 5)
     inputs = [_all_inputs(dtype, n, ws, seed + i, op == "PRODUCT") for i, n in enumerate(sizes)]
     mine = [inp[r].clone() for inp in inputs]
-    pc.all_reduce_coalesced(mine, op=getattr(pc.ReduceOp, op), group=pg)
+    pc.all_reduce_coalesced(mine, op=getattr(pc.ReduceOp, op), group=pg, algo=algo)
     for t, inp in zip(mine, inputs):
         assert_close(t, reduce_ref(inp, op, dtype), dtype, what + " vs numpy")
     compared = 0

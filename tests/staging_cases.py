@@ -53,6 +53,7 @@ def _run_kind(kind: str, g, inputs, op: str, engine: str):
     x = inputs[rank].clone()
     count = x.numel()
     tops = _torch_op(op) if op != "AVG" else None
+    kind, _, algo = kind.partition(":")  # "all_reduce:tree": that algorithm on both engine paths
     if kind == "all_reduce":
         if engine == "gloo":
             if op == "AVG":
@@ -61,7 +62,7 @@ def _run_kind(kind: str, g, inputs, op: str, engine: str):
             else:
                 dist.all_reduce(x, op=tops)
         else:
-            pc.all_reduce(x, op=op, group=g)
+            pc.all_reduce(x, op=op, group=g, algo=algo or None)
         return [x]
     if kind == "broadcast":
         (dist.broadcast if engine == "gloo" else pc.broadcast)(x, 1, **({} if engine == "gloo" else {"group": g}))

@@ -60,15 +60,28 @@ def case_gil_released():
 def case_forced_algorithms():
     r = pc.get_rank()
     out = {}
-    for algo in ("ring", "direct", "auto"):
+    for algo in ("ring", "direct", "auto", "halving_doubling", "tree"):
         t = torch.arange(1001, dtype=torch.float64) * (r + 1)
         pc.all_reduce(t, algo=algo)
         out[algo] = t.tolist()
-    try:
-        pc.all_reduce(torch.ones(1), algo="tree")
-        out["bad"] = "no error"
-    except ValueError as e:
-        out["bad"] = str(e)
+    for algo in ("ring", "bruck", "auto"):
+        t = torch.empty(3 * pc.get_world_size(), dtype=torch.int32)
+        pc.all_gather_into_tensor(t, torch.arange(3, dtype=torch.int32) + 10 * r, algo=algo)
+        out["gather_" + algo] = t.tolist()
+    # An algorithm of another call: ValueError naming it, before anything is sent (the
+    # calls after it still pair up on every rank).
+    for name, call in (("bad", lambda: pc.all_reduce(torch.ones(1), algo="bruck")),
+                       ("bad_gather", lambda: pc.all_gather_into_tensor(torch.empty(4 * pc.get_world_size()),
+                                                                        torch.ones(4), algo="tree")),
+                       ("bad_coalesced", lambda: pc.all_reduce_coalesced([torch.ones(1)], algo=pc.Algo.BRUCK))):
+        try:
+            call()
+            out[name] = "no error"
+        except ValueError as e:
+            out[name] = str(e)
+    t = torch.ones(5)
+    pc.all_reduce(t, algo="tree")
+    out["after"] = t.tolist()
     return out
 
 
@@ -294,6 +307,14 @@ def case_mismatch(kind_on_rank1: str):
             pc.all_reduce(torch.ones(99), group=g)
         elif kind_on_rank1 == "algo":  # same call, but rank 1 forces another algorithm
             pc.all_reduce(torch.ones(100), group=g, algo="direct" if r == 1 else "ring")
+        elif kind_on_rank1 == "algo_hd":
+            pc.all_reduce(torch.ones(100), group=g, algo="halving_doubling" if r == 1 else "ring")
+        elif kind_on_rank1 == "algo_tree":
+            pc.all_reduce(torch.ones(100), group=g, algo="tree" if r == 1 else "halving_doubling")
+        elif kind_on_rank1 == "algo_bruck":
+            n = pc.get_world_size()
+            pc.all_gather_into_tensor(torch.empty(100 * n), torch.ones(100), group=g,
+                                      algo="bruck" if r == 1 else "ring")
         elif r == 1 and kind_on_rank1 == "reduce":
             pc.reduce(torch.ones(100), dst=0, group=g)
         elif kind_on_rank1 == "gather_size":  # rank 1 sends 7 elements, the root expects 100
@@ -369,8 +390,15 @@ def test_gil_is_released_during_collectives(pool4):
 def test_algorithm_override(pool4):
     expect = (torch.arange(1001, dtype=torch.float64) * sum(range(1, WORLD + 1))).tolist()
     for out in pool4.run(case_forced_algorithms):
-        assert out["ring"] == out["direct"] == out["auto"] == expect
-        assert "tree" in out["bad"] and "ring" in out["bad"]
+        for algo in ("ring", "direct", "auto", "halving_doubling", "tree"):
+            assert out[algo] == expect, algo
+        gathered = [k * 10 + i for k in range(WORLD) for i in range(3)]
+        assert out["gather_ring"] == out["gather_bruck"] == out["gather_auto"] == gathered
+        assert "'bruck' is not an algorithm of all_reduce" in out["bad"] and "tree" in out["bad"]
+        assert "'tree' is not an algorithm of all_gather_into_tensor" in out["bad_gather"]
+        assert "bruck" in out["bad_gather"]
+        assert "'bruck' is not an algorithm of all_reduce_coalesced" in out["bad_coalesced"]
+        assert out["after"] == [float(WORLD)] * 5
 
 
 def test_numpy_arrays(pool4):
@@ -453,12 +481,14 @@ def test_call_before_init_raises():
         pc.get_rank()
 
 
-@pytest.mark.parametrize("kind", ["all_gather", "count", "algo", "reduce", "gather_size"])
+@pytest.mark.parametrize("kind", ["all_gather", "count", "algo", "algo_hd", "algo_tree", "algo_bruck", "reduce",
+                                  "gather_size"])
 def test_mismatched_calls_fail_on_every_rank(pool4, kind):
     results = pool4.run(case_mismatch, kind, timeout=60)
     other = {"all_gather": "all_gather(count=50", "count": "all_reduce(count=99", "algo": "direct)",
+             "algo_hd": "halving_doubling)", "algo_tree": "tree)", "algo_bruck": "bruck)",
              "reduce": "reduce(count=100, float32, SUM, root=0)", "gather_size": "gather(count=7"}[kind]
-    mine = "gather(count=100" if kind == "gather_size" else "all_reduce(count=100"
+    mine = {"gather_size": "gather(count=100", "algo_bruck": "all_gather(count=100"}.get(kind, "all_reduce(count=100")
     for r, ((name, msg), elapsed, later) in enumerate(results):
         assert name in ("MismatchError",), f"rank {r}: {name}: {msg}"
         assert mine in msg and other in msg, f"rank {r}: {msg}"

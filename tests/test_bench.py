@@ -67,6 +67,8 @@ def test_sizes_and_factors():
     (["-n", "0"], "iters"),
     (["--netns-hosts", "3", "-g", "2"], "disagrees"),
     (["--netns-hosts", "2", "--line-rate", "fast"], "tc's syntax"),
+    (["-o", "all_gather", "--algo", "tree"], "not an algorithm of all_gather"),
+    (["-o", "all_reduce", "--algo", "bruck"], "not an algorithm of all_reduce"),
 ])
 def test_bench_refuses_nonsense(capsys, argv, words):
     assert main(["bench", *argv]) == 2

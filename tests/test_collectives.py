@@ -1,4 +1,5 @@
-"""Every collective x dtype x op x world size (1-4) x count (0, 1, 13, ~2 MiB),
+"""Every collective x dtype x op x world size (1-4) x count (0, 1, 13, ~2 MiB), and each
+forced algorithm of the calls that have a choice,
 against a numpy reference and torch.distributed Gloo in the same processes, with
 all ranks bit-identical, once over shared-memory links and once over TCP links (the
 session's 4-rank pools, conftest.py: pool4_each). World sizes 1-3 run in sub-groups
@@ -19,6 +20,26 @@ WORLD = 4
 def test_collective_matches_reference_and_gloo(pool4_each, kind, ws):
     counts = cc.COUNTS if kind in ("all_reduce", "all_gather_into_tensor", "reduce_scatter_tensor") else [0, 1, 13]
     cc.check_members(pool4_each.run(cc.case_collective, kind, ws, 1, counts), kind, ws)
+
+
+@pytest.mark.parametrize("ws", [1, 2, 3, 4])
+@pytest.mark.parametrize("kind, algo", [(kind, algo) for kind, algos in cc.ALGOS.items() for algo in algos])
+def test_algorithm_matches_reference_and_gloo(pool4_each, kind, algo, ws):
+    """The algorithms of issue 14 (halving-doubling and tree all-reduce, Bruck all-gather),
+    forced with algo=, through the same matrix as the ring: every dtype x op, counts 0, 1,
+    fewer than the ranks, uneven and several segments; 3 ranks fold one rank away."""
+    cc.check_members(pool4_each.run(cc.case_collective, kind, ws, 1, cc.ALGO_COUNTS, algo=algo), kind, ws)
+
+
+@pytest.mark.parametrize("ws", [1, 2, 3, 4])
+@pytest.mark.parametrize("algo", ["ring", "direct", "halving_doubling", "tree"])
+def test_all_reduce_coalesced_runs_each_algorithm(pool4, algo, ws):
+    results = [res for res in pool4.run(cc.case_new_collective, "all_reduce_coalesced", ws, 3, algo=algo)
+               if res is not None]
+    assert len(results) == ws and results[0]["cases"] > 0
+    if ws > 1:
+        assert results[0]["gloo_compared"] > 0
+    assert all(res["digests"] == results[0]["digests"] for res in results[1:]), "ranks differ"
 
 
 @pytest.mark.parametrize("ws", [1, 2, 3, 4])

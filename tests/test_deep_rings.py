@@ -1,6 +1,8 @@
-"""Rings deeper than the main suite's 4 ranks: 5 and 6 ranks, where the reduce-scatter
-reuses its step accumulators and every ring runs 4-5 steps per phase. Checked against
-numpy, with all ranks bit-identical. Small segments force many pipelined units."""
+"""Rings deeper than the main suite's 4 ranks: 5, 6 and 7 ranks, where the reduce-scatter
+reuses its step accumulators and every ring runs 4-6 steps per phase; and the log-step
+algorithms where their non-power-of-two handling matters most (halving-doubling folds 1,
+2 and 3 ranks away, the tree and Bruck run 3 steps with a partial last one). Checked
+against numpy, with all ranks bit-identical. Small segments force many pipelined units."""
 import hashlib
 
 import numpy as np
@@ -12,7 +14,7 @@ from rank_pool import RankPool
 
 pytestmark = pytest.mark.slow  # its own 6-rank pool, several sizes per world
 
-WORLD = 6
+WORLD = 7
 COUNTS = [0, 1, 13, 100003]
 
 
@@ -40,15 +42,20 @@ def case_deep_ring(ws: int):
             pc.reduce_scatter_tensor(out, torch.from_numpy(xs[r].copy()), op=op, group=g)
             want = fn(np.stack(xs), axis=0)[r * count:(r + 1) * count]
             assert np.array_equal(out.numpy(), want), f"reduce_scatter {op.name} ws={ws} count={count}"
-        t = torch.from_numpy(xs[r].copy())
-        pc.all_reduce(t, group=g, algo="ring")
-        assert np.array_equal(t.numpy(), np.sum(np.stack(xs), axis=0)), f"all_reduce ws={ws} count={count}"
-        f = torch.from_numpy(xs[r][:count].astype(np.float32))
-        pc.all_reduce(f, op=pc.ReduceOp.AVG, group=g, algo="ring")
-        digests.append(hashlib.sha1(f.numpy().tobytes()).hexdigest())
-        gathered = torch.empty(count * ws, dtype=torch.int64)
-        pc.all_gather_into_tensor(gathered, torch.from_numpy(xs[r][:count].copy()), group=g)
-        assert np.array_equal(gathered.numpy(), np.concatenate([x[:count] for x in xs])), f"all_gather ws={ws}"
+        for algo in ("ring", "halving_doubling", "tree"):
+            for op, fn in ((pc.ReduceOp.SUM, np.sum), (pc.ReduceOp.MIN, np.min)):
+                t = torch.from_numpy(xs[r].copy())
+                pc.all_reduce(t, op=op, group=g, algo=algo)
+                assert np.array_equal(t.numpy(), fn(np.stack(xs), axis=0)), f"all_reduce {algo} ws={ws} count={count}"
+            f = torch.from_numpy(xs[r][:count].astype(np.float32))
+            pc.all_reduce(f, op=pc.ReduceOp.AVG, group=g, algo=algo)
+            assert np.allclose(f.numpy(), np.mean(np.stack([x[:count] for x in xs]), axis=0), rtol=1e-6), algo
+            digests.append(hashlib.sha1(f.numpy().tobytes()).hexdigest())
+        for algo in ("ring", "bruck"):
+            gathered = torch.empty(count * ws, dtype=torch.int64)
+            pc.all_gather_into_tensor(gathered, torch.from_numpy(xs[r][:count].copy()), group=g, algo=algo)
+            want = np.concatenate([x[:count] for x in xs])
+            assert np.array_equal(gathered.numpy(), want), f"all_gather {algo} ws={ws}"
         b = torch.from_numpy(xs[r].copy())
         pc.broadcast(b, src=ws - 2, group=g)
         assert np.array_equal(b.numpy(), xs[ws - 2]), f"broadcast ws={ws}"
@@ -56,7 +63,7 @@ def case_deep_ring(ws: int):
     return digests
 
 
-@pytest.mark.parametrize("ws", [5, 6])
+@pytest.mark.parametrize("ws", [5, 6, 7])
 def test_deep_rings_match_numpy_and_agree(pool, ws):
     results = [res for res in pool.run(case_deep_ring, ws) if res is not None]
     assert len(results) == ws

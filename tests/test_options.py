@@ -46,6 +46,21 @@ def test_algo_parse():
         Algo.parse(9, "all_reduce(algo)")
 
 
+def test_algo_for_call():
+    """An explicit algorithm must fit the call; the group's (PYCOLLECT_ALGO) applies where it fits."""
+    assert Algo.for_call("all_reduce", "tree", Algo.AUTO) is Algo.TREE
+    assert Algo.for_call("all_reduce", None, Algo.HALVING_DOUBLING) is Algo.HALVING_DOUBLING
+    assert Algo.for_call("all_reduce", None, Algo.BRUCK) is Algo.AUTO
+    assert Algo.for_call("all_gather", None, Algo.BRUCK) is Algo.BRUCK
+    assert Algo.for_call("all_gather", None, Algo.DIRECT) is Algo.AUTO
+    assert Algo.for_call("all_gather", None, Algo.RING) is Algo.RING
+    with pytest.raises(ValueError, match=r"all_reduce\(algo\)='bruck' is not an algorithm of all_reduce.*tree"):
+        Algo.for_call("all_reduce", "bruck", Algo.AUTO)
+    with pytest.raises(ValueError, match=r"all_gather\(algo\)='tree' is not an algorithm of all_gather.*bruck"):
+        Algo.for_call("all_gather", Algo.TREE, Algo.AUTO)
+    assert Options.from_env({"PYCOLLECT_ALGO": "halving_doubling"}).algo is Algo.HALVING_DOUBLING
+
+
 def test_timeouts():
     assert to_timedelta(float("inf")) == MAX_TIMEOUT and to_timedelta(1e10) == MAX_TIMEOUT
     assert to_timedelta(datetime.timedelta(seconds=1e10)) == MAX_TIMEOUT

@@ -191,3 +191,25 @@ def test_killed_rank_with_a_forked_child_is_noticed_at_once():
         kind, message, _ = result
         assert kind == "PeerLostError" and "rank 1" in message, result
         assert noticed < 5.0, noticed
+
+
+def case_scratch_kept_while_driving():
+    """Back-to-back blocking calls run on the caller's thread (inline): the worker, idle
+    meanwhile, must not give their scratch back under them after its idle second."""
+    g = pc.new_group([0, 1])
+    t = torch.ones(2 << 20)  # 16 MiB of direct scratch at 2 ranks, above the keep limit
+    start, calls, going = time.perf_counter(), 0, torch.ones(1)
+    while going.item() > 0:  # for 2.5 s, as both ranks agree (the last call is the same on both)
+        t.fill_(1.0)
+        pc.all_reduce(t, group=g, algo="direct")
+        calls += 1
+        going.fill_(float(time.perf_counter() - start < 2.5))
+        pc.all_reduce(going, op=pc.ReduceOp.MIN, group=g)
+    correct = bool((t == 2).all())
+    pc.destroy_process_group(g)
+    return calls, correct
+
+
+def test_large_scratch_is_kept_while_calls_run_inline(pool2):
+    for calls, correct in pool2.run(case_scratch_kept_while_driving, timeout=60):
+        assert calls > 5 and correct, (calls, correct)

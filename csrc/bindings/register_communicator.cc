@@ -113,11 +113,12 @@ void registerCommunicator(py::module_& m) {
           py::arg("blocking") = false, R())
       .def(
           "all_gather",
-          [](Communicator& c, uintptr_t in, uintptr_t out, size_t count, int dtype, bool blocking) {
+          [](Communicator& c, uintptr_t in, uintptr_t out, size_t count, int dtype, int algo, bool blocking) {
             Blocking scope(blocking);
-            return c.allGather(ptr(in), ptr(out), count, checkedDType(dtype));
+            return c.allGather(ptr(in), ptr(out), count, checkedDType(dtype), checkedAlgo(algo));
           },
-          py::arg("inp"), py::arg("out"), py::arg("count"), py::arg("dtype"), py::arg("blocking") = false, R())
+          py::arg("inp"), py::arg("out"), py::arg("count"), py::arg("dtype"), py::arg("algo") = 0,
+          py::arg("blocking") = false, R())
       .def(
           "reduce_scatter",
           [](Communicator& c, uintptr_t in, uintptr_t out, size_t count, int dtype, int op, bool blocking) {

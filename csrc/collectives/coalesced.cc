@@ -45,11 +45,7 @@ void allreduceCoalesced(Context& ctx, const std::vector<Span>& tensors, DType dt
   const size_t total = totalCount(tensors);
   std::vector<char> packed(total * es);  // the algorithms use ctx.scratch themselves
   pack(tensors, packed.data(), es);
-  if (algo == Algo::kDirect) {
-    allreduceDirect(ctx, packed.data(), total, dtype, op);
-  } else {
-    allreduceRing(ctx, packed.data(), total, dtype, op);
-  }
+  allreduceWith(algo, ctx, packed.data(), total, dtype, op);
   unpack(packed.data(), tensors, es);
 }
 

@@ -15,10 +15,24 @@ namespace pycollect {
 // In place: data holds `count` elements on entry and the reduction on exit.
 void allreduceRing(Context& ctx, void* data, size_t count, DType dtype, ReduceOp op);
 void allreduceDirect(Context& ctx, void* data, size_t count, DType dtype, ReduceOp op);
+void allreduceHalvingDoubling(Context& ctx, void* data, size_t count, DType dtype, ReduceOp op);
+void allreduceTree(Context& ctx, void* data, size_t count, DType dtype, ReduceOp op);
+// The all-reduce `algo` names (kRing, kDirect, kHalvingDoubling or kTree; checked by
+// checkAllreduceAlgo before the call was queued).
+void allreduceWith(Algo algo, Context& ctx, void* data, size_t count, DType dtype, ReduceOp op);
 
 // out holds size*count elements; rank r's `count` inputs land at out + r*count.
 // `in` may be exactly that slot of `out` (in place).
 void allgatherRing(Context& ctx, const void* in, void* out, size_t count, DType dtype);
+void allgatherBruck(Context& ctx, const void* in, void* out, size_t count, DType dtype);
+// The all-gather `algo` names (kRing or kBruck).
+void allgatherWith(Algo algo, Context& ctx, const void* in, void* out, size_t count, DType dtype);
+
+// Throw InvalidArgument naming `algo` and the choices when it is not one of the
+// all-reduce (ring, direct, halving_doubling, tree) or all-gather (ring, bruck)
+// algorithms; kAuto must have been resolved before.
+void checkAllreduceAlgo(Algo algo, const char* what);
+void checkAllgatherAlgo(Algo algo, const char* what);
 
 // in holds size*count elements; out gets the reduction of chunk `rank`.
 void reduceScatterRing(Context& ctx, const void* in, void* out, size_t count, DType dtype,
@@ -45,7 +59,7 @@ void alltoallDirect(Context& ctx, const std::vector<Span>& ins, const std::vecto
                     DType dtype);
 
 // Many tensors of one dtype in one call: packed, run once, unpacked. `algo` is the
-// all-reduce that runs (kRing or kDirect). outs of the all-gather: rank-major, so
+// all-reduce that runs (any of allreduceWith's). outs of the all-gather: rank-major, so
 // outs[r * ins.size() + i] gets rank r's ins[i].
 void allreduceCoalesced(Context& ctx, const std::vector<Span>& tensors, DType dtype, ReduceOp op,
                         Algo algo);

@@ -25,8 +25,9 @@ std::string describeCall(const WireHeader& h) {
     s += ", tensors=" + std::to_string(h.root);
   }
   auto algo = static_cast<Algo>(h.algo);
-  const bool allReduces = kind == OpKind::kAllReduce || kind == OpKind::kAllReduceCoalesced;
-  if (allReduces && algo != Algo::kAuto) s += std::string(", ") + algoName(algo);
+  const bool chooses = kind == OpKind::kAllReduce || kind == OpKind::kAllReduceCoalesced ||
+                       kind == OpKind::kAllGather;
+  if (chooses && algo != Algo::kAuto) s += std::string(", ") + algoName(algo);
   s += ")";
   return s;
 }

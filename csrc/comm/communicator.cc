@@ -212,22 +212,21 @@ std::shared_ptr<Work> Communicator::allReduce(void* data, size_t count, DType dt
   // The header carries the algorithm that runs, so ranks that chose differently
   // (e.g. a different PYCOLLECT_ALGO) fail with a mismatch instead of hanging.
   Algo chosen = chooseAlgo(algo, count * dtypeSize(dtype));
+  checkAllreduceAlgo(chosen, "all_reduce");
   WireHeader h = makeHeader(OpKind::kAllReduce, dtype, op, count, -1);
   h.algo = static_cast<uint8_t>(chosen);
-  switch (chosen) {
-    case Algo::kRing:
-      return enqueue(h, [=](Context& c) { allreduceRing(c, data, count, dtype, op); });
-    case Algo::kDirect:
-      return enqueue(h, [=](Context& c) { allreduceDirect(c, data, count, dtype, op); });
-    default:
-      throw InvalidArgument(std::string("all_reduce has no algorithm \"") + algoName(chosen) +
-                            "\" (choose auto, ring or direct)");
-  }
+  return enqueue(h, [=](Context& c) { allreduceWith(chosen, c, data, count, dtype, op); });
 }
 
-std::shared_ptr<Work> Communicator::allGather(const void* in, void* out, size_t count, DType dtype) {
+std::shared_ptr<Work> Communicator::allGather(const void* in, void* out, size_t count, DType dtype,
+                                              Algo algo) {
+  // kAuto is the ring (the model-based choice of issue 14 may change that); the header
+  // carries the algorithm that runs, as all-reduce's does.
+  Algo chosen = algo == Algo::kAuto ? Algo::kRing : algo;
+  checkAllgatherAlgo(chosen, "all_gather");
   WireHeader h = makeHeader(OpKind::kAllGather, dtype, ReduceOp::kSum, count, -1);
-  return enqueue(h, [=](Context& c) { allgatherRing(c, in, out, count, dtype); });
+  h.algo = static_cast<uint8_t>(chosen);
+  return enqueue(h, [=](Context& c) { allgatherWith(chosen, c, in, out, count, dtype); });
 }
 
 std::shared_ptr<Work> Communicator::reduceScatter(const void* in, void* out, size_t count,
@@ -316,6 +315,7 @@ std::shared_ptr<Work> Communicator::allReduceCoalesced(std::vector<Span> tensors
   size_t total = 0;
   for (const Span& s : tensors) total += s.count;
   Algo chosen = chooseAlgo(algo, total * dtypeSize(dtype));
+  checkAllreduceAlgo(chosen, "all_reduce_coalesced");
   WireHeader h = makeHeader(OpKind::kAllReduceCoalesced, dtype, op, total,
                             static_cast<int>(tensors.size()));
   h.algo = static_cast<uint8_t>(chosen);
@@ -430,9 +430,11 @@ void Communicator::workerLoop() {
         if (p2p_.empty() || driving_) {
           if (driving_ || scratch_.capacity() <= kScratchKeepBytes) {
             cv_.wait(lock);
-          } else if (!cv_.wait_for(lock, kScratchIdle, [this] { return !queue_.empty() || stopping_; })) {
+          } else if (!cv_.wait_for(lock, kScratchIdle, [this] { return !queue_.empty() || stopping_; }) &&
+                     !driving_) {
             // Idle for a while after a large op: give the scratch back (it is kept
             // across back-to-back large ops, where reallocating would cost page faults).
+            // Not while a caller runs a call inline (driving_): that call is using it.
             scratchBytes_.store(0);
             std::vector<char>().swap(scratch_);
           }

@@ -90,9 +90,11 @@ class Communicator {
   void cancelConnect() { transport_->cancelConnect(); }
 
   // Operations. Pointers must stay valid until the returned Work completes.
-  // `algo`: kAuto chooses by size (options().directMax*), kRing or kDirect forces one.
+  // `algo`: kAuto chooses by size (options().directMax*); kRing, kDirect,
+  // kHalvingDoubling or kTree forces one (another algorithm: InvalidArgument).
   std::shared_ptr<Work> allReduce(void* data, size_t count, DType dtype, ReduceOp op, Algo algo);
-  std::shared_ptr<Work> allGather(const void* in, void* out, size_t count, DType dtype);
+  // `algo`: kAuto (the ring), kRing or kBruck.
+  std::shared_ptr<Work> allGather(const void* in, void* out, size_t count, DType dtype, Algo algo);
   std::shared_ptr<Work> reduceScatter(const void* in, void* out, size_t count, DType dtype,
                                       ReduceOp op);
   std::shared_ptr<Work> broadcast(void* data, size_t count, DType dtype, int root);

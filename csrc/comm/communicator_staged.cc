@@ -126,13 +126,7 @@ std::shared_ptr<Work> Communicator::allReduceStaged(void* data, size_t count, DT
   Cut cut(count, options_.staging.pieceBytes / es);
   // The algorithm of the pieces, chosen on one piece's size (what each run moves).
   Algo chosen = chooseAlgo(algo, cut.length(0) * es);
-  // Pieces run the ring or the direct algorithm; an automatic choice of another one
-  // (the group's thresholds may name newer algorithms) falls back to the ring.
-  if (algo == Algo::kAuto && chosen != Algo::kDirect) chosen = Algo::kRing;
-  if (chosen != Algo::kRing && chosen != Algo::kDirect) {
-    throw InvalidArgument(std::string("all_reduce on CUDA tensors runs the ring or direct algorithm, not \"") +
-                          algoName(chosen) + "\"");
-  }
+  checkAllreduceAlgo(chosen, "all_reduce");
   WireHeader h = makeHeader(OpKind::kAllReduce, dtype, op, count, -1);
   h.algo = static_cast<uint8_t>(chosen);
   char* base = static_cast<char*>(data);
@@ -143,13 +137,7 @@ std::shared_ptr<Work> Communicator::allReduceStaged(void* data, size_t count, DT
     p.in = {{0, base + cut.begin(k) * es, bytes}};
     p.out = p.in;
     const size_t len = p.count;
-    p.run = [=](Context& c, char* slot) {
-      if (chosen == Algo::kRing) {
-        allreduceRing(c, slot, len, dtype, op);
-      } else {
-        allreduceDirect(c, slot, len, dtype, op);
-      }
-    };
+    p.run = [=](Context& c, char* slot) { allreduceWith(chosen, c, slot, len, dtype, op); };
     return p;
   };
   return enqueueStaged(h, cut.pieces(), cut.per * es, piece, dc);

@@ -78,7 +78,8 @@ def run(cfg: Config, json_path: Optional[str] = None, plot_path: Optional[str] =
     where = (f"{cfg.world_size} namespace hosts, {cfg.line_rate} cables ({line:.3f} GB/s each way)"
              if cfg.netns_hosts else f"{cfg.world_size} ranks on loopback")
     print(f"# pycollect bench: {cfg.op}, {where}, {cfg.dtype} on {cfg.device}, "
-          f"iters {cfg.iters} x {cfg.repeats} blocks (median), warm-up {cfg.warmup}, peer {cfg.peer or 'none'}",
+          f"iters {cfg.iters} x {cfg.repeats} blocks (median), warm-up {cfg.warmup}, peer {cfg.peer or 'none'}, "
+          f"algo {cfg.env.get('PYCOLLECT_ALGO', 'auto')}",
           file=stream, flush=True)
 
     def on_event(rank: int, event: tuple) -> None:

@@ -5,6 +5,7 @@ import os
 import sys
 
 from ..benchmark.sizes import OPS, DTYPE_BYTES, parse_size, size_list
+from ..types import CALL_ALGOS, Algo
 
 
 def register(subparsers) -> None:
@@ -27,8 +28,9 @@ def register(subparsers) -> None:
                    help="the engine timed beside pycollect on the same tensors (nccl: --device cuda, one GPU per rank)")
     p.add_argument("--device", default="cpu", choices=["cpu", "cuda"],
                    help="where the tensors live (cuda: pycollect stages them through pinned host memory)")
-    p.add_argument("--algo", default=None, choices=["auto", "ring", "direct"],
-                   help="force pycollect's all-reduce algorithm (PYCOLLECT_ALGO)")
+    p.add_argument("--algo", default=None, choices=[a.name.lower() for a in Algo],
+                   help="force pycollect's algorithm (PYCOLLECT_ALGO): ring, direct, halving_doubling or tree "
+                        "for -o all_reduce; ring or bruck for -o all_gather")
     p.add_argument("--transport", default=None, choices=["auto", "tcp", "shm"],
                    help="what carries pycollect's links (PYCOLLECT_TRANSPORT; default auto: shared memory here)")
     p.add_argument("--no-link-limit", action="store_true", help="skip the TCP link-limit measurement")
@@ -92,6 +94,9 @@ def run(args) -> int:
             raise ValueError(f"world size must be >= 1, got {args.world_size}")
         if args.iters < 1 or args.repeats < 1 or args.warmup_iters < 0:
             raise ValueError("iters and repeats must be >= 1 and warm-up >= 0")
+        if args.algo and not args.latency and args.op in CALL_ALGOS and Algo[args.algo.upper()] not in CALL_ALGOS[args.op]:
+            names = ", ".join(a.name.lower() for a in CALL_ALGOS[args.op])
+            raise ValueError(f"--algo {args.algo} is not an algorithm of {args.op}: choose one of {names}")
         skip = check_device(args.device, args.peer, args.world_size, args.netns_hosts)
     except (ValueError, NotImplementedError) as e:
         print(f"pycollect bench: {e}", file=sys.stderr)
