@@ -390,7 +390,7 @@ def reduce(tensor, dst: int = 0, op=ReduceOp.SUM, group=None, async_op: bool = F
     if dc is not None:
         return _run(g, lambda c, _blocking: c.reduce_staged(b.address, b.numel, b.code, int(op), root, *dc), (b,),
                     async_op)
-    return _run(g, lambda c, _blocking: c.reduce(b.address, b.numel, b.code, int(op), root), (b,), async_op)
+    return _run(g, lambda c, blk: c.reduce(b.address, b.numel, b.code, int(op), root, blk), (b,), async_op)
 
 
 def _root_list(items, is_root: bool, size: int, what: str, root_what: str):
@@ -421,7 +421,7 @@ def gather(tensor, gather_list=None, dst: int = 0, group=None, async_op: bool = 
     if outs:
         check_numel(outs[root], i.numel, f"gather(gather_list[{root}]) (the destination's own slot)")
     spans = [(o.address, o.numel) for o in outs]
-    return _run(g, lambda c, _blocking: c.gather(i.address, i.numel, spans, i.code, root), (i, *outs), async_op)
+    return _run(g, lambda c, blk: c.gather(i.address, i.numel, spans, i.code, root, blk), (i, *outs), async_op)
 
 
 def scatter(tensor, scatter_list=None, src: int = 0, group=None, async_op: bool = False):
@@ -440,7 +440,7 @@ def scatter(tensor, scatter_list=None, src: int = 0, group=None, async_op: bool 
     if ins:
         check_numel(ins[root], o.numel, f"scatter(scatter_list[{root}]) (the source's own slot)")
     spans = [(b.address, b.numel) for b in ins]
-    return _run(g, lambda c, _blocking: c.scatter(spans, o.address, o.numel, o.code, root), (o, *ins), async_op)
+    return _run(g, lambda c, blk: c.scatter(spans, o.address, o.numel, o.code, root, blk), (o, *ins), async_op)
 
 
 def all_to_all(output_tensor_list, input_tensor_list, group=None, async_op: bool = False):
@@ -461,7 +461,7 @@ def all_to_all(output_tensor_list, input_tensor_list, group=None, async_op: bool
     check_numel(outs[g.rank], ins[g.rank].numel, f"all_to_all(output_tensor_list[{g.rank}]) (this rank's own)")
     i_spans = [(b.address, b.numel) for b in ins]
     o_spans = [(b.address, b.numel) for b in outs]
-    return _run(g, lambda c, _blocking: c.all_to_all(i_spans, o_spans, outs[0].code), (*ins, *outs), async_op)
+    return _run(g, lambda c, blk: c.all_to_all(i_spans, o_spans, outs[0].code, blk), (*ins, *outs), async_op)
 
 
 def _same_dtype_list(tensors, what: str, writable: bool):
@@ -484,7 +484,7 @@ def all_reduce_coalesced(tensors, op=ReduceOp.SUM, group=None, async_op: bool = 
                             lambda _i, o: all_reduce_coalesced(o, op, group, async_op, algo))
     bufs = _same_dtype_list(tensors, "all_reduce_coalesced(tensors)", writable=True)
     spans = [(b.address, b.numel) for b in bufs]
-    return _run(g, lambda c, _blocking: c.all_reduce_coalesced(spans, bufs[0].code, int(op), int(algo)), bufs, async_op)
+    return _run(g, lambda c, blk: c.all_reduce_coalesced(spans, bufs[0].code, int(op), int(algo), blk), bufs, async_op)
 
 
 def all_gather_coalesced(output_tensor_lists, input_tensor_list, group=None, async_op: bool = False):
@@ -513,7 +513,7 @@ def all_gather_coalesced(output_tensor_lists, input_tensor_list, group=None, asy
             outs.append(o)
     i_spans = [(b.address, b.numel) for b in ins]
     o_spans = [(b.address, b.numel) for b in outs]
-    return _run(g, lambda c, _blocking: c.all_gather_coalesced(i_spans, o_spans, ins[0].code), (*ins, *outs), async_op)
+    return _run(g, lambda c, blk: c.all_gather_coalesced(i_spans, o_spans, ins[0].code, blk), (*ins, *outs), async_op)
 
 
 _ALL_TO_ALL_TAG = -0x0A2A  # marks all-to-all traffic in the send/recv headers

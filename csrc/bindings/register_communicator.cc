@@ -166,43 +166,52 @@ void registerCommunicator(py::module_& m) {
           py::arg("data"), py::arg("count"), py::arg("dtype"), py::arg("tag"), py::arg("source"), R())
       .def(
           "reduce",
-          [](Communicator& c, uintptr_t data, size_t count, int dtype, int op, int root) {
+          [](Communicator& c, uintptr_t data, size_t count, int dtype, int op, int root, bool blocking) {
+            Blocking scope(blocking);
             return c.reduce(ptr(data), count, checkedDType(dtype), checkedReduceOp(op), root);
           },
-          R())
+          py::arg("data"), py::arg("count"), py::arg("dtype"), py::arg("op"), py::arg("root"),
+          py::arg("blocking") = false, R())
       .def(
           "gather",
-          [](Communicator& c, uintptr_t in, size_t count, const Buffers& outs, int dtype, int root) {
+          [](Communicator& c, uintptr_t in, size_t count, const Buffers& outs, int dtype, int root, bool blocking) {
+            Blocking scope(blocking);
             return c.gather(Span{static_cast<char*>(ptr(in)), count}, spans(outs), checkedDType(dtype),
                             root);
           },
-          R())
+          py::arg("inp"), py::arg("count"), py::arg("outs"), py::arg("dtype"), py::arg("root"),
+          py::arg("blocking") = false, R())
       .def(
           "scatter",
-          [](Communicator& c, const Buffers& ins, uintptr_t out, size_t count, int dtype, int root) {
+          [](Communicator& c, const Buffers& ins, uintptr_t out, size_t count, int dtype, int root, bool blocking) {
+            Blocking scope(blocking);
             return c.scatter(spans(ins), Span{static_cast<char*>(ptr(out)), count}, checkedDType(dtype),
                              root);
           },
-          R())
+          py::arg("ins"), py::arg("out"), py::arg("count"), py::arg("dtype"), py::arg("root"),
+          py::arg("blocking") = false, R())
       .def(
           "all_to_all",
-          [](Communicator& c, const Buffers& ins, const Buffers& outs, int dtype) {
+          [](Communicator& c, const Buffers& ins, const Buffers& outs, int dtype, bool blocking) {
+            Blocking scope(blocking);
             return c.allToAll(spans(ins), spans(outs), checkedDType(dtype));
           },
-          R())
+          py::arg("ins"), py::arg("outs"), py::arg("dtype"), py::arg("blocking") = false, R())
       .def(
           "all_reduce_coalesced",
-          [](Communicator& c, const Buffers& tensors, int dtype, int op, int algo) {
+          [](Communicator& c, const Buffers& tensors, int dtype, int op, int algo, bool blocking) {
+            Blocking scope(blocking);
             return c.allReduceCoalesced(spans(tensors), checkedDType(dtype), checkedReduceOp(op),
                                         checkedAlgo(algo));
           },
-          py::arg("tensors"), py::arg("dtype"), py::arg("op"), py::arg("algo") = 0, R())
+          py::arg("tensors"), py::arg("dtype"), py::arg("op"), py::arg("algo") = 0, py::arg("blocking") = false, R())
       .def(
           "all_gather_coalesced",
-          [](Communicator& c, const Buffers& ins, const Buffers& outs, int dtype) {
+          [](Communicator& c, const Buffers& ins, const Buffers& outs, int dtype, bool blocking) {
+            Blocking scope(blocking);
             return c.allGatherCoalesced(spans(ins), spans(outs), checkedDType(dtype));
           },
-          R())
+          py::arg("ins"), py::arg("outs"), py::arg("dtype"), py::arg("blocking") = false, R())
       // Device (CUDA) memory, staged through pinned host memory: `device` is the CUDA
       // ordinal, `stream` the caller's current stream (torch's cuda_stream).
       .def(
