@@ -26,14 +26,17 @@ uint64_t Link::queueSend(const void* data, size_t bytes) {
   return sendsPosted_++;
 }
 
-uint64_t Link::postRecv(void* data, size_t bytes) {
+uint64_t Link::queueRecv(void* data, size_t bytes) {
   recvs_.push_back({static_cast<char*>(data), bytes, false, 0});
   return recvsPosted_++;
 }
 
 void Link::progress() {
+  const uint64_t sendsBefore = sendsDone_, recvsBefore = recvsDone_;
   bool changed = progressSend();
   changed = progressRecv() || changed;
+  if (sendsDone_ != sendsBefore) sendsCompleted(sendsDone_);
+  if (recvsDone_ != recvsBefore) recvsCompleted(recvsDone_);
   snapshot();
   if (changed) ring();
   // A peer that closed its socket may have left its last bytes in the ring (it
