@@ -174,28 +174,44 @@ def get_backend(group=None) -> str:
     return "pycollect"
 
 
+class _ProfilerFlag:
+    """Stands in for torch.autograd.profiler where it lacks the flag below (another torch)."""
+
+    @property
+    def _is_profiler_enabled(self) -> bool:
+        import torch
+
+        return torch.autograd._profiler_enabled()
+
+
+_torch_profiler = None  # torch.autograd.profiler (or _ProfilerFlag), once torch is imported
+
+
 def _profiler_active() -> bool:
-    """Whether a torch profiler records on this thread; torch is never imported for it (a
-    process that has not imported torch has no profiler). About 0.1 us."""
-    torch = sys.modules.get("torch")
-    return torch is not None and torch.autograd._profiler_enabled()
+    """Whether a torch profiler is recording: torch.autograd.profiler keeps a Python flag for
+    checks like this one (set while any profiler, torch.profiler.profile included, runs), so
+    the check is two attribute loads. torch is never imported for it: a process that has not
+    imported torch has no profiler."""
+    global _torch_profiler
+    if _torch_profiler is None:
+        module = sys.modules.get("torch.autograd.profiler")
+        if module is None:
+            return False
+        _torch_profiler = module if hasattr(module, "_is_profiler_enabled") else _ProfilerFlag()
+    return _torch_profiler._is_profiler_enabled
 
 
-def _run(g: ProcessGroup, launch, keepalive, async_op: bool, finish=None):
+def _run(g: ProcessGroup, launch, keepalive, async_op: bool, finish=None, profiled: bool = False):
     """launch(comm, blocking) queues the call; blocking (not async_op) lets the engine run it on
     this thread when nothing is queued, which saves two thread hand-offs per small call.
 
     Under torch.profiler the call is a range named after the public function that called
-    _run ("pycollect::all_reduce"): issue and, when blocking, the wait."""
-    if _profiler_active():
+    _run ("pycollect::all_reduce"): the issue and, when blocking, the wait."""
+    if not profiled and _profiler_active():
         import torch
 
         with torch.autograd.profiler.record_function(f"pycollect::{sys._getframe(1).f_code.co_name}"):
-            return _run_now(g, launch, keepalive, async_op, finish)
-    return _run_now(g, launch, keepalive, async_op, finish)
-
-
-def _run_now(g: ProcessGroup, launch, keepalive, async_op: bool, finish=None):
+            return _run(g, launch, keepalive, async_op, finish, profiled=True)
     blocking = not async_op
     work = g.submit(lambda c: launch(c, blocking), keepalive, finish)
     if async_op:

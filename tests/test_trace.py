@@ -197,6 +197,21 @@ def test_pycollect_trace_variable():
         Options.from_env({"PYCOLLECT_TRACE": "yes"})
 
 
+def test_pycollect_trace_reaches_the_engine():
+    import datetime
+
+    from pycollect import _C
+    from pycollect.group import _comm_options
+
+    td = datetime.timedelta(seconds=5)
+    for on in (True, False):
+        comm = _C.Communicator(0, 1, _comm_options(td, Options(trace=on), 1))
+        assert comm.tracing() is on
+        assert comm.set_tracing(not on) is on and comm.tracing() is (not on)
+        assert comm.take_trace() == ([], 0)
+        comm.shutdown()
+
+
 def case_profiled():
     import torch
     from torch.profiler import ProfilerActivity, profile

@@ -28,6 +28,7 @@ def register(subparsers) -> None:
     p.add_argument("--warmup", type=int, default=2, help="untraced calls before the traced one")
     p.add_argument("--out", default="traces", help="directory for the files (created)")
     p.add_argument("--name", default=None, help="file name stem (default OP_ALGO_gN_SIZE)")
+    p.add_argument("--dpi", type=int, default=110, help="resolution of the PNG (70 makes a small one for docs)")
     p.set_defaults(func=run)
 
 
@@ -40,6 +41,8 @@ def run(args) -> int:
         algo = check_request(args.op, args.algo, args.world_size, nbytes, args.dtype)
         if args.warmup < 0:
             raise ValueError(f"--warmup must be >= 0, got {args.warmup}")
+        if not 20 <= args.dpi <= 600:
+            raise ValueError(f"--dpi must be in [20, 600], got {args.dpi}")
         env = {k: v for k, v in os.environ.items() if k.startswith("PYCOLLECT_")}
         if args.segment_bytes is not None:
             env["PYCOLLECT_SEGMENT_BYTES"] = str(parse_size(args.segment_bytes))
@@ -59,7 +62,7 @@ def run(args) -> int:
     meta = {"op": args.op, "bytes": nbytes, "world_size": args.world_size, "algo": algo, "dtype": args.dtype,
             "links": kinds}
     json_path = write_chrome(spans, os.path.join(args.out, stem + ".json"), meta)
-    png_path = write_timeline(spans, os.path.join(args.out, stem + ".png"), title)
+    png_path = write_timeline(spans, os.path.join(args.out, stem + ".png"), title, args.dpi)
     print(f"{title}: {len(result.events)} events, {len(spans)} spans")
     print(f"trace JSON: {json_path}   (open in https://ui.perfetto.dev or chrome://tracing)")
     print(f"timeline:   {png_path}")

@@ -1,11 +1,13 @@
 """Engine events -> spans: one per transfer on a link direction, one per reduction.
 
 Each direction of a link is a FIFO (csrc/transport/link.h), so the k-th "posted" of a
-(rank, direction, peer) completes with the k-th "done" of the same key. A transfer is
-drawn from when it could move to when it completed: from its post, or from when the one
-before it on the same link direction finished, whichever is later (receives are posted
-ahead of time and wait their turn in the queue; that wait is `queued_ns`, not
-transfer). So spans of one track never overlap, and each is one segment on the wire.
+(rank, direction, peer) completes with the k-th "done" of the same key, and the k-th
+send of rank A to rank B is the k-th receive of B from A. A transfer is drawn from when
+it could move to when it completed: from its post, or from when the one before it on the
+same link direction finished, whichever is later, and for a receive not before the
+sender's span of it began (receives are posted ahead of time and wait for their data;
+that wait is `queued_ns`, not transfer). So spans of one track never overlap, and each
+is one segment on the wire. All ranks stamp CLOCK_MONOTONIC, so the ranks compare.
 """
 from __future__ import annotations
 
@@ -53,7 +55,28 @@ def to_spans(events: Iterable) -> List[Span]:
     spans: List[Span] = []
     for rank in sorted(by_rank):
         spans.extend(_rank_spans(rank, by_rank[rank]))
-    return spans
+    return _after_sends(spans)
+
+
+def _after_sends(spans: List[Span]) -> List[Span]:
+    """Start each receive no earlier than the sender's span of the same bytes (when the
+    link's sends and receives pair up; a partial trace is left as it is)."""
+    lanes: Dict[Tuple[str, int, int], List[int]] = defaultdict(list)  # (kind, from, to) -> span indices
+    for i, s in enumerate(spans):
+        if s.kind == "send":
+            lanes[("send", s.rank, s.peer)].append(i)
+        elif s.kind == "recv":
+            lanes[("recv", s.peer, s.rank)].append(i)
+    out = list(spans)
+    for (kind, src, dst), recvs in lanes.items():
+        sends = lanes.get(("send", src, dst), [])
+        if kind != "recv" or len(sends) != len(recvs):
+            continue
+        for si, ri in zip(sends, recvs):
+            r = out[ri]
+            start = min(max(r.start_ns, spans[si].start_ns), r.end_ns)
+            out[ri] = r._replace(start_ns=start)
+    return out
 
 
 def _rank_spans(rank: int, events: list) -> List[Span]:

@@ -29,8 +29,8 @@ def _label(s: Span) -> str:
     return f"{first}.{s.segment}" if s.segment >= 0 else first
 
 
-def write_timeline(spans: Sequence[Span], path: str, title: str = "") -> str:
-    """Draw `spans` into a PNG at `path`; returns the path."""
+def write_timeline(spans: Sequence[Span], path: str, title: str = "", dpi: int = 110) -> str:
+    """Draw `spans` into a PNG at `path` (`dpi`: its resolution); returns the path."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -76,6 +76,6 @@ def write_timeline(spans: Sequence[Span], path: str, title: str = "") -> str:
     ax.set_title(title or "pycollect trace", fontsize=10)
     ax.grid(axis="x", alpha=0.3)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    fig.savefig(path, dpi=dpi)
     plt.close(fig)
     return path

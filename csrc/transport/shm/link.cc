@@ -32,11 +32,8 @@ uint64_t Link::queueRecv(void* data, size_t bytes) {
 }
 
 void Link::progress() {
-  const uint64_t sendsBefore = sendsDone_, recvsBefore = recvsDone_;
   bool changed = progressSend();
   changed = progressRecv() || changed;
-  if (sendsDone_ != sendsBefore) sendsCompleted(sendsDone_);
-  if (recvsDone_ != recvsBefore) recvsCompleted(recvsDone_);
   snapshot();
   if (changed) ring();
   // A peer that closed its socket may have left its last bytes in the ring (it
@@ -80,7 +77,7 @@ bool Link::progressSend() {
   while (handedOff_ > 0 && (!sends_.front().single || acked >= sends_.front().ackEnd)) {
     sends_.pop_front();
     --handedOff_;
-    ++sendsDone_;
+    sendsCompleted(++sendsDone_);
   }
   return changed;
 }
@@ -91,7 +88,7 @@ bool Link::progressRecv() {
     Range& r = recvs_.front();
     if (r.left == 0) {
       recvs_.pop_front();
-      ++recvsDone_;
+      recvsCompleted(++recvsDone_);  // per ticket: the trace stamps each one
       continue;
     }
     if (record_.bytes == 0) {
@@ -143,7 +140,7 @@ bool Link::readSingle() {
     left -= take;
     if (r.left == 0) {
       recvs_.pop_front();
-      ++recvsDone_;
+      recvsCompleted(++recvsDone_);  // per ticket: the trace stamps each one
     }
   }
   record_.address += got;
