@@ -30,8 +30,8 @@
 #include "comm/work.h"
 #include "common/fork.h"
 #include "common/types.h"
-#include "transport/link.h"
 #include "trace/recorder.h"
+#include "transport/link.h"
 #include "transport/transport.h"
 
 namespace pycollect {
