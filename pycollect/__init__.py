@@ -26,7 +26,7 @@ _API = {
     "get_backend", "new_group", "all_reduce", "all_gather", "all_gather_into_tensor", "reduce_scatter",
     "reduce_scatter_tensor", "broadcast", "barrier", "send", "recv", "isend", "irecv", "get_counters",
     "all_to_all_single", "register_group", "unregister_group", "get_bytes_sent", "get_transport_info", "reduce", "gather",
-    "scatter", "all_to_all", "all_reduce_coalesced", "all_gather_coalesced",
+    "scatter", "all_to_all", "all_reduce_coalesced", "all_gather_coalesced", "tracing", "take_trace",
 }
 _ERRORS = {
     "PyCollectError", "CollectiveTimeoutError", "PeerLostError", "MismatchError", "GroupFailedError",
@@ -45,9 +45,10 @@ _LAZY = {
     "Options": ("options", "Options"),
 }
 
-from .types import Algo, ReduceOp  # noqa: E402  (pure Python)
+from .types import Algo, ReduceOp, TraceEvent  # noqa: E402  (pure Python)
 
-__all__ = sorted(_API | _ERRORS | set(_LAZY) | {"Algo", "ReduceOp", "ProcessGroup", "Work", "NON_GROUP_MEMBER"})
+__all__ = sorted(_API | _ERRORS | set(_LAZY) | {"Algo", "ReduceOp", "TraceEvent", "ProcessGroup", "Work",
+                                                "NON_GROUP_MEMBER"})
 
 
 def _register_torch_backend() -> None:

@@ -11,8 +11,10 @@ Tensors are contiguous torch CPU or CUDA tensors, or numpy arrays (CUDA: _device
 from __future__ import annotations
 
 import atexit
+import contextlib
 import os
-from typing import List, Optional, Sequence
+import sys
+from typing import Iterator, List, Optional, Sequence
 
 import numpy as np
 
@@ -30,7 +32,7 @@ from .errors import NotInitializedError
 from .group import NON_GROUP_MEMBER, ProcessGroup
 from .options import to_timedelta
 from .rendezvous import listen_address, rendezvous
-from .types import Algo, ReduceOp, is_torch_tensor, to_reduce_op
+from .types import Algo, ReduceOp, TraceEvent, is_torch_tensor, to_reduce_op
 from .work import Work, WorkList
 
 _world: Optional[ProcessGroup] = None
@@ -173,9 +175,44 @@ def get_backend(group=None) -> str:
     return "pycollect"
 
 
-def _run(g: ProcessGroup, launch, keepalive, async_op: bool, finish=None):
+class _ProfilerFlag:
+    """Stands in for torch.autograd.profiler where it lacks the flag below (another torch)."""
+
+    @property
+    def _is_profiler_enabled(self) -> bool:
+        import torch
+
+        return torch.autograd._profiler_enabled()
+
+
+_torch_profiler = None  # torch.autograd.profiler (or _ProfilerFlag), once torch is imported
+
+
+def _profiler_active() -> bool:
+    """Whether a torch profiler is recording: torch.autograd.profiler keeps a Python flag for
+    checks like this one (set while any profiler, torch.profiler.profile included, runs), so
+    the check is two attribute loads. torch is never imported for it: a process that has not
+    imported torch has no profiler."""
+    global _torch_profiler
+    if _torch_profiler is None:
+        module = sys.modules.get("torch.autograd.profiler")
+        if module is None:
+            return False
+        _torch_profiler = module if hasattr(module, "_is_profiler_enabled") else _ProfilerFlag()
+    return _torch_profiler._is_profiler_enabled
+
+
+def _run(g: ProcessGroup, launch, keepalive, async_op: bool, finish=None, profiled: bool = False):
     """launch(comm, blocking) queues the call; blocking (not async_op) lets the engine run it on
-    this thread when nothing is queued, which saves two thread hand-offs per small call."""
+    this thread when nothing is queued, which saves two thread hand-offs per small call.
+
+    Under torch.profiler the call is a range named after the public function that called
+    _run ("pycollect::all_reduce"): the issue and, when blocking, the wait."""
+    if not profiled and _profiler_active():
+        import torch
+
+        with torch.autograd.profiler.record_function(f"pycollect::{sys._getframe(1).f_code.co_name}"):
+            return _run(g, launch, keepalive, async_op, finish, profiled=True)
     blocking = not async_op
     work = g.submit(lambda c: launch(c, blocking), keepalive, finish)
     if async_op:
@@ -571,6 +608,26 @@ def all_to_all_single(output, input, output_split_sizes=None, input_split_sizes=
         return result
     result.wait()
     return None
+
+
+@contextlib.contextmanager
+def tracing(group=None) -> Iterator[ProcessGroup]:
+    """Record the engine's events (docs/traces.md) for every call issued on the group inside
+    the block; take_trace() hands them over. Every rank must trace the same calls for the
+    sends of one to meet the receives of the other in a picture. PYCOLLECT_TRACE=1 traces
+    every call."""
+    g = _group(group)
+    before = g.set_tracing(True)
+    try:
+        yield g
+    finally:
+        g.set_tracing(before)
+
+
+def take_trace(group=None) -> List[TraceEvent]:
+    """This rank's recorded events for the group, oldest first (pc.TraceEvent); the buffer
+    is emptied. Events of calls still running may be missing: wait for them first."""
+    return _group(group).take_trace()
 
 
 def get_counters(group=None) -> dict:

@@ -14,6 +14,7 @@ from . import _C
 from .errors import (CollectiveTimeoutError, DeviceError, GroupFailedError, MismatchError, PeerLostError,
                      PyCollectError)
 from .options import Options, default_spin_us
+from .types import TraceEvent
 from .work import Work
 
 # Kinds of failure that explain a neighbour's PeerLostError: the rank that saw one of these
@@ -34,6 +35,7 @@ def _comm_options(timeout: datetime.timedelta, options: Options, size: int) -> "
         value = getattr(options, name)
         if value is not None:
             setattr(o, name, value)
+    o.trace = options.trace
     return o
 
 
@@ -241,6 +243,19 @@ class ProcessGroup:
         """Bytes this rank has put on its links for this group (payload and headers), as of
         the last finished operation: communication volume measured, not estimated."""
         return self._comm.bytes_sent()
+
+    def set_tracing(self, on: bool) -> bool:
+        """Trace the calls issued from now on (or stop); returns the previous setting."""
+        return self._comm.set_tracing(bool(on))
+
+    def take_trace(self) -> List[TraceEvent]:
+        """The engine events recorded so far for this group, oldest first; the buffer is
+        emptied. Raises if events were dropped because the buffer was full."""
+        events, dropped = self._comm.take_trace()
+        if dropped:
+            raise RuntimeError(f"the trace buffer of {self!r} was full: {dropped} events were dropped; "
+                               "take_trace() more often or trace fewer calls")
+        return [TraceEvent(self.rank, *e) for e in events]
 
     def abort(self, reason: str) -> None:
         """Fail the group from any thread: later calls raise GroupFailedError naming `reason`,

@@ -19,6 +19,7 @@
 | PYCOLLECT_TRANSPORT         | links: auto (shared memory to ranks on this host, TCP to others), tcp, or shm (every link, else an error) | auto |
 | PYCOLLECT_STAGING_BYTES     | CUDA tensors: bytes per staged piece (> 0)            | engine's (4 MiB)  |
 | PYCOLLECT_HOST_TAG          | appended to this rank's host identity: ranks with different tags never share memory (tests, or hosts that share a boot id) | none |
+| PYCOLLECT_TRACE             | 1: record engine events for every call (pc.take_trace, docs/traces.md); 0: only inside pc.tracing() | 0 |
 """
 from __future__ import annotations
 
@@ -43,7 +44,7 @@ _INTEGERS = {
 }
 KNOWN = frozenset(_INTEGERS) | {"PYCOLLECT_ALGO", "PYCOLLECT_SOCKET_IFNAME", "PYCOLLECT_LINK_TIMEOUT",
                                  "PYCOLLECT_SECRET", "PYCOLLECT_SECRET_FILE", "PYCOLLECT_TRANSPORT",
-                                 "PYCOLLECT_HOST_TAG"}
+                                 "PYCOLLECT_HOST_TAG", "PYCOLLECT_TRACE"}
 TRANSPORTS = ("auto", "tcp", "shm")
 
 
@@ -63,6 +64,7 @@ class Options:
     transport: Optional[str] = None  # auto, tcp or shm; None: the engine's (auto)
     host_tag: Optional[str] = None
     staging_bytes: Optional[int] = None  # CUDA tensors: bytes per staged piece
+    trace: bool = False  # record engine events for every call
 
     @classmethod
     def from_env(cls, environ: Optional[Mapping[str, str]] = None) -> "Options":
@@ -106,6 +108,11 @@ class Options:
         tag = env.get("PYCOLLECT_HOST_TAG", "").strip()
         if tag:
             values["host_tag"] = tag
+        raw = env.get("PYCOLLECT_TRACE", "").strip()
+        if raw:
+            if raw not in ("0", "1"):
+                raise ValueError(f"PYCOLLECT_TRACE={raw!r} must be 0 or 1")
+            values["trace"] = raw == "1"
         values["secret"] = _secret(env)
         return cls(**values)
 

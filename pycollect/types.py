@@ -1,8 +1,9 @@
-"""ReduceOp, Algo and the mapping of torch / numpy dtypes onto the engine's codes."""
+"""ReduceOp, Algo, TraceEvent and the mapping of torch / numpy dtypes onto the engine's codes."""
 from __future__ import annotations
 
 import enum
 import sys
+from typing import NamedTuple
 
 # Codes shared with csrc/common/types.h.
 DTYPE_CODES = {
@@ -76,6 +77,28 @@ CALL_ALGOS = {
     "all_reduce": (Algo.AUTO, Algo.RING, Algo.DIRECT, Algo.HALVING_DOUBLING, Algo.TREE),
     "all_gather": (Algo.AUTO, Algo.RING, Algo.BRUCK),
 }
+
+
+class TraceEvent(NamedTuple):
+    """One engine event of a traced call (csrc/trace/event.h; docs/traces.md).
+
+    `type` is send_posted, send_done, recv_posted, recv_done, reduce_start or reduce_end;
+    `ns` is CLOCK_MONOTONIC (time.monotonic_ns(): one clock for all processes of the
+    machine); `op` and `seq` name the call; `phase`, `step`, `chunk` and `segment` the
+    piece of the algorithm (-1: not named by it); `peer` the group rank at the link's
+    other end (-1 for reductions); `rank` the group rank that recorded it."""
+
+    rank: int
+    ns: int
+    type: str
+    op: str
+    seq: int
+    phase: str
+    step: int
+    chunk: int
+    segment: int
+    peer: int
+    bytes: int
 
 
 def to_reduce_op(op) -> ReduceOp:

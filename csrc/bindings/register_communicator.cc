@@ -74,6 +74,7 @@ void registerCommunicator(py::module_& m) {
             else throw InvalidArgument("transport must be auto, tcp or shm, got '" + v + "'");
           })
       .def_readwrite("host_tag", &CommOptions::hostTag)
+      .def_readwrite("trace", &CommOptions::trace)
       .def_property(
           "staging_bytes", [](const CommOptions& o) { return o.staging.pieceBytes; },
           [](CommOptions& o, size_t v) {
@@ -285,7 +286,27 @@ void registerCommunicator(py::module_& m) {
       .def("link_kinds", &Communicator::linkKinds)
       .def("scratch_bytes", &Communicator::scratchBytes)
       .def("bytes_sent", &Communicator::bytesSent)
-      .def("abort", &Communicator::abort, py::arg("reason"), R());
+      .def("abort", &Communicator::abort, py::arg("reason"), R())
+      .def("set_tracing", &Communicator::setTracing, py::arg("on"))
+      .def("tracing", &Communicator::tracing)
+      // (events, dropped): each event a tuple (ns, type, op, seq, phase, step, chunk,
+      // segment, peer, bytes), oldest first; the buffer is emptied.
+      .def("take_trace", [](Communicator& c) {
+        uint64_t dropped = 0;
+        std::vector<trace::Event> events;
+        {
+          py::gil_scoped_release release;  // only the recorder's mutex is taken
+          events = c.takeTrace(&dropped);
+        }
+        py::list out(events.size());
+        for (size_t i = 0; i < events.size(); ++i) {
+          const trace::Event& e = events[i];
+          out[i] = py::make_tuple(e.ns, trace::eventTypeName(e.type), opKindName(static_cast<OpKind>(e.kind)),
+                                  e.seq, e.unit.phase, e.unit.step, e.unit.chunk, e.unit.segment, e.peer,
+                                  e.bytes);
+        }
+        return py::make_tuple(out, dropped);
+      });
 }
 
 }  // namespace pycollect

@@ -47,15 +47,22 @@ void allgatherRing(Context& ctx, const void* in, void* out, size_t count, DType 
   std::vector<uint64_t> tickets(units);
   for (size_t u = 0; u < units; ++u) {
     int c = mod(r - static_cast<int>(u / nseg) - 1);
+    ctx.setUnit("all-gather", static_cast<int>(u / nseg), c, u % nseg);
     tickets[u] = left.postRecv(segPtr(c, u % nseg), segBytes(u % nseg));
   }
   auto ownSrc = [&](size_t j) { return src + segs.begin(j, count) * es; };
-  for (size_t j = 0; j < nseg; ++j) right.postSend(ownSrc(j), segBytes(j));
+  for (size_t j = 0; j < nseg; ++j) {
+    ctx.setUnit("all-gather", 0, r, j);
+    right.postSend(ownSrc(j), segBytes(j));
+  }
   for (size_t u = 0; u < units; ++u) {
     const int s = static_cast<int>(u / nseg);
     ctx.setStep("all-gather", s, steps);
     ctx.waitRecv(left, tickets[u]);
-    if (s + 1 < steps) right.postSend(segPtr(mod(r - s - 1), u % nseg), segBytes(u % nseg));
+    if (s + 1 < steps) {
+      ctx.setUnit("all-gather", s + 1, mod(r - s - 1), u % nseg);
+      right.postSend(segPtr(mod(r - s - 1), u % nseg), segBytes(u % nseg));
+    }
     // One segment of our own chunk per received one (units >= nseg); the sends
     // read `in`, so this copy never races them. memmove: `in` may overlap `out`.
     if (copyOwn && u < nseg) std::memmove(segPtr(r, u), ownSrc(u), segBytes(u));

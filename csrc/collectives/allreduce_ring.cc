@@ -62,6 +62,7 @@ void allreduceRing(Context& ctx, void* data, size_t count, DType dtype, ReduceOp
 
   // Reduce-scatter, step 0: send our own chunk r whole (segment by segment).
   for (size_t j = 0; j < nseg; ++j) {
+    ctx.setUnit("reduce-scatter", 0, r, j);
     right.postSend(base + segBegin(r, j) * es, segLen(r, j) * es);
   }
   std::vector<uint64_t> rsTickets(units), agTickets(units);
@@ -69,6 +70,7 @@ void allreduceRing(Context& ctx, void* data, size_t count, DType dtype, ReduceOp
   bool agPosted = false;
   auto postRsRecv = [&](size_t u) {
     int c = rsRecvChunk(u);
+    ctx.setUnit("reduce-scatter", static_cast<int>(u / nseg), c, u % nseg);
     rsTickets[u] = left.postRecv(scratch + (u % slots) * segs.per * es, segLen(c, u % nseg) * es);
   };
   // The all-gather receives queue behind the last reduce-scatter receive and go
@@ -77,6 +79,7 @@ void allreduceRing(Context& ctx, void* data, size_t count, DType dtype, ReduceOp
   auto postAgRecvs = [&] {
     for (size_t u = 0; u < units; ++u) {
       int c = agRecvChunk(u);
+      ctx.setUnit("all-gather", static_cast<int>(u / nseg), c, u % nseg);
       agTickets[u] = left.postRecv(base + segBegin(c, u % nseg) * es, segLen(c, u % nseg) * es);
     }
     agPosted = true;
@@ -92,11 +95,17 @@ void allreduceRing(Context& ctx, void* data, size_t count, DType dtype, ReduceOp
     ctx.waitRecv(left, rsTickets[u]);
     char* dst = base + segBegin(c, j) * es;
     const size_t len = segLen(c, j);
+    ctx.setUnit("reduce-scatter", s, c, j);
     reduce(dst, dst, scratch + (u % slots) * segs.per * es, len, dtype, op);
     if (s == steps - 1 && op == ReduceOp::kAvg) divide(dst, len, dtype, n);
     if (posted < units) postRsRecv(posted++);  // reuse the slot just consumed
     if (posted == units && !agPosted) postAgRecvs();
     // Forward: at the next reduce-scatter step, or (last step) as all-gather step 0.
+    if (s + 1 < steps) {
+      ctx.setUnit("reduce-scatter", s + 1, c, j);
+    } else {
+      ctx.setUnit("all-gather", 0, c, j);
+    }
     right.postSend(dst, len * es);
   }
 
@@ -106,6 +115,7 @@ void allreduceRing(Context& ctx, void* data, size_t count, DType dtype, ReduceOp
     ctx.waitRecv(left, agTickets[u]);
     if (s + 1 < steps) {
       int c = agRecvChunk(u);
+      ctx.setUnit("all-gather", s + 1, c, u % nseg);
       right.postSend(base + segBegin(c, u % nseg) * es, segLen(c, u % nseg) * es);
     }
   }

@@ -24,17 +24,20 @@ void broadcastChain(Context& ctx, void* data, size_t bytes, int root) {
   Link& left = ctx.link(ctx.left());
   if (!receives) {
     for (size_t j = 0; j < segs.count; ++j) {
+      ctx.setUnit("chain", position, -1, j);
       right.postSend(base + segs.begin(j, bytes), segs.end(j, bytes) - segs.begin(j, bytes));
     }
   } else {
     std::vector<uint64_t> tickets(segs.count);
     for (size_t j = 0; j < segs.count; ++j) {
+      ctx.setUnit("chain", position - 1, -1, j);
       tickets[j] = left.postRecv(base + segs.begin(j, bytes), segs.end(j, bytes) - segs.begin(j, bytes));
     }
     for (size_t j = 0; j < segs.count; ++j) {
       ctx.setStep("chain", static_cast<int>(position), n);
       ctx.waitRecv(left, tickets[j]);
       if (forwards) {
+        ctx.setUnit("chain", position, -1, j);
         right.postSend(base + segs.begin(j, bytes), segs.end(j, bytes) - segs.begin(j, bytes));
       }
     }

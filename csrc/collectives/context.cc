@@ -51,6 +51,7 @@ std::vector<int> Context::ringPeers() const {
 
 void Context::postHeaders(const std::vector<int>& peers, const std::vector<uint64_t>* sendCounts) {
   headerPeers_ = peers;
+  setUnit("header", 0, -1, -1);
   ours_.assign(peers.size(), call);
   theirs_.clear();
   theirs_.resize(peers.size());  // not moved again: receives land in place

@@ -17,6 +17,7 @@
 #include "collectives/wire_header.h"
 #include "common/clock.h"
 #include "common/types.h"
+#include "trace/hooks.h"
 #include "transport/link.h"
 #include "transport/transport.h"
 
@@ -50,11 +51,20 @@ class Context {
   int left() const { return (rank + size - 1) % size; }
   int right() const { return (rank + 1) % size; }
 
-  // Names the phase and step for timeout messages ("reduce-scatter", 2, 3).
+  // Names the phase and step for timeout messages ("reduce-scatter", 2, 3), and for
+  // the trace events that follow (chunk and segment unknown: -1).
   void setStep(const char* phase, int step, int steps) {
     phase_ = phase;
     step_ = step;
     steps_ = steps;
+    if (trace::Recorder* r = trace::active()) trace::setUnit(*r, trace::Unit{phase, step, -1, -1});
+  }
+  // The unit the next posts and reductions belong to, for the trace only: pipelined
+  // algorithms post ahead of the step they wait in, so they name each unit they post.
+  void setUnit(const char* phase, int step, int64_t chunk, int64_t segment) {
+    if (trace::Recorder* r = trace::active()) {
+      trace::setUnit(*r, trace::Unit{phase, step, static_cast<int32_t>(chunk), static_cast<int32_t>(segment)});
+    }
   }
 
   // Header exchange with `peers` (each listed once): send ours, check theirs.

@@ -56,10 +56,14 @@ void reduceScatterRing(Context& ctx, const void* in, void* out, size_t count, DT
   std::vector<uint64_t> forwarded(units);  // send ticket of each unit's partial sum
   size_t posted = 0;
   auto postRecv = [&](size_t u) {
+    ctx.setUnit("reduce-scatter", static_cast<int>(u / nseg), mod(r - static_cast<int>(u / nseg) - 2), u % nseg);
     tickets[u] = left.postRecv(scratch + (u % slots) * slotBytes, segLen(u % nseg) * es);
   };
   for (; posted < units && posted < static_cast<size_t>(slots); ++posted) postRecv(posted);
-  for (size_t j = 0; j < nseg; ++j) right.postSend(src + offset(mod(r - 1), j), segLen(j) * es);
+  for (size_t j = 0; j < nseg; ++j) {
+    ctx.setUnit("reduce-scatter", 0, mod(r - 1), j);
+    right.postSend(src + offset(mod(r - 1), j), segLen(j) * es);
+  }
 
   for (size_t u = 0; u < units; ++u) {
     const int s = static_cast<int>(u / nseg);
@@ -71,11 +75,13 @@ void reduceScatterRing(Context& ctx, const void* in, void* out, size_t count, DT
     char* dst = last ? static_cast<char*>(out) + segs.begin(j, count) * es
                      : acc + ((s % 2) * count + segs.begin(j, count)) * es;
     if (!last && s >= 2) ctx.waitSend(right, forwarded[u - 2 * nseg]);  // same accumulator range
+    ctx.setUnit("reduce-scatter", s, c, j);
     reduce(dst, src + offset(c, j), scratch + (u % slots) * slotBytes, segLen(j), dtype, op);
     if (posted < units) postRecv(posted++);
     if (last) {
       if (op == ReduceOp::kAvg) divide(dst, segLen(j), dtype, n);
     } else {
+      ctx.setUnit("reduce-scatter", s + 1, c, j);
       forwarded[u] = right.postSend(dst, segLen(j) * es);
     }
   }

@@ -28,7 +28,7 @@ InlineScope::~InlineScope() { tInline = saved_; }
 
 Communicator::Communicator(int rank, int size, CommOptions options)
     : owner_(), rank_(rank), size_(size), options_(options), inbox_(size > 0 ? size : 1),
-      sendSeq_(size, 0), recvSeq_(size, 0) {
+      sendSeq_(size, 0), recvSeq_(size, 0), tracing_(options.trace), recorder_(size) {
   if (size < 1) throw InvalidArgument("world size must be >= 1, got " + std::to_string(size));
   if (rank < 0 || rank >= size) {
     throw InvalidArgument("rank " + std::to_string(rank) + " is outside [0, " +
@@ -138,10 +138,12 @@ std::shared_ptr<Work> Communicator::enqueue(Op op) {
   auto work = std::make_shared<Work>("rank " + std::to_string(rank_) + " " + describeCall(header));
   workOf(op) = work;
   ++calls_[opKindName(static_cast<OpKind>(header.kind))];  // send and recv both count as "send/recv"
+  auto* collective = std::get_if<Collective>(&op);
+  if (collective != nullptr) collective->trace = tracing_.load(std::memory_order_relaxed);
   if (tInline && queue_.empty() && !driving_ && p2p_.empty()) {
     driving_ = true;  // the worker waits for us; nobody else touches the links meanwhile
     lock.unlock();
-    if (auto* collective = std::get_if<Collective>(&op)) {
+    if (collective != nullptr) {
       runCollective(*collective);
     } else {
       runP2P(*std::get<std::unique_ptr<PendingP2P>>(op));
@@ -160,6 +162,7 @@ std::shared_ptr<Work> Communicator::enqueue(Op op) {
 }
 
 void Communicator::runCollective(Collective& c) {
+  trace::Recorder::Scope traced(c.trace ? &recorder_ : nullptr, c.header.kind, c.header.seq);
   try {
     Context ctx(rank_, size_, *transport_, links_, inbox_, c.header, deadlineFromNow(c.timeoutSec),
                 options_.tunables, scratch_);

@@ -32,6 +32,7 @@
 #include "common/fork.h"
 #include "common/types.h"
 #include "device/host_device.h"
+#include "trace/recorder.h"
 #include "transport/link.h"
 #include "transport/transport.h"
 
@@ -48,6 +49,7 @@ struct CommOptions {
   TransportKind transport = TransportKind::kAuto;  // PYCOLLECT_TRANSPORT
   std::string hostTag;                             // PYCOLLECT_HOST_TAG
   StagingOptions staging;                          // device buffers (PYCOLLECT_STAGING_BYTES)
+  bool trace = false;                              // PYCOLLECT_TRACE: trace every call
 };
 
 // Where a call on device memory comes from: the CUDA device its buffers live on, and
@@ -161,6 +163,13 @@ class Communicator {
 
   const CommOptions& options() const { return options_; }
 
+  // Tracing (trace/): calls issued while it is on record their events, which take
+  // hands over (oldest first; `dropped`: events lost to the full buffer). Returns the
+  // previous setting. Any thread.
+  bool setTracing(bool on) { return tracing_.exchange(on); }
+  bool tracing() const { return tracing_.load(); }
+  std::vector<trace::Event> takeTrace(uint64_t* dropped) { return recorder_.take(dropped); }
+
  private:
   // A queued operation: a collective, run to completion on the worker, or a
   // point-to-point transfer, posted there and left in flight.
@@ -169,6 +178,7 @@ class Communicator {
     std::function<void(Context&)> run;
     std::shared_ptr<Work> work;
     double timeoutSec = -1;  // < 0: the group's timeout
+    bool trace = false;      // tracing was on when it was issued
   };
   using Op = std::variant<Collective, std::unique_ptr<PendingP2P>>;
   static WireHeader& headerOf(Op& op);
@@ -251,6 +261,8 @@ class Communicator {
   std::vector<uint64_t> recvSeq_;    // p2p messages expected from each peer (worker thread:
                                      // numbered when posted, after any recv-from-any before)
   std::map<std::string, uint64_t> calls_;
+  std::atomic<bool> tracing_{false};
+  trace::Recorder recorder_;
 };
 
 }  // namespace pycollect

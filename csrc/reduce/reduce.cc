@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "common/error.h"
+#include "trace/hooks.h"
 
 // Kernels are plain loops the compiler vectorises. On x86-64 each one is also built
 // for AVX2 and picked at load time (target_clones), so the wheel stays portable.
@@ -143,6 +144,7 @@ PYCOLLECT_CLONES void divideLoop(T* p, size_t n, T d) {
 }  // namespace
 
 void reduce(void* out, const void* a, const void* b, size_t count, DType dtype, ReduceOp op) {
+  trace::ReduceSpan span(count * dtypeSize(dtype));  // start and end events, when traced
   switch (op) {
     case ReduceOp::kSum:
     case ReduceOp::kAvg: return dispatchType<Sum>(out, a, b, count, dtype);

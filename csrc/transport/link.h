@@ -8,6 +8,8 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "trace/hooks.h"
+
 namespace pycollect {
 
 class Link {
@@ -18,12 +20,19 @@ class Link {
 
   // Queue a range; the returned ticket is done once sent(ticket) / received(ticket).
   // The memory must stay valid until then. Sends are counted here, for every
-  // transport alike (the engine's measured communication volume).
+  // transport alike (the engine's measured communication volume), and traced here
+  // when a traced call runs (trace/hooks.h), so no algorithm or transport has to.
   uint64_t postSend(const void* data, size_t bytes) {
     bytesPosted_ += bytes;
-    return queueSend(data, bytes);
+    uint64_t ticket = queueSend(data, bytes);
+    if (trace::Recorder* r = trace::active()) trace::posted(*r, trace::Direction::kSend, peer(), ticket, bytes);
+    return ticket;
   }
-  virtual uint64_t postRecv(void* data, size_t bytes) = 0;
+  uint64_t postRecv(void* data, size_t bytes) {
+    uint64_t ticket = queueRecv(data, bytes);
+    if (trace::Recorder* r = trace::active()) trace::posted(*r, trace::Direction::kRecv, peer(), ticket, bytes);
+    return ticket;
+  }
   virtual bool sent(uint64_t ticket) const = 0;
   virtual bool received(uint64_t ticket) const = 0;
   virtual bool sendPending() const = 0;
@@ -41,6 +50,15 @@ class Link {
 
  protected:
   virtual uint64_t queueSend(const void* data, size_t bytes) = 0;
+  virtual uint64_t queueRecv(void* data, size_t bytes) = 0;
+  // A transport calls these after its counter of completed sends / receives grew to
+  // `doneTotal` (tickets below it are done), for the trace's completion events.
+  void sendsCompleted(uint64_t doneTotal) {
+    if (trace::Recorder* r = trace::active()) trace::completed(*r, trace::Direction::kSend, peer(), doneTotal);
+  }
+  void recvsCompleted(uint64_t doneTotal) {
+    if (trace::Recorder* r = trace::active()) trace::completed(*r, trace::Direction::kRecv, peer(), doneTotal);
+  }
 
  private:
   uint64_t bytesPosted_ = 0;  // by the thread that drives the link

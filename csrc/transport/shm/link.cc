@@ -26,7 +26,7 @@ uint64_t Link::queueSend(const void* data, size_t bytes) {
   return sendsPosted_++;
 }
 
-uint64_t Link::postRecv(void* data, size_t bytes) {
+uint64_t Link::queueRecv(void* data, size_t bytes) {
   recvs_.push_back({static_cast<char*>(data), bytes, false, 0});
   return recvsPosted_++;
 }
@@ -81,7 +81,7 @@ bool Link::progressSend() {
   while (handedOff_ > 0 && (!sends_.front().single || acked >= sends_.front().ackEnd)) {
     sends_.pop_front();
     --handedOff_;
-    ++sendsDone_;
+    sendsCompleted(++sendsDone_);
   }
   return changed;
 }
@@ -92,7 +92,7 @@ bool Link::progressRecv() {
     Range& r = recvs_.front();
     if (r.left == 0) {
       recvs_.pop_front();
-      ++recvsDone_;
+      recvsCompleted(++recvsDone_);  // per ticket: the trace stamps each one
       continue;
     }
     if (record_.bytes == 0) {
@@ -144,7 +144,7 @@ bool Link::readSingle() {
     left -= take;
     if (r.left == 0) {
       recvs_.pop_front();
-      ++recvsDone_;
+      recvsCompleted(++recvsDone_);  // per ticket: the trace stamps each one
     }
   }
   record_.address += got;

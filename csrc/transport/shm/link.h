@@ -55,7 +55,6 @@ class Link final : public pycollect::Link {
   int peer() const override { return tcp_->peer(); }
   int fd() const { return tcp_->fd(); }
 
-  uint64_t postRecv(void* data, size_t bytes) override;
   bool sent(uint64_t ticket) const override { return sendsDone_ > ticket; }
   bool received(uint64_t ticket) const override { return recvsDone_ > ticket; }
   bool sendPending() const override { return !sends_.empty(); }
@@ -80,6 +79,7 @@ class Link final : public pycollect::Link {
 
  protected:
   uint64_t queueSend(const void* data, size_t bytes) override;
+  uint64_t queueRecv(void* data, size_t bytes) override;
 
  private:
   struct Range {

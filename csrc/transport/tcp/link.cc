@@ -20,7 +20,7 @@ uint64_t Link::queueSend(const void* data, size_t bytes) {
   return sendsPosted_++;
 }
 
-uint64_t Link::postRecv(void* data, size_t bytes) {
+uint64_t Link::queueRecv(void* data, size_t bytes) {
   recvs_.push_back({static_cast<char*>(data), bytes});
   return recvsPosted_++;
 }
@@ -58,12 +58,16 @@ void Link::progressSend() {
     int n = fillIov(sends_, iov, kMaxIov);
     if (n == 0) {  // only empty ranges are queued
       sendsDone_ += consume(sends_, 0);
+      sendsCompleted(sendsDone_);
       return;
     }
     IoResult r = socket_.sendv(iov, n);
     if (r.err == EAGAIN) return;
     if (r.err != 0) fail("send", r.err, false);
-    sendsDone_ += consume(sends_, r.bytes);
+    if (uint64_t done = consume(sends_, r.bytes)) {
+      sendsDone_ += done;
+      sendsCompleted(sendsDone_);
+    }
   }
 }
 
@@ -73,13 +77,17 @@ void Link::progressRecv() {
     int n = fillIov(recvs_, iov, kMaxIov);
     if (n == 0) {
       recvsDone_ += consume(recvs_, 0);
+      recvsCompleted(recvsDone_);
       return;
     }
     IoResult r = socket_.recvv(iov, n);
     if (r.eof) fail("recv", 0, true);
     if (r.err == EAGAIN) return;
     if (r.err != 0) fail("recv", r.err, false);
-    recvsDone_ += consume(recvs_, r.bytes);
+    if (uint64_t done = consume(recvs_, r.bytes)) {
+      recvsDone_ += done;
+      recvsCompleted(recvsDone_);
+    }
   }
 }
 

@@ -25,7 +25,6 @@ class Link final : public pycollect::Link {
   // For a transport that keeps this connection beside another channel (shm/link.h).
   Socket& socket() { return socket_; }
 
-  uint64_t postRecv(void* data, size_t bytes) override;
   bool sent(uint64_t ticket) const override { return sendsDone_ > ticket; }
   bool received(uint64_t ticket) const override { return recvsDone_ > ticket; }
   bool sendPending() const override { return !sends_.empty(); }
@@ -49,6 +48,7 @@ class Link final : public pycollect::Link {
 
  protected:
   uint64_t queueSend(const void* data, size_t bytes) override;
+  uint64_t queueRecv(void* data, size_t bytes) override;
 
  private:
   struct Range {

@@ -1,0 +1,117 @@
+"""Engine events -> spans: one per transfer on a link direction, one per reduction.
+
+Each direction of a link is a FIFO (csrc/transport/link.h), so the k-th "posted" of a
+(rank, direction, peer) completes with the k-th "done" of the same key, and the k-th
+send of rank A to rank B is the k-th receive of B from A. A transfer is drawn from when
+it could move to when it completed: from its post, or from when the one before it on the
+same link direction finished, whichever is later, and for a receive not before the
+sender's span of it began (receives are posted ahead of time and wait for their data;
+that wait is `queued_ns`, not transfer). So spans of one track never overlap, and each
+is one segment on the wire. All ranks stamp CLOCK_MONOTONIC, so the ranks compare.
+"""
+from __future__ import annotations
+
+from collections import defaultdict
+from typing import Dict, Iterable, List, NamedTuple, Tuple
+
+_DIRECTION = {"send_posted": "send", "send_done": "send", "recv_posted": "recv", "recv_done": "recv"}
+
+
+class Span(NamedTuple):
+    rank: int
+    kind: str        # "send", "recv" or "reduce"
+    peer: int        # the link's other end (-1 for reduce)
+    start_ns: int    # max(posted, previous transfer's end) for transfers; start for reduce
+    end_ns: int
+    posted_ns: int   # when the algorithm queued it (= start_ns for reduce)
+    op: str
+    seq: int
+    phase: str
+    step: int
+    chunk: int
+    segment: int
+    bytes: int
+
+    @property
+    def queued_ns(self) -> int:
+        return self.start_ns - self.posted_ns
+
+    @property
+    def track(self) -> str:
+        """The Chrome track: one per link direction, one for reductions."""
+        if self.kind == "send":
+            return f"send -> rank {self.peer}"
+        if self.kind == "recv":
+            return f"recv <- rank {self.peer}"
+        return "reduce"
+
+
+def to_spans(events: Iterable) -> List[Span]:
+    """Spans of pycollect.TraceEvent (any ranks, any order within a rank kept); raises
+    ValueError if a rank's events do not pair up (a posted without its done)."""
+    by_rank: Dict[int, list] = defaultdict(list)
+    for e in events:
+        by_rank[e.rank].append(e)
+    spans: List[Span] = []
+    for rank in sorted(by_rank):
+        spans.extend(_rank_spans(rank, by_rank[rank]))
+    return _after_sends(spans)
+
+
+def _after_sends(spans: List[Span]) -> List[Span]:
+    """Start each receive no earlier than the sender's span of the same bytes (when the
+    link's sends and receives pair up; a partial trace is left as it is)."""
+    lanes: Dict[Tuple[str, int, int], List[int]] = defaultdict(list)  # (kind, from, to) -> span indices
+    for i, s in enumerate(spans):
+        if s.kind == "send":
+            lanes[("send", s.rank, s.peer)].append(i)
+        elif s.kind == "recv":
+            lanes[("recv", s.peer, s.rank)].append(i)
+    out = list(spans)
+    for (kind, src, dst), recvs in lanes.items():
+        sends = lanes.get(("send", src, dst), [])
+        if kind != "recv" or len(sends) != len(recvs):
+            continue
+        for si, ri in zip(sends, recvs):
+            r = out[ri]
+            start = min(max(r.start_ns, spans[si].start_ns), r.end_ns)
+            out[ri] = r._replace(start_ns=start)
+    return out
+
+
+def _rank_spans(rank: int, events: list) -> List[Span]:
+    posted: Dict[Tuple[str, int], list] = defaultdict(list)
+    done: Dict[Tuple[str, int], list] = defaultdict(list)
+    reduce_start = None
+    out: List[Span] = []
+    for e in events:
+        if e.type in ("send_posted", "recv_posted"):
+            posted[(_DIRECTION[e.type], e.peer)].append(e)
+        elif e.type in ("send_done", "recv_done"):
+            done[(_DIRECTION[e.type], e.peer)].append(e)
+        elif e.type == "reduce_start":
+            reduce_start = e
+        elif e.type == "reduce_end":
+            if reduce_start is None:
+                raise ValueError(f"rank {rank}: a reduce_end without its reduce_start")
+            out.append(_span(rank, "reduce", reduce_start, reduce_start.ns, e.ns))
+            reduce_start = None
+    for key, posts in posted.items():
+        dones = done.get(key, [])
+        if len(dones) != len(posts):
+            raise ValueError(f"rank {rank}: {len(posts)} {key[0]}s posted to rank {key[1]} but {len(dones)} "
+                             "completed (was a traced call still running?)")
+        previous_end = None
+        for p, d in zip(posts, dones):
+            if (p.seq, p.bytes) != (d.seq, d.bytes):
+                raise ValueError(f"rank {rank}: {key[0]} completions out of order on the link to rank {key[1]}")
+            start = p.ns if previous_end is None else max(p.ns, previous_end)
+            out.append(_span(rank, key[0], p, start, d.ns))
+            previous_end = d.ns
+    out.sort(key=lambda s: (s.start_ns, s.end_ns))
+    return out
+
+
+def _span(rank: int, kind: str, e, start_ns: int, end_ns: int) -> Span:
+    return Span(rank, kind, e.peer, start_ns, end_ns, e.ns, e.op, e.seq, e.phase, e.step, e.chunk, e.segment,
+                e.bytes)
