@@ -17,6 +17,7 @@
 | PYCOLLECT_SECRET            | shared secret for the handshake's mutual authentication (never in the store) | none |
 | PYCOLLECT_SECRET_FILE       | a file holding that secret (instead of PYCOLLECT_SECRET) | none |
 | PYCOLLECT_TRANSPORT         | links: auto (shared memory to ranks on this host, TCP to others), tcp, or shm (every link, else an error) | auto |
+| PYCOLLECT_MODEL             | cost-model parameters (JSON of `pycollect model --fit`) behind "auto"; rank 0's are used by all | built-in defaults |
 | PYCOLLECT_HOST_TAG          | appended to this rank's host identity: ranks with different tags never share memory (tests, or hosts that share a boot id) | none |
 """
 from __future__ import annotations
@@ -41,7 +42,7 @@ _INTEGERS = {
 }
 KNOWN = frozenset(_INTEGERS) | {"PYCOLLECT_ALGO", "PYCOLLECT_SOCKET_IFNAME", "PYCOLLECT_LINK_TIMEOUT",
                                  "PYCOLLECT_SECRET", "PYCOLLECT_SECRET_FILE", "PYCOLLECT_TRANSPORT",
-                                 "PYCOLLECT_HOST_TAG"}
+                                 "PYCOLLECT_HOST_TAG", "PYCOLLECT_MODEL"}
 TRANSPORTS = ("auto", "tcp", "shm")
 
 
@@ -60,6 +61,7 @@ class Options:
     secret: Optional[bytes] = field(default=None, repr=False)  # never printed, never stored
     transport: Optional[str] = None  # auto, tcp or shm; None: the engine's (auto)
     host_tag: Optional[str] = None
+    model: Optional[str] = None  # PYCOLLECT_MODEL: a parameters file of pycollect.costmodel
 
     @classmethod
     def from_env(cls, environ: Optional[Mapping[str, str]] = None) -> "Options":
@@ -103,6 +105,17 @@ class Options:
         tag = env.get("PYCOLLECT_HOST_TAG", "").strip()
         if tag:
             values["host_tag"] = tag
+        model = env.get("PYCOLLECT_MODEL", "").strip()
+        if model:
+            if not os.path.isfile(model):
+                raise ValueError(f"PYCOLLECT_MODEL={model!r} is not a file (write one with `pycollect model --fit`)")
+            from .costmodel.params import Params  # a leaf: checks the file now, not at group creation
+
+            try:
+                Params.load(model)
+            except ValueError as e:
+                raise ValueError(f"PYCOLLECT_MODEL: {e}") from None
+            values["model"] = model
         values["secret"] = _secret(env)
         return cls(**values)
 

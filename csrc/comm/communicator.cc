@@ -11,16 +11,24 @@
 namespace pycollect {
 namespace {
 
-// What kAuto means: the direct algorithm for small messages on small groups (one
-// round instead of 2(size-1)), the ring otherwise.
+// What kAuto means: the cost model's table when the group passed one; else the direct
+// algorithm for small messages on small groups (one round instead of 2(size-1)), the
+// ring otherwise.
 Algo chooseAllreduce(const CommOptions& o, int size, size_t bytes) {
-  if (size > 1 && size <= o.directMaxRanks && bytes <= o.directMaxBytes) return Algo::kDirect;
-  return Algo::kRing;
+  Algo fixed = size > 1 && size <= o.directMaxRanks && bytes <= o.directMaxBytes ? Algo::kDirect : Algo::kRing;
+  return lookupAuto(o.allreduceAuto, bytes, fixed);
 }
 
 thread_local bool tInline = false;
 
 }  // namespace
+
+Algo lookupAuto(const std::vector<AutoRow>& table, size_t bytes, Algo fallback) {
+  for (const AutoRow& row : table) {
+    if (bytes <= row.maxBytes) return row.algo;
+  }
+  return table.empty() ? fallback : table.back().algo;
+}
 
 InlineScope::InlineScope(bool on) : saved_(tInline) { tInline = on; }
 InlineScope::~InlineScope() { tInline = saved_; }

@@ -34,6 +34,7 @@ class Config:
     env: Dict[str, str] = field(default_factory=dict)
     netns_hosts: bool = False  # one rank per namespace host (pycollect.netns) instead of loopback
     line_rate: str = "1gbit"  # those hosts' cables, each way (tc syntax)
+    algo: Optional[str] = None  # pycollect's algorithm for the timed op; None: the group's (PYCOLLECT_ALGO)
 
 
 def _job(rank: int, n: int, emit, cfg: Config) -> None:
@@ -50,7 +51,7 @@ def _job(rank: int, n: int, emit, cfg: Config) -> None:
         if rank == 0:
             emit("link", limit)
     for row in runner.run(cfg.op, cfg.sizes, cfg.dtype, cfg.iters, cfg.warmup, cfg.repeats, peer,
-                          runner.Engine("pycollect"), rank, n):
+                          runner.Engine("pycollect", algo=cfg.algo), rank, n):
         if rank == 0:
             emit("row", row)
 

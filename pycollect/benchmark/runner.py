@@ -22,9 +22,10 @@ from .sizes import DTYPE_BYTES, bus_factor, elements
 class Engine:
     """One engine's calls: pycollect's API or torch.distributed's (the peer)."""
 
-    def __init__(self, name: str, group=None):
+    def __init__(self, name: str, group=None, algo: Optional[str] = None):
         self.name = name
         self.group = group
+        self.algo = algo  # pycollect's algorithm for the timed op (None: the group's choice)
         self._torch = name != "pycollect"
 
     def call(self, op: str, a, b) -> None:
@@ -39,10 +40,11 @@ class Engine:
             else:
                 dist.broadcast(a, src=0, group=g)
             return
+        chosen = {"algo": self.algo} if self.algo else {}
         if op == "all_reduce":
-            pc.all_reduce(a, group=g)
+            pc.all_reduce(a, group=g, **chosen)
         elif op == "all_gather":
-            pc.all_gather_into_tensor(b, a, group=g)
+            pc.all_gather_into_tensor(b, a, group=g, **chosen)
         elif op == "reduce_scatter":
             pc.reduce_scatter_tensor(b, a, group=g)
         else:

@@ -3,6 +3,7 @@
     pycollect demo      the main job: a multi-rank run on this machine
     pycollect bench     nccl-tests-style benchmark against Gloo
     pycollect memory    memory and communication planner
+    pycollect model     the cost model: fit, validate, what-if
 """
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from typing import List, Optional
 
 # Each module exposes register(subparsers), which adds its subcommand with
 # set_defaults(func=run), run(args) -> exit code.
-SUBCOMMANDS = ("pycollect.cli.demo", "pycollect.cli.bench", "pycollect.cli.memory")
+SUBCOMMANDS = ("pycollect.cli.demo", "pycollect.cli.bench", "pycollect.cli.memory", "pycollect.cli.model")
 
 
 def build_parser() -> argparse.ArgumentParser:
