@@ -389,8 +389,9 @@ void Communicator::reapP2P() {
 }
 
 void Communicator::progressIdle() {
-  // Wake at the nearest transfer deadline, and at least every 10 ms: a wake-up the
-  // transport misses (seen on shared-memory links under load) then costs 10 ms, not 1 s.
+  // Wake at the nearest transfer deadline, and at least every 10 ms, as a safety net:
+  // a wake-up the transport missed would cost 10 ms, not a hang. (The one seen, a
+  // shared-memory send posted just before the wait and never written, is fixed.)
   auto until = Clock::now() + std::chrono::milliseconds(10);
   for (auto& p : p2p_) until = std::min(until, p->deadline);
   transport_->waitReady(until);
@@ -452,6 +453,7 @@ void Communicator::workerLoop() {
         if (!(*p2p)->isSend) (*p2p)->header.seq = recvSeq_[(*p2p)->peer]++;
         (*p2p)->post(links_[(*p2p)->peer], inbox_, deadlineFromNow());
         p2p_.push_back(std::move(*p2p));
+        transport_->progress();  // put it on the wire now, not after the next idle wait
       }
       reapP2P();
       countBytesSent();

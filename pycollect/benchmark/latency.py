@@ -1,10 +1,12 @@
 """`pycollect bench --latency`: small-message latency, OSU-style, with the peer in the same run.
 
 For each operation (all-reduce, broadcast, barrier, and a send/recv ping-pong between
-ranks 0 and 1) and each size from 8 B to 64 KiB, both engines run in alternating blocks
-of single calls, each call timed on its own after the previous one returned. A row
-reports the median and the 99th percentile per call (the slowest rank's), and the ratio
-of the peer's median to ours. Before the rows, rank 0 measures the wire's own limit: an
+ranks 0 and 1) and each size from 8 B to 64 KiB, the engines run in alternating blocks
+of single calls, each call timed on its own after the previous one returned: pycollect
+called directly, pycollect through torch.distributed (a `new_group(backend="pycollect")`
+group, so torch's own dispatch is in the time), and the peer. A row reports the median
+and the 99th percentile per call (the slowest rank's), and the ratio of the peer's
+median to pycollect's. Before the rows, rank 0 measures the wire's own limit: an
 8-byte ping-pong over loopback TCP with blocking and with busy-polling receives
 (pycollect._C.tcp_round_trip_us), which a TCP transport can approach but not beat.
 """
@@ -30,6 +32,7 @@ class LatencyConfig:
     iters: int = 200
     repeats: int = 5
     peer: Optional[str] = "gloo"
+    torch_backend: bool = True  # also time pycollect through torch.distributed
     env: Dict[str, str] = field(default_factory=dict)
 
 
@@ -46,6 +49,31 @@ def _call(comm, op: str, t: torch.Tensor, rank: int) -> None:
     elif rank == 1:
         comm.recv(t, src=0)
         comm.send(t, dst=0)
+
+
+class _TorchGroup:
+    """torch.distributed's collectives on one group, with pycollect.api's call shapes:
+    the torch backend's path, measured beside the direct one."""
+
+    def __init__(self, group):
+        import torch.distributed as dist
+
+        self._dist, self._group = dist, group
+
+    def all_reduce(self, t):
+        self._dist.all_reduce(t, group=self._group)
+
+    def broadcast(self, t, src):
+        self._dist.broadcast(t, src=src, group=self._group)
+
+    def barrier(self):
+        self._dist.barrier(group=self._group)
+
+    def send(self, t, dst):
+        self._dist.send(t, dst=dst, group=self._group)
+
+    def recv(self, t, src):
+        self._dist.recv(t, src=src, group=self._group)
 
 
 def _percentiles(samples: List[float]) -> tuple:
@@ -68,17 +96,24 @@ def _job(rank: int, n: int, emit, cfg: LatencyConfig) -> None:
     if rank == 0:
         emit("wire", _C.tcp_round_trip_us(2000, False), _C.tcp_round_trip_us(2000, True))
     api.barrier()
-    engines = ["pycollect"] + ([cfg.peer] if cfg.peer else [])
+    engines = ["pycollect"] + (["torch_backend"] if cfg.torch_backend else []) + ([cfg.peer] if cfg.peer else [])
+    comms = {e: collectives(e) for e in engines if e != "torch_backend"}
+    if cfg.torch_backend:
+        import torch.distributed as dist
+
+        import pycollect  # noqa: F401  (registers the "pycollect" backend with torch)
+
+        comms["torch_backend"] = _TorchGroup(dist.new_group(backend="pycollect"))
     for op in cfg.ops:
         for size in cfg.sizes if op != "barrier" else (0,):
             t = torch.ones(max(size // 4, 1) if size else 1)
             samples = {e: [] for e in engines}
             for e in engines:
                 for _ in range(10):
-                    _call(collectives(e), op, t, rank)
+                    _call(comms[e], op, t, rank)
             for rep in range(cfg.repeats):
                 for e in engines if rep % 2 == 0 else engines[::-1]:
-                    comm = collectives(e)
+                    comm = comms[e]
                     comm.barrier()
                     for _ in range(cfg.iters):
                         t0 = time.perf_counter()
@@ -114,19 +149,25 @@ def run(cfg: LatencyConfig, json_path: Optional[str] = None, stream=None) -> Dic
             wire.update(blocking_us=event[1], busy_poll_us=event[2])
             print(f"# wire limit: raw loopback TCP 8-byte round trip {event[1]:.1f} us (blocking recv), "
                   f"{event[2]:.1f} us (busy-polling recv)", file=stream, flush=True)
-            print(f"{'op':>11} {'size':>7} {'pycollect us':>13} {'p99':>8} {peer + ' us':>10} {'p99':>8} "
-                  f"{'ratio':>7}", file=stream, flush=True)
+            head = f"{'op':>11} {'size':>7} {'pycollect us':>13} {'p99':>8}"
+            if cfg.torch_backend:
+                head += f" {'via torch us':>13} {'p99':>8}"
+            print(head + f" {peer + ' us':>10} {'p99':>8} {'ratio':>7}", file=stream, flush=True)
             return
         row = event[1]
         rows.append(row)
         theirs = row.get(cfg.peer, {"median_us": float("nan"), "p99_us": float("nan")}) if cfg.peer else None
         line = (f"{row['op']:>11} {row['size']:>7} {row['pycollect']['median_us']:>13.1f} "
                 f"{row['pycollect']['p99_us']:>8.1f}")
+        if cfg.torch_backend:
+            line += f" {row['torch_backend']['median_us']:>13.1f} {row['torch_backend']['p99_us']:>8.1f}"
         if theirs:
             line += f" {theirs['median_us']:>10.1f} {theirs['p99_us']:>8.1f} {row['ratio']:>6.2f}x"
         print(line, file=stream, flush=True)
 
     backends = ("pycollect", cfg.peer) if cfg.peer else ("pycollect",)
+    if cfg.torch_backend and "gloo" not in backends:
+        backends += ("gloo",)  # new_group needs torch's default group
     run_ranks(_job, cfg.world_size, backends, job_args=(cfg,), timeout=1800, on_event=on_event, env=cfg.env)
     if json_path:
         report.write_json(json_path, {"latency": True, "wire": wire, "world_size": cfg.world_size}, rows)

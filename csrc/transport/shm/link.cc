@@ -32,9 +32,13 @@ uint64_t Link::postRecv(void* data, size_t bytes) {
 }
 
 void Link::progress() {
+  // The peer's cursors are noted before they are read to move bytes: a cursor the peer
+  // moves after that read (and before the note) would otherwise look seen, and the
+  // next wait would sleep with its bytes unread (a lost wake-up). Noted first, such a
+  // move at worst costs one extra pass.
+  snapshot();
   bool changed = progressSend();
   changed = progressRecv() || changed;
-  snapshot();
   if (changed) ring();
   // A peer that closed its socket may have left its last bytes in the ring (it
   // finished and left): they are taken first, as TCP delivers data before a FIN.
@@ -151,12 +155,15 @@ bool Link::readSingle() {
 }
 
 void Link::snapshot() {
-  seenHead_ = rx_.channel().head.value.load(std::memory_order_relaxed);
-  seenTail_ = tx_.channel().tail.value.load(std::memory_order_relaxed);
-  seenAcked_ = tx_.channel().acked.value.load(std::memory_order_relaxed);
+  seenHead_ = rx_.channel().head.value.load(std::memory_order_acquire);
+  seenTail_ = tx_.channel().tail.value.load(std::memory_order_acquire);
+  seenAcked_ = tx_.channel().acked.value.load(std::memory_order_acquire);
 }
 
 bool Link::moved() const {
+  // A send posted since the last progress() (e.g. a point-to-point send queued just
+  // before the wait) is not written yet: the peer can only see it after one more pass.
+  if (handedOff_ < sends_.size() && tx_.freeBytes() >= 2 * sizeof(RecordHeader)) return true;
   return rx_.channel().head.value.load(std::memory_order_seq_cst) != seenHead_ ||
          tx_.channel().tail.value.load(std::memory_order_seq_cst) != seenTail_ ||
          tx_.channel().acked.value.load(std::memory_order_seq_cst) != seenAcked_;

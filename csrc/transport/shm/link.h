@@ -65,7 +65,8 @@ class Link final : public pycollect::Link {
   // Moves what can move now in both directions and rings the peer's doorbell if it
   // sleeps. Throws PeerLostError naming the peer once it is gone and work remains.
   void progress();
-  // Whether the peer moved a cursor since the last progress() (worth progressing).
+  // Whether the peer moved a cursor since the last progress() began, or a queued send
+  // could be written now: either way progress() has work, and a wait must not sleep.
   bool moved() const;
   // Before blocking in poll: raise our sleeping flag; returns moved() seen after it.
   bool arm();
@@ -109,7 +110,7 @@ class Link final : public pycollect::Link {
   size_t recordPad_ = 0;
   uint64_t sendsPosted_ = 0, sendsDone_ = 0;
   uint64_t recvsPosted_ = 0, recvsDone_ = 0;
-  uint64_t seenHead_ = 0, seenTail_ = 0, seenAcked_ = 0;  // the peer's cursors, last progress
+  uint64_t seenHead_ = 0, seenTail_ = 0, seenAcked_ = 0;  // the peer's cursors, noted as the last progress began
   std::string lost_;  // why the socket says the peer is gone
 };
 
