@@ -9,7 +9,7 @@
 | PYCOLLECT_ALGO              | all-reduce algorithm: auto, ring or direct            | auto              |
 | PYCOLLECT_SEGMENT_BYTES     | pipelining unit of the ring algorithms (> 0)          | engine's (512 KiB)|
 | PYCOLLECT_INFLIGHT          | receive segments posted ahead (>= 1)                  | engine's (4)      |
-| PYCOLLECT_DIRECT_MAX_BYTES  | "auto" uses the direct all-reduce up to this (>= 0)   | engine's (16 KiB) |
+| PYCOLLECT_DIRECT_MAX_BYTES  | "auto" uses the direct all-reduce up to this (>= 0), instead of the cost model's table | the model decides |
 | PYCOLLECT_SOCKET_BUFFER     | SO_SNDBUF/SO_RCVBUF bytes, 0 = kernel autotuning      | 0                 |
 | PYCOLLECT_SOCKET_IFNAME     | interface to listen on (e.g. eth0, lo)                | route to MASTER_ADDR |
 | PYCOLLECT_SPIN_US           | busy-poll this long in a wait before sleeping (>= 0) | 50 when this host's ranks fit its cores, else 0 |

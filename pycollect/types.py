@@ -30,8 +30,9 @@ class ReduceOp(enum.IntEnum):
 
 
 class Algo(enum.IntEnum):
-    """Collective algorithms (codes shared with csrc/common/types.h). AUTO picks by size:
-    DIRECT (one round) for small messages on small groups, RING otherwise.
+    """Collective algorithms (codes shared with csrc/common/types.h). AUTO picks by size and
+    group size from the cost model's table (pycollect.costmodel; PYCOLLECT_MODEL), or with
+    PYCOLLECT_DIRECT_MAX_BYTES set, DIRECT up to that size on small groups and RING above.
     HALVING_DOUBLING and TREE are all-reduces, BRUCK an all-gather."""
 
     AUTO = 0

@@ -47,8 +47,10 @@ def test_halving_doubling_and_tree_by_hand():
 
 
 def test_gather_scatter_broadcast_by_hand():
-    # all-gather ring, N = 3000 at 3: 2 steps of one 1000 B segment (2 us) + header = 5 us
-    assert predict("all_gather", 3000, 3, "ring", P) == pytest.approx(5e-6)
+    # all-gather ring, N = 3000 at 3: 2 steps of one 1000 B segment (2 us) + header 1 us + the own
+    # chunk's copy (1000 B at beta, 1 us: overlap 0) = 6 us; with overlap 1 the copy hides: 5 us
+    assert predict("all_gather", 3000, 3, "ring", P) == pytest.approx(6e-6)
+    assert predict("all_gather", 3000, 3, "ring", P.with_(overlap=1.0)) == pytest.approx(5e-6)
     # bruck, N = 4000 at 4: header 1 + 2 alpha + 3/4 N beta (3) + rotation N gamma (8) = 14 us
     assert predict("all_gather", 4000, 4, "bruck", P) == pytest.approx(14e-6)
     # reduce-scatter ring = its all-reduce's first phase: 2 * (2 + 2) + header 1 = 9 us

@@ -2,7 +2,8 @@
 
 For each size the two engines run in alternating blocks of `iters` calls (ours
 first in even blocks, the peer first in odd ones); a block's time divided by
-`iters` is one sample and the row reports the median sample, the slowest rank's.
+`iters` is one sample and the row reports the median sample, the slowest rank's (and
+the fastest sample as best_us, which the cost model's validation compares against).
 Then one call of each runs on a known pattern and #wrong counts the elements
 that differ from the expected result.
 """
@@ -128,7 +129,9 @@ def run(op: str, sizes, dtype_name: str, iters: int, warmup: int, repeats: int,
             t = _max_over_ranks(statistics.median(samples[e.name]), ours.group)
             algbw = row["size"] / t / 1e9
             row[e.name] = {"time_us": t * 1e6, "algbw": algbw, "busbw": algbw * bus_factor(op, n),
-                           "wrong": count_wrong(e, op, count, rank, n, dtype)}
+                           "wrong": count_wrong(e, op, count, rank, n, dtype),
+                           # the fastest block (slowest rank's): what a quiet machine does
+                           "best_us": _max_over_ranks(min(samples[e.name]), ours.group) * 1e6}
             wrong = torch.tensor([row[e.name]["wrong"]], dtype=torch.int64)
             pc.all_reduce(wrong, group=ours.group)
             row[e.name]["wrong"] = int(wrong[0])

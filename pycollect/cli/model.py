@@ -148,7 +148,7 @@ def _validate(args) -> int:
         ops, worlds, sizes, iters, repeats = ["all_reduce"], [2], [65536, 1 << 20], 2, 1
         algos = args.algos or ["ring", "direct"]
     else:
-        ops, worlds, iters, repeats = list(FORMULAS), [2, 3, 4], 3, 3
+        ops, worlds, iters, repeats = list(FORMULAS), [2, 3, 4], 3, 5
         lo, hi = (args.sizes or "64K..64M").split("..")
         sizes = size_list(parse_size(lo), parse_size(hi), 4)
         algos = args.algos
@@ -165,7 +165,7 @@ def _validate(args) -> int:
 
     def show(r, failure=None):
         if failure:
-            print(f"{r.op:>14} {r.algo:>16} {r.world_size:>2}  FAILED: {failure}", flush=True)
+            print(f"{r.op:>14} {r.algo:>16} {r.world_size:>2} {format_size(r.nbytes):>6}  FAILED: {failure}", flush=True)
             return
         flag = "  !" if abs(r.error) > TARGET else ""
         print(f"{r.op:>14} {r.algo:>16} {r.world_size:>2} {format_size(r.nbytes):>6} {r.measured_s * 1e6:>12.1f} "

@@ -2,9 +2,10 @@
 
 A sample is (op, algo, nbytes, world_size, seconds[, segment_bytes]). Every formula is
 a sum of maxima of terms linear in (alpha, beta, gamma, overhead), so around any
-parameters it is linear: the fit solves for the four in relative error (each sample
-weighs as much as any other, 8 B or 64 MiB), recomputes which terms are the maxima, and
-repeats (Gauss-Newton on a piecewise-linear function), keeping every parameter >= 0.
+parameters its slopes are exact: the fit minimises the squared log of predicted /
+measured (each sample weighs as much as any other, 8 B or 64 MiB, too slow or too fast)
+by Gauss-Newton steps, recomputing which terms are the maxima after each, keeping every
+parameter >= 0.
 `overlap` is not differentiable in that sense: the fit tries 0, 1/2 and 1 and keeps
 the one with the smallest error. `cores` is given, not fitted.
 
@@ -13,6 +14,7 @@ the one with the smallest error. `cores` is given, not fitted.
 """
 from __future__ import annotations
 
+import math
 from typing import Dict, Iterable, List, Optional, Sequence, Tuple
 
 from .choice import predict
@@ -37,47 +39,54 @@ def _errors(samples: Sequence[Sample], params: Params) -> List[float]:
 
 
 def rms(samples: Sequence[Sample], params: Params) -> float:
+    """Root mean square of the relative errors predicted / measured - 1."""
     e = _errors(samples, params)
     return (sum(x * x for x in e) / len(e)) ** 0.5 if e else 0.0
 
 
-def _solve(samples: Sequence[Sample], params: Params, fixed: Dict[str, float], rounds: int = 30) -> Params:
+def _log_cost(samples: Sequence[Sample], params: Params) -> float:
+    return sum(math.log(max(_time(s, params), 1e-30) / s[4]) ** 2 for s in samples)
+
+
+def _solve(samples: Sequence[Sample], params: Params, fixed: Dict[str, float], rounds: int = 60) -> Params:
+    """Gauss-Newton on log(predicted / measured): a sample 3x too slow weighs as much as one
+    3x too fast (on a loaded machine the outliers are slow ones)."""
     import numpy as np
 
     free = [f for f in FITTED if f not in fixed]
     params = params.with_(**fixed)
     y = np.array([s[4] for s in samples])
+    cost = _log_cost(samples, params)
     for _ in range(rounds):
         base = np.array([_time(s, params) for s in samples])
         cols = []
         for name in free:  # the slope of each sample in this parameter (exact: linear pieces)
-            h = max(getattr(params, name), 1e-15) * 1e-3
+            h = max(getattr(params, name), 1e-12) * 1e-4
             bumped = params.with_(**{name: getattr(params, name) + h})
             cols.append((np.array([_time(s, bumped) for s in samples]) - base) / h)
-        J = np.stack(cols, axis=1)
-        rest = base - J @ np.array([getattr(params, n) for n in free])  # the part from fixed parameters
-        A, b = J / y[:, None], (y - rest) / y
-        active = list(range(len(free)))
-        while True:  # least squares, dropping parameters that come out negative
-            x = np.zeros(len(free))
-            if active:
-                sol, *_ = np.linalg.lstsq(A[:, active], b, rcond=None)
-                x[active] = sol
-            neg = [i for i in active if x[i] < 0]
-            if not neg:
+        A = np.stack(cols, axis=1) / base[:, None]
+        r = np.log(base / y)
+        step, *_ = np.linalg.lstsq(A, -r, rcond=None)
+        x0 = np.array([getattr(params, n) for n in free])
+        t, improved = 1.0, False
+        while t > 1e-4:  # backtracking, projected onto parameters >= 0
+            x = np.maximum(x0 + t * step, 0.0)
+            trial = params.with_(**{n: float(v) for n, v in zip(free, x)})
+            c = _log_cost(samples, trial)
+            if c < cost:
+                params, improved = trial, cost - c > 1e-12 * max(cost, 1e-30)
+                cost = c
                 break
-            active.remove(min(neg, key=lambda i: x[i]))
-        new = params.with_(**{n: float(v) for n, v in zip(free, x)})
-        done = all(abs(getattr(new, n) - getattr(params, n)) <= 1e-9 * max(getattr(params, n), 1e-15) for n in free)
-        params = new
-        if done:
+            t /= 2
+        if not improved:
             break
     return params
 
 
 def fit(samples: Iterable[Sample], cores: Optional[int] = None, fixed: Optional[Dict[str, float]] = None,
         start: Optional[Params] = None, overlaps: Sequence[float] = (0.0, 0.5, 1.0)) -> Tuple[Params, float]:
-    """The parameters that best explain `samples` and their rms relative error."""
+    """The parameters that best explain `samples` (least squared log error) and their rms
+    relative error."""
     samples = [tuple(s) if len(s) == 6 else tuple(s) + (DEFAULT_SEGMENT_BYTES,) for s in samples]
     if not samples:
         raise ValueError("fit: no samples (run `pycollect bench --json` or the probe first)")
@@ -88,10 +97,10 @@ def fit(samples: Iterable[Sample], cores: Optional[int] = None, fixed: Optional[
     for ov in overlaps:
         p0 = (start or Params()).with_(overlap=ov, cores=cores, source="fit")
         p = _solve(samples, p0, dict(fixed or {}))
-        err = rms(samples, p)
-        if best is None or err < best[1]:
-            best = (p, err)
-    return best
+        cost = _log_cost(samples, p)
+        if best is None or cost < best[1]:
+            best = (p, cost)
+    return best[0], rms(samples, best[0])
 
 
 def samples_from_bench(data: dict) -> List[Sample]:

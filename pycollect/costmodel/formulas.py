@@ -94,12 +94,13 @@ def allreduce_tree(n: float, p: int, P: Params, seg: int = DEFAULT_SEGMENT_BYTES
 
 def allgather_ring(N: float, p: int, P: Params, seg: int = DEFAULT_SEGMENT_BYTES) -> float:
     """allgather_ring.cc: (p-1) steps of the N/p chunks, k segments each, forwarded at
-    once, so the link is busy (p-1)k L."""
+    once, so the link is busy (p-1)k L; plus the copy of the rank's own chunk into the
+    output (N/p bytes at beta), hidden behind the transfer only when they overlap."""
     a, b, g, o = _unpack(P, p)
     if p == 1:
         return o
     k, s = _segments(N / p, seg)
-    return o + a + (p - 1) * k * (a + s * b)
+    return o + a + (p - 1) * k * (a + s * b) + (1 - P.overlap) * N / p * b
 
 
 def allgather_bruck(N: float, p: int, P: Params, seg: int = DEFAULT_SEGMENT_BYTES) -> float:
