@@ -62,6 +62,8 @@ def test_gather_scatter_broadcast_by_hand():
 def test_shared_cores_stretch_costs():
     shared = P.with_(cores=2)
     assert predict("all_reduce", 1000, 4, "direct", shared) == pytest.approx(2 * 12e-6)
+    # + wake per message once ranks outnumber cores: direct sends one message (its header's)
+    assert predict("all_reduce", 1000, 4, "direct", shared.with_(wake=5e-6)) == pytest.approx(2 * 12e-6 + 5e-6)
     assert predict("all_reduce", 1000, 2, "direct", shared) == pytest.approx(predict("all_reduce", 1000, 2, "direct", P))
 
 
@@ -101,11 +103,11 @@ def _synthetic(true: Params):
 
 @pytest.mark.parametrize("overlap", [0.0, 1.0])
 def test_fit_recovers_synthetic_parameters(overlap):
-    true = Params(alpha=12e-6, beta=1 / 3e9, gamma=1 / 5e9, overhead=25e-6, overlap=overlap, cores=2)
+    true = Params(alpha=12e-6, beta=1 / 3e9, gamma=1 / 5e9, overhead=25e-6, overlap=overlap, cores=2, wake=40e-6)
     got, err = fit(_synthetic(true), cores=2)
     assert err < 1e-6
     assert got.overlap == overlap
-    for name in ("alpha", "beta", "gamma", "overhead"):
+    for name in ("alpha", "beta", "gamma", "overhead", "wake"):
         assert getattr(got, name) == pytest.approx(getattr(true, name), rel=1e-4), name
 
 

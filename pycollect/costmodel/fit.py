@@ -21,7 +21,7 @@ from .choice import predict
 from .formulas import DEFAULT_SEGMENT_BYTES
 from .params import Params
 
-FITTED = ("alpha", "beta", "gamma", "overhead")
+FITTED = ("alpha", "beta", "gamma", "overhead", "wake")
 Sample = Tuple[str, str, float, int, float, int]  # op, algo, nbytes, world_size, seconds, segment bytes
 # A call's one-way ping-pong half: what `probe` measures with send/recv (op "ping_pong").
 _PING = "ping_pong"
@@ -30,7 +30,7 @@ _PING = "ping_pong"
 def _time(s: Sample, params: Params) -> float:
     op, algo, nbytes, p, _, seg = s
     if op == _PING:  # one round trip of nbytes between two ranks: two messages, two calls each way
-        return 2 * (params.overhead + params.alpha + nbytes * params.beta)
+        return 2 * (params.overhead + params.message(2) + nbytes * params.beta * params.stretch(2))
     return predict(op, nbytes, p, algo, params, seg)
 
 
@@ -53,7 +53,7 @@ def _solve(samples: Sequence[Sample], params: Params, fixed: Dict[str, float], r
     3x too fast (on a loaded machine the outliers are slow ones)."""
     import numpy as np
 
-    free = [f for f in FITTED if f not in fixed]
+    free = [f for f in FITTED if f not in fixed and not (f == "wake" and params.cores is None)]
     params = params.with_(**fixed)
     y = np.array([s[4] for s in samples])
     cost = _log_cost(samples, params)

@@ -6,7 +6,7 @@ alpha per message, beta per byte on the wire, gamma per byte reduced (params.py)
 Every collective pays `overhead` once per call and, except where the payload rides
 behind the header (direct), one alpha for the header exchange with its neighbours
 (csrc/collectives/context.h). With p ranks on fewer cores every cost is stretched by
-p / cores (Params.stretch).
+p / cores (Params.stretch) and every message costs `wake` more (Params.message).
 
 Pipelined ring steps (see _ring_reduce_scatter): a chunk of c bytes is cut into
 k = ceil(c / S) segments of s = c / k bytes; moving one is L = alpha + s*beta and
@@ -45,7 +45,7 @@ def _ring_reduce_scatter(chunk: float, p: int, a: float, b: float, g: float, ov:
 
 def _unpack(P: Params, p: int):
     f = P.stretch(p)
-    return P.alpha * f, P.beta * f, P.gamma * f, P.overhead
+    return P.message(p), P.beta * f, P.gamma * f, P.overhead
 
 
 def allreduce_ring(n: float, p: int, P: Params, seg: int = DEFAULT_SEGMENT_BYTES) -> float:

@@ -12,7 +12,9 @@ overlap: 1 when a rank's transfers and its reductions run at the same time (a NI
   the bytes), 0 when the same CPU does both (shared memory: the rank's own thread copies
   through the segment); the fit tries 0, 1/2 and 1 and keeps the best.
 cores: CPU cores the ranks share (None: every rank has its own). With p ranks on c < p
-  cores, every per-byte and per-message cost is stretched by p / c.
+  cores, every per-byte and per-message cost is stretched by p / c,
+wake: ... and every message costs `wake` more: a rank waiting for it has to be scheduled
+  back onto a core another rank holds (fitted; 0 when cores is None).
 """
 from __future__ import annotations
 
@@ -29,16 +31,20 @@ DEFAULT_PATH = os.path.join(os.path.expanduser("~"), ".cache", "pycollect", "mod
 
 @dataclass(frozen=True)
 class Params:
-    alpha: float = 20e-6
-    beta: float = 1 / 2e9
-    gamma: float = 1 / 4e9
-    overhead: float = 30e-6
+    # Built-in defaults: `pycollect model --fit` on 231 validation points (2-4 ranks, shared
+    # memory, 64 KiB-64 MiB, three runs) of the 2-core development machine under load ~10;
+    # cores left None (a core per rank): a uniform stretch changes no choice.
+    alpha: float = 13e-6
+    beta: float = 1 / 3.95e9
+    gamma: float = 1 / 2.65e9
+    overhead: float = 87e-6
     overlap: float = 0.0
     cores: Optional[int] = None
+    wake: float = 0.0
     source: str = "built-in defaults"
 
     def __post_init__(self):
-        for name in ("alpha", "beta", "gamma", "overhead"):
+        for name in ("alpha", "beta", "gamma", "overhead", "wake"):
             value = getattr(self, name)
             if not (isinstance(value, (int, float)) and value >= 0 and value != float("inf")):
                 raise ValueError(f"Params.{name} must be a finite number >= 0, got {value!r}")
@@ -50,6 +56,12 @@ class Params:
     def stretch(self, world_size: int) -> float:
         """How much slower every cost runs when `world_size` ranks share `cores` CPUs."""
         return 1.0 if self.cores is None else max(1.0, world_size / self.cores)
+
+    def message(self, world_size: int) -> float:
+        """Seconds per message at `world_size` ranks: alpha, stretched, plus `wake` when the
+        ranks outnumber the cores."""
+        shared = self.cores is not None and world_size > self.cores
+        return self.alpha * self.stretch(world_size) + (self.wake if shared else 0.0)
 
     def with_(self, **changes) -> "Params":
         return replace(self, **changes)
@@ -93,7 +105,8 @@ class Params:
 
     def describe(self) -> str:
         cores = "own core per rank" if self.cores is None else f"{self.cores} shared cores"
-        return (f"alpha {self.alpha * 1e6:.2f} us, beta {1 / self.beta / 1e9 if self.beta else float('inf'):.3f} GB/s, "
+        wake = f", wake {self.wake * 1e6:.1f} us" if self.cores is not None else ""
+        return (f"alpha {self.alpha * 1e6:.2f} us{wake}, beta {1 / self.beta / 1e9 if self.beta else float('inf'):.3f} GB/s, "
                 f"gamma {1 / self.gamma / 1e9 if self.gamma else float('inf'):.3f} GB/s, "
                 f"overhead {self.overhead * 1e6:.1f} us, overlap {self.overlap:g}, {cores} ({self.source})")
 
