@@ -4,7 +4,6 @@ it, and the group's automatic-choice table (the same on every rank)."""
 from __future__ import annotations
 
 import json
-import math
 import os
 import subprocess
 import sys

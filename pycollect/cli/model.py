@@ -11,7 +11,7 @@ import json
 import os
 import re
 import sys
-from typing import List, Optional
+from typing import List
 
 from ..benchmark.sizes import format_size, parse_size, size_list
 from ..costmodel import (DEFAULT_PATH, DEFAULT_SEGMENT_BYTES, FORMULAS, Params, bus_bandwidth, choose, crossovers, parse_rate, parse_time,
@@ -116,7 +116,7 @@ def run(args) -> int:
 
 
 def _fit(args) -> int:
-    from ..costmodel.fit import fit, rms, samples_from_bench
+    from ..costmodel.fit import fit, samples_from_bench
 
     if bool(args.sources) == bool(args.probe):
         raise ValueError("--fit needs --from JSON... or --probe (one of them)")
