@@ -252,3 +252,12 @@ def test_cli_validate_quick_end_to_end(tmp_path):
     assert "rows within 25 %" in r.stdout
     samples = json.loads(out.read_text())["samples"]
     assert len(samples) == len(measured) and all(s[4] > 0 for s in samples)
+
+
+def test_auto_table_keeps_engine_limits():
+    # P puts the direct/ring crossover at 666 B; with direct capped at 500 B the table switches there
+    assert auto_table("all_reduce", 2, P, ["ring", "direct"], limits={"direct": 500}) == [(500, "direct"),
+                                                                                           (2**64 - 1, "ring")]
+    slow_ring = Params(alpha=1e-3)  # the model alone would run direct far beyond 16 KiB
+    assert auto_table("all_reduce", 4, slow_ring, ["ring", "direct"], limits={})[0][0] > 16 * 1024
+    assert auto_table("all_reduce", 4, slow_ring, ["ring", "direct"])[0] == (16 * 1024, "direct")

@@ -18,6 +18,13 @@ ENGINE_ALGOS: Dict[str, Tuple[str, ...]] = {
     "all_reduce": ("ring", "direct"),
     "all_gather": ("ring",),
 }
+# Sizes (bytes per rank) above which the automatic choice never picks an algorithm,
+# whatever the model says. direct: with the table's larger direct range (up to ~48 KiB at
+# 4 ranks) the collective suite's reduce_scatter_tensor case on 4 shared-memory ranks
+# corrupted the heap ("malloc(): unsorted double linked list corrupted"), and --validate
+# crashed direct at 16-64 MiB: an engine bug to find; until then direct stays within the
+# 16 KiB the engine's fixed threshold always used.
+ENGINE_LIMITS: Dict[str, int] = {"direct": 16 * 1024}
 MAX_BYTES = 2**64 - 1  # the last row of a table: "and anything larger"
 
 
@@ -67,13 +74,20 @@ def choose(op: str, nbytes: float, world_size: int, params: Params, algos: Optio
 
 
 def auto_table(op: str, world_size: int, params: Params, algos: Optional[Sequence[str]] = None,
-               segment_bytes: int = DEFAULT_SEGMENT_BYTES, largest: int = 1 << 40) -> List[Tuple[int, str]]:
+               segment_bytes: int = DEFAULT_SEGMENT_BYTES, largest: int = 1 << 40,
+               limits: Optional[Dict[str, int]] = None) -> List[Tuple[int, str]]:
     """[(max_bytes, algo), ...] sorted by max_bytes: `algo` is the best for every size up
     to max_bytes (and above the previous row's); the last row ends at MAX_BYTES. Sizes
     are scanned in steps of 2^(1/8) up to `largest`, each change of the best algorithm
-    bisected to the byte. Pure arithmetic on shared inputs: every rank builds the same table."""
+    bisected to the byte; an algorithm is a candidate only up to its `limits` entry
+    (default ENGINE_LIMITS). Pure arithmetic on shared inputs: every rank builds the same table."""
     names = list(algos if algos is not None else ENGINE_ALGOS.get(op, FORMULAS.get(op, {})))
-    best = lambda nb: choose(op, nb, world_size, params, names, segment_bytes)  # noqa: E731
+    limits = ENGINE_LIMITS if limits is None else limits
+
+    def best(nb: int) -> str:
+        allowed = [a for a in names if nb <= limits.get(a, MAX_BYTES)] or names
+        return choose(op, nb, world_size, params, allowed, segment_bytes)
+
     table: List[Tuple[int, str]] = []
     lo, current = 1, best(1)
     x = 1.0
