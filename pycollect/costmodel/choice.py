@@ -19,11 +19,9 @@ ENGINE_ALGOS: Dict[str, Tuple[str, ...]] = {
     "all_gather": ("ring",),
 }
 # Sizes (bytes per rank) above which the automatic choice never picks an algorithm,
-# whatever the model says. direct: with the table's larger direct range (up to ~48 KiB at
-# 4 ranks) the collective suite's reduce_scatter_tensor case on 4 shared-memory ranks
-# corrupted the heap ("malloc(): unsorted double linked list corrupted"), and --validate
-# crashed direct at 16-64 MiB: an engine bug to find; until then direct stays within the
-# 16 KiB the engine's fixed threshold always used.
+# whatever the model says. direct: --validate crashed it on shared memory at 16-64 MiB
+# ("process_vm_readv failed (Bad address)", SIGSEGV), an engine bug to find; until then
+# direct stays within the 16 KiB the engine's fixed threshold always used.
 ENGINE_LIMITS: Dict[str, int] = {"direct": 16 * 1024}
 MAX_BYTES = 2**64 - 1  # the last row of a table: "and anything larger"
 
