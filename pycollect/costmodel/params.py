@@ -31,13 +31,13 @@ DEFAULT_PATH = os.path.join(os.path.expanduser("~"), ".cache", "pycollect", "mod
 
 @dataclass(frozen=True)
 class Params:
-    # Built-in defaults: `pycollect model --fit` on 231 validation points (2-4 ranks, shared
-    # memory, 64 KiB-64 MiB, three runs) of the 2-core development machine under load ~10;
-    # cores left None (a core per rank): a uniform stretch changes no choice.
-    alpha: float = 13e-6
-    beta: float = 1 / 3.95e9
-    gamma: float = 1 / 2.65e9
-    overhead: float = 87e-6
+    # Built-in defaults: `pycollect model --fit` on 87 validation points (2-4 ranks, shared
+    # memory, 64 KiB-64 MiB) of the 2-core development machine at load ~2-3; cores left
+    # None (a core per rank) and wake 0: a uniform stretch changes no choice.
+    alpha: float = 16.6e-6
+    beta: float = 1 / 9.08e9
+    gamma: float = 1 / 6.58e9
+    overhead: float = 0.0
     overlap: float = 0.0
     cores: Optional[int] = None
     wake: float = 0.0
