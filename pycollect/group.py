@@ -11,10 +11,11 @@ import time
 from typing import Dict, List, Optional, Sequence
 
 from . import _C
+from .costmodel import DEFAULT_SEGMENT_BYTES, ENGINE_ALGOS, Params, auto_table
 from .errors import (CollectiveTimeoutError, DeviceError, GroupFailedError, MismatchError, PeerLostError,
                      PyCollectError)
 from .options import Options, default_spin_us
-from .types import TraceEvent
+from .types import Algo, TraceEvent
 from .work import Work
 
 # Kinds of failure that explain a neighbour's PeerLostError: the rank that saw one of these
@@ -23,8 +24,11 @@ _ROOT_CAUSES = {"MismatchError": MismatchError, "CollectiveTimeoutError": Collec
                 "DeviceError": DeviceError}
 
 
-def _comm_options(timeout: datetime.timedelta, options: Options, size: int) -> "_C.CommOptions":
+def _comm_options(timeout: datetime.timedelta, options: Options, size: int,
+                  auto: Optional[Dict[str, list]] = None) -> "_C.CommOptions":
     o = _C.CommOptions()
+    for name, table in (auto or {}).items():
+        setattr(o, name, table)
     o.timeout = timeout.total_seconds()
     if options.spin_us is not None:
         o.spin_us = options.spin_us
@@ -37,6 +41,15 @@ def _comm_options(timeout: datetime.timedelta, options: Options, size: int) -> "
             setattr(o, name, value)
     o.trace = options.trace
     return o
+
+
+def auto_tables(params: Params, size: int, options: Options) -> Dict[str, list]:
+    """CommOptions' automatic-choice tables for a group of `size`: {field: [(max_bytes, code)]},
+    among the algorithms the engine has (costmodel.ENGINE_ALGOS)."""
+    seg = options.segment_bytes or DEFAULT_SEGMENT_BYTES
+    return {f"{op.replace('_', '')}_auto": [(b, int(Algo[a.upper()])) for b, a in
+                                           auto_table(op, size, params, algos, segment_bytes=seg)]
+            for op, algos in ENGINE_ALGOS.items()}
 
 
 class ProcessGroup:
@@ -63,8 +76,23 @@ class ProcessGroup:
         self._store_silent = False  # the store did not answer while explaining a failure
         self.cuda_device: Optional[int] = None  # the CUDA device its CUDA tensors live on (first use)
         self.host_device = False  # tests: CPU tensors take the staged path (use_host_device)
-        self._comm = _C.Communicator(self.rank, self.size, _comm_options(timeout, self.options, self.size))
+        self.model = self._shared_model()
+        # What "auto" runs: {CommOptions field: [(max_bytes, algo code), ...]}; {} keeps the thresholds.
+        self.auto = {} if self.model is None else auto_tables(self.model, self.size, self.options)
+        self._comm = _C.Communicator(self.rank, self.size, _comm_options(timeout, self.options, self.size, self.auto))
         self._connect(host)
+
+    def _shared_model(self) -> Optional[Params]:
+        """The cost model's parameters behind the automatic algorithm choice: rank 0's
+        (PYCOLLECT_MODEL, else the built-in defaults), published in the store so that every
+        rank builds the same table. None when PYCOLLECT_DIRECT_MAX_BYTES fixes the choice."""
+        if self.options.direct_max_bytes is not None or self.size == 1:
+            return None
+        key = f"{self._prefix}/model"
+        if self.rank == 0:
+            params = Params.load(self.options.model) if self.options.model else Params()
+            self._store.set(key, params.to_json())
+        return Params.from_json(self._store.get(key).decode())
 
     def _connect(self, host: str) -> None:
         store, p = self._store, self._prefix

@@ -9,7 +9,7 @@
 | PYCOLLECT_ALGO              | algorithm of the calls that have it: auto, ring, direct, halving_doubling, tree (all-reduce), bruck (all-gather); a call without it runs auto | auto |
 | PYCOLLECT_SEGMENT_BYTES     | pipelining unit of the ring algorithms (> 0)          | engine's (512 KiB)|
 | PYCOLLECT_INFLIGHT          | receive segments posted ahead (>= 1)                  | engine's (4)      |
-| PYCOLLECT_DIRECT_MAX_BYTES  | "auto" uses the direct all-reduce up to this (>= 0)   | engine's (16 KiB) |
+| PYCOLLECT_DIRECT_MAX_BYTES  | "auto" uses the direct all-reduce up to this (>= 0), instead of the cost model's table | the model decides |
 | PYCOLLECT_SOCKET_BUFFER     | SO_SNDBUF/SO_RCVBUF bytes, 0 = kernel autotuning      | 0                 |
 | PYCOLLECT_SOCKET_IFNAME     | interface to listen on (e.g. eth0, lo)                | route to MASTER_ADDR |
 | PYCOLLECT_SPIN_US           | busy-poll this long in a wait before sleeping (>= 0) | 50 when this host's ranks fit its cores, else 0 |
@@ -18,6 +18,7 @@
 | PYCOLLECT_SECRET_FILE       | a file holding that secret (instead of PYCOLLECT_SECRET) | none |
 | PYCOLLECT_TRANSPORT         | links: auto (shared memory to ranks on this host, TCP to others), tcp, or shm (every link, else an error) | auto |
 | PYCOLLECT_STAGING_BYTES     | CUDA tensors: bytes per staged piece (> 0)            | engine's (4 MiB)  |
+| PYCOLLECT_MODEL             | cost-model parameters (JSON of `pycollect model --fit`) behind "auto"; rank 0's are used by all | built-in defaults |
 | PYCOLLECT_HOST_TAG          | appended to this rank's host identity: ranks with different tags never share memory (tests, or hosts that share a boot id) | none |
 | PYCOLLECT_TRACE             | 1: record engine events for every call (pc.take_trace, docs/traces.md); 0: only inside pc.tracing() | 0 |
 """
@@ -44,7 +45,7 @@ _INTEGERS = {
 }
 KNOWN = frozenset(_INTEGERS) | {"PYCOLLECT_ALGO", "PYCOLLECT_SOCKET_IFNAME", "PYCOLLECT_LINK_TIMEOUT",
                                  "PYCOLLECT_SECRET", "PYCOLLECT_SECRET_FILE", "PYCOLLECT_TRANSPORT",
-                                 "PYCOLLECT_HOST_TAG", "PYCOLLECT_TRACE"}
+                                 "PYCOLLECT_HOST_TAG", "PYCOLLECT_TRACE", "PYCOLLECT_MODEL"}
 TRANSPORTS = ("auto", "tcp", "shm")
 
 
@@ -65,6 +66,7 @@ class Options:
     host_tag: Optional[str] = None
     staging_bytes: Optional[int] = None  # CUDA tensors: bytes per staged piece
     trace: bool = False  # record engine events for every call
+    model: Optional[str] = None  # PYCOLLECT_MODEL: a parameters file of pycollect.costmodel
 
     @classmethod
     def from_env(cls, environ: Optional[Mapping[str, str]] = None) -> "Options":
@@ -113,6 +115,17 @@ class Options:
             if raw not in ("0", "1"):
                 raise ValueError(f"PYCOLLECT_TRACE={raw!r} must be 0 or 1")
             values["trace"] = raw == "1"
+        model = env.get("PYCOLLECT_MODEL", "").strip()
+        if model:
+            if not os.path.isfile(model):
+                raise ValueError(f"PYCOLLECT_MODEL={model!r} is not a file (write one with `pycollect model --fit`)")
+            from .costmodel.params import Params  # a leaf: checks the file now, not at group creation
+
+            try:
+                Params.load(model)
+            except ValueError as e:
+                raise ValueError(f"PYCOLLECT_MODEL: {e}") from None
+            values["model"] = model
         values["secret"] = _secret(env)
         return cls(**values)
 

@@ -32,9 +32,10 @@ class ReduceOp(enum.IntEnum):
 
 class Algo(enum.IntEnum):
     """Collective algorithms (codes shared with csrc/common/types.h; docs/algorithms.md
-    describes each). all_reduce: AUTO (by size: DIRECT for small messages on small groups,
-    RING otherwise), RING, DIRECT, HALVING_DOUBLING, TREE. all_gather: AUTO (RING), RING,
-    BRUCK."""
+    describes each). all_reduce: RING, DIRECT, HALVING_DOUBLING, TREE; all_gather: RING,
+    BRUCK. AUTO picks by size and group size from the cost model's table
+    (pycollect.costmodel; PYCOLLECT_MODEL), or with PYCOLLECT_DIRECT_MAX_BYTES set, DIRECT
+    up to that size on small groups and RING above."""
 
     AUTO = 0
     RING = 1

@@ -12,16 +12,24 @@
 namespace pycollect {
 namespace {
 
-// What kAuto means: the direct algorithm for small messages on small groups (one
-// round instead of 2(size-1)), the ring otherwise.
+// What kAuto means: the cost model's table when the group passed one; else the direct
+// algorithm for small messages on small groups (one round instead of 2(size-1)), the
+// ring otherwise.
 Algo chooseAllreduce(const CommOptions& o, int size, size_t bytes) {
-  if (size > 1 && size <= o.directMaxRanks && bytes <= o.directMaxBytes) return Algo::kDirect;
-  return Algo::kRing;
+  Algo fixed = size > 1 && size <= o.directMaxRanks && bytes <= o.directMaxBytes ? Algo::kDirect : Algo::kRing;
+  return lookupAuto(o.allreduceAuto, bytes, fixed);
 }
 
 thread_local bool tInline = false;
 
 }  // namespace
+
+Algo lookupAuto(const std::vector<AutoRow>& table, size_t bytes, Algo fallback) {
+  for (const AutoRow& row : table) {
+    if (bytes <= row.maxBytes) return row.algo;
+  }
+  return table.empty() ? fallback : table.back().algo;
+}
 
 InlineScope::InlineScope(bool on) : saved_(tInline) { tInline = on; }
 InlineScope::~InlineScope() { tInline = saved_; }
@@ -223,9 +231,11 @@ std::shared_ptr<Work> Communicator::allReduce(void* data, size_t count, DType dt
 
 std::shared_ptr<Work> Communicator::allGather(const void* in, void* out, size_t count, DType dtype,
                                               Algo algo) {
-  // kAuto is the ring (the model-based choice of issue 14 may change that); the header
-  // carries the algorithm that runs, as all-reduce's does.
-  Algo chosen = algo == Algo::kAuto ? Algo::kRing : algo;
+  // kAuto: the cost model's table, looked up by the bytes every rank ends with (the ring
+  // without one); the header carries the algorithm that runs, as all-reduce's does.
+  Algo chosen = algo == Algo::kAuto
+                    ? lookupAuto(options_.allgatherAuto, count * dtypeSize(dtype) * size_, Algo::kRing)
+                    : algo;
   checkAllgatherAlgo(chosen, "all_gather");
   WireHeader h = makeHeader(OpKind::kAllGather, dtype, ReduceOp::kSum, count, -1);
   h.algo = static_cast<uint8_t>(chosen);

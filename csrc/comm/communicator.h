@@ -38,11 +38,24 @@
 
 namespace pycollect {
 
+struct AutoRow {
+  size_t maxBytes;
+  Algo algo;
+};
+
+// The algorithm `table` names for `bytes`, or `fallback` when the table is empty.
+Algo lookupAuto(const std::vector<AutoRow>& table, size_t bytes, Algo fallback);
+
 struct CommOptions {
   double timeoutSec = 1800.0;    // per operation, from when it starts running
   Tunables tunables;
   size_t directMaxBytes = 16 * 1024;  // all-reduce uses the direct algorithm up to this
   int directMaxRanks = 8;             // ... and up to this many ranks
+  // What kAuto means when set (pycollect.costmodel.auto_table, the same on every rank):
+  // rows sorted by maxBytes, the first row with bytes <= maxBytes names the algorithm.
+  // Empty: the directMax* thresholds above.
+  std::vector<AutoRow> allreduceAuto;
+  std::vector<AutoRow> allgatherAuto;
   int socketBuffer = 0;
   std::string secret;         // PYCOLLECT_SECRET: the handshake's challenge-response
   double linkTimeoutSec = 0;  // PYCOLLECT_LINK_TIMEOUT; 0: kDefaultLinkTimeoutSec
@@ -92,8 +105,9 @@ class Communicator {
   void cancelConnect() { transport_->cancelConnect(); }
 
   // Operations. Pointers must stay valid until the returned Work completes.
-  // `algo`: kAuto chooses by size (options().directMax*); kRing, kDirect,
-  // kHalvingDoubling or kTree forces one (another algorithm: InvalidArgument).
+  // `algo`: kAuto chooses by size (options().allreduceAuto, the cost model's table, else
+  // directMax*); kRing, kDirect, kHalvingDoubling or kTree forces one (another algorithm:
+  // InvalidArgument).
   std::shared_ptr<Work> allReduce(void* data, size_t count, DType dtype, ReduceOp op, Algo algo);
   // `algo`: kAuto (the ring), kRing or kBruck.
   std::shared_ptr<Work> allGather(const void* in, void* out, size_t count, DType dtype, Algo algo);

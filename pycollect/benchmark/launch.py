@@ -35,6 +35,7 @@ class Config:
     netns_hosts: bool = False  # one rank per namespace host (pycollect.netns) instead of loopback
     line_rate: str = "1gbit"  # those hosts' cables, each way (tc syntax)
     device: str = "cpu"  # "cuda": tensors on the GPU (rank r on cuda:r when there are enough, else cuda:0)
+    algo: Optional[str] = None  # pycollect's algorithm for the timed op; None: the group's (PYCOLLECT_ALGO)
 
 
 def _job(rank: int, n: int, emit, cfg: Config) -> None:
@@ -57,7 +58,7 @@ def _job(rank: int, n: int, emit, cfg: Config) -> None:
         if rank == 0:
             emit("link", limit)
     for row in runner.run(cfg.op, cfg.sizes, cfg.dtype, cfg.iters, cfg.warmup, cfg.repeats, peer,
-                          runner.Engine("pycollect"), rank, n, device):
+                          runner.Engine("pycollect", algo=cfg.algo), rank, n, device):
         if rank == 0:
             emit("row", row)
 

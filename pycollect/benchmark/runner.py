@@ -2,7 +2,8 @@
 
 For each size the two engines run in alternating blocks of `iters` calls (ours
 first in even blocks, the peer first in odd ones); a block's time divided by
-`iters` is one sample and the row reports the median sample, the slowest rank's.
+`iters` is one sample and the row reports the median sample, the slowest rank's (and
+the fastest sample as best_us, which the cost model's validation compares against).
 Then one call of each runs on a known pattern and #wrong counts the elements
 that differ from the expected result.
 """
@@ -22,9 +23,10 @@ from .sizes import DTYPE_BYTES, bus_factor, elements
 class Engine:
     """One engine's calls: pycollect's API or torch.distributed's (the peer)."""
 
-    def __init__(self, name: str, group=None):
+    def __init__(self, name: str, group=None, algo: Optional[str] = None):
         self.name = name
         self.group = group
+        self.algo = algo  # pycollect's algorithm for the timed op (None: the group's choice)
         self._torch = name != "pycollect"
 
     def call(self, op: str, a, b) -> None:
@@ -39,10 +41,11 @@ class Engine:
             else:
                 dist.broadcast(a, src=0, group=g)
             return
+        chosen = {"algo": self.algo} if self.algo else {}
         if op == "all_reduce":
-            pc.all_reduce(a, group=g)
+            pc.all_reduce(a, group=g, **chosen)
         elif op == "all_gather":
-            pc.all_gather_into_tensor(b, a, group=g)
+            pc.all_gather_into_tensor(b, a, group=g, **chosen)
         elif op == "reduce_scatter":
             pc.reduce_scatter_tensor(b, a, group=g)
         else:
@@ -136,7 +139,9 @@ def run(op: str, sizes, dtype_name: str, iters: int, warmup: int, repeats: int,
             t = _max_over_ranks(statistics.median(samples[e.name]), ours.group)
             algbw = row["size"] / t / 1e9
             row[e.name] = {"time_us": t * 1e6, "algbw": algbw, "busbw": algbw * bus_factor(op, n),
-                           "wrong": count_wrong(e, op, count, rank, n, dtype, device)}
+                           "wrong": count_wrong(e, op, count, rank, n, dtype, device),
+                           # the fastest block (slowest rank's): what a quiet machine does
+                           "best_us": _max_over_ranks(min(samples[e.name]), ours.group) * 1e6}
             wrong = torch.tensor([row[e.name]["wrong"]], dtype=torch.int64)
             pc.all_reduce(wrong, group=ours.group)
             row[e.name]["wrong"] = int(wrong[0])

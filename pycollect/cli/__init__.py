@@ -4,6 +4,7 @@
     pycollect bench     nccl-tests-style benchmark against Gloo
     pycollect memory    memory and communication planner
     pycollect trace     one collective traced step by step: Perfetto JSON and a PNG timeline
+    pycollect model     the cost model: fit, validate, what-if
 """
 from __future__ import annotations
 
@@ -14,7 +15,8 @@ from typing import List, Optional
 
 # Each module exposes register(subparsers), which adds its subcommand with
 # set_defaults(func=run), run(args) -> exit code.
-SUBCOMMANDS = ("pycollect.cli.demo", "pycollect.cli.bench", "pycollect.cli.memory", "pycollect.cli.trace")
+SUBCOMMANDS = ("pycollect.cli.demo", "pycollect.cli.bench", "pycollect.cli.memory", "pycollect.cli.trace",
+               "pycollect.cli.model")
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -64,6 +64,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--no-prefetch", dest="prefetch", action="store_false")
     g.add_argument("--bus-bandwidth", type=float, help="bus bandwidth in GB/s (nccl-tests busbw)")
     g.add_argument("--inter-node-bandwidth", type=float, help="GB/s across nodes (hybrid)")
+    from .model import add_param_arguments  # without a typed bandwidth, the cost model gives the time
+
+    add_param_arguments(parser, file_flags=("--model-params",))
 
     g = parser.add_argument_group("reports (default: one breakdown)").add_mutually_exclusive_group()
     g.add_argument("--compare", action="store_true", help="every stage side by side")
@@ -110,7 +113,20 @@ def _options(args: argparse.Namespace) -> dict[str, Any]:
                 largest_unit_billions=unit, prefetch=args.prefetch,
                 gpus_per_node=args.gpus_per_node, gpu_memory_gb=args.gpu_memory,
                 bus_bandwidth_gbs=args.bus_bandwidth,
-                inter_node_bandwidth_gbs=args.inter_node_bandwidth)
+                inter_node_bandwidth_gbs=args.inter_node_bandwidth, comm_model=_comm_model(args))
+
+
+def _comm_model(args: argparse.Namespace):
+    from .model import params_from_args
+
+    return params_from_args(args)
+
+
+def _time_source(args: argparse.Namespace) -> str:
+    if args.bus_bandwidth is not None:
+        return f"communication time: bus bandwidth {args.bus_bandwidth:g} GB/s (nccl-tests busbw)"
+    return (f"communication time: cost model, each collective's fastest algorithm "
+            f"({_comm_model(args).describe()})")
 
 
 def _gpus(args: argparse.Namespace) -> int:
@@ -189,7 +205,7 @@ def _breakdown(args: argparse.Namespace) -> str:
         "",
         f"fits in {args.gpu_memory:g} GB per GPU: {fits}",
     ]
-    lines += [f"note: {n}" for n in est.notes]
+    lines += [f"note: {n}" for n in est.notes] + [f"note: {_time_source(args)}"]
     return "\n".join(lines)
 
 
@@ -223,8 +239,7 @@ def _compare(args: argparse.Namespace) -> str:
     ]
     if any(c is not None and c.cpu_bytes for c in columns):
         rows.insert(6, row("offloaded to CPU", lambda e: _gb(e.cpu_bytes / mem.GB)))
-    if args.bus_bandwidth is not None:
-        rows.append(row("comm s/step", lambda e: f"{e.comm.time_s:.3f}"))
+    rows.append(row("comm s/step", lambda e: f"{e.comm.time_s:.3f}"))
     first = next(c for c in columns if c is not None)
     lines = [f"{_size(params)} parameters on {gpus} GPUs, GB per GPU by stage",
              _accounting(first), "", _table(["", *mem.STAGES], rows)]
@@ -245,15 +260,15 @@ def _plan(args: argparse.Namespace) -> str:
     for stage in mem.STAGES:
         n = mem.gpus_needed(params, gpu_memory, stage, **options)
         if n is None:
-            rows.append([stage, "none fits", "", ""])
+            rows.append([stage, "none fits", "", "", ""])
             continue
         est = mem.estimate_memory(params, n, stage, gpu_memory_gb=gpu_memory, **options)
         notes.update(dict.fromkeys(est.notes))
-        rows.append([stage, str(n), _gb(est.per_gpu_gb), _gb(est.comm.gb_per_rank)])
+        rows.append([stage, str(n), _gb(est.per_gpu_gb), _gb(est.comm.gb_per_rank), f"{est.comm.time_s:.3f}"])
     lines = [f"{_size(params)} parameters: fewest {gpu_memory:g} GB GPUs per stage",
              _accounting(mem.estimate_memory(params, args.tp * args.pp, "ddp", **options)), "",
-             _table(["stage", "GPUs", "GB per GPU", "comm GB/step/rank"], rows)]
-    lines += [f"note: {n}" for n in notes]
+             _table(["stage", "GPUs", "GB per GPU", "comm GB/step/rank", "comm s/step"], rows)]
+    lines += [f"note: {n}" for n in notes] + [f"note: {_time_source(args)}"]
     return "\n".join(lines)
 
 

@@ -15,8 +15,14 @@ all-gather).  Per step, for Ψ parameters (ZeRO paper, section 7):
 
 Volumes are in elements times the bytes of a communicated element (2 for 16-bit
 training, 4 for fp32).  With tensor parallelism each rank carries Ψ/t and the
-data-parallel group is N/t ranks.  Time follows nccl-tests' bus bandwidth: a
-collective whose per-rank volume is V bytes takes V / busbw seconds.
+data-parallel group is N/t ranks.  Time: with a bus bandwidth typed in, nccl-tests'
+rule (a collective whose per-rank volume is V bytes takes V / busbw seconds); else the
+cost model (pycollect.costmodel), the best of its algorithms for each collective:
+
+    ddp      all-reduce(L) over n                    L = Ψ/(t·p) x element bytes
+    zero1/2  reduce-scatter(L) + all-gather(L) over n
+    zero3    2 all-gather(L) + reduce-scatter(L) over n
+    hybrid   zero3 over the n ranks of a node, then all-reduce(L/n) over the r nodes
 """
 
 from __future__ import annotations
@@ -24,6 +30,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Optional
 
+from ..costmodel import FORMULAS, Params, choose, predict
 from .states import Layout
 
 
@@ -64,3 +71,24 @@ def comm_time(group_bytes: float, inter_bytes: float, bus_bandwidth_gbs: Optiona
         return None
     inter_bw = inter_node_bandwidth_gbs or bus_bandwidth_gbs
     return group_bytes / (bus_bandwidth_gbs * 1e9) + inter_bytes / (inter_bw * 1e9)
+
+
+def _best(op: str, nbytes: float, ranks: int, model: Params) -> float:
+    if ranks <= 1 or nbytes <= 0:
+        return 0.0
+    return predict(op, nbytes, ranks, choose(op, nbytes, ranks, model, FORMULAS[op]), model)
+
+
+def comm_time_model(params: float, stage: str, lay: Layout, element_bytes: int, model: Params) -> float:
+    """Seconds per step by the cost model (see the module table), each collective by its
+    fastest algorithm; all-gather and reduce-scatter sizes are the whole gathered L."""
+    local = params / lay.model_parallel * element_bytes
+    if stage == "hybrid":
+        n, r = lay.shard_degree, lay.replicas
+        return (2 * _best("all_gather", local, n, model) + _best("reduce_scatter", local, n, model)
+                + _best("all_reduce", local / n, r, model))
+    n = lay.dp_degree
+    if stage == "ddp":
+        return _best("all_reduce", local, n, model)
+    gathers = 2 if stage == "zero3" else 1
+    return gathers * _best("all_gather", local, n, model) + _best("reduce_scatter", local, n, model)

@@ -42,7 +42,7 @@ from dataclasses import dataclass, field
 from typing import Any, Optional
 
 from .activations import RECOMPUTE_MODES, ModelShape, activation_bytes
-from .comm import CommEstimate, comm_bytes, comm_time
+from .comm import CommEstimate, comm_bytes, comm_time, comm_time_model
 from .deepspeed import DeepSpeedEstimate, deepspeed_zero2_estimate, deepspeed_zero3_estimate
 from .states import (PARAM_SHARDED_STAGES, STAGES, bytes_per_param, canonical_precision,
                              canonical_stage, element_bytes, layout, model_state_bytes)
@@ -185,7 +185,8 @@ def estimate_memory(params_billions: float, num_gpus: int = 1, sharding: str = "
                     offload_params: bool = False, largest_unit_billions: Optional[float] = None,
                     prefetch: bool = True, gpus_per_node: int = 8, gpu_memory_gb: float = 80.0,
                     bus_bandwidth_gbs: Optional[float] = None,
-                    inter_node_bandwidth_gbs: Optional[float] = None) -> MemoryEstimate:
+                    inter_node_bandwidth_gbs: Optional[float] = None,
+                    comm_model=None) -> MemoryEstimate:
     """Per-GPU memory and per-step communication of one training configuration.
 
     Args:
@@ -213,7 +214,10 @@ def estimate_memory(params_billions: float, num_gpus: int = 1, sharding: str = "
         gpu_memory_gb: capacity that ``fits`` is checked against.
         bus_bandwidth_gbs: nccl-tests bus bandwidth (GB/s), e.g. from pycollect's
             benchmark, for the communication time; ``inter_node_bandwidth_gbs`` for the
-            cross-node part of hybrid sharding.
+            cross-node part of hybrid sharding.  A typed bandwidth wins over
+            ``comm_model``.
+        comm_model: pycollect.costmodel.Params; without a bandwidth, the communication
+            time is the cost model's (each collective by its fastest algorithm).
 
     Raises:
         ValueError: on nonsense input (non-positive sizes, zero GPUs, unknown stage,
@@ -269,8 +273,10 @@ def estimate_memory(params_billions: float, num_gpus: int = 1, sharding: str = "
         buffers = unit / tensor_parallel * per_param.params * (2 if prefetch else 1)
 
     group, inter = comm_bytes(params, stage, lay, elem)
-    comm = CommEstimate(stage, group, inter,
-                        comm_time(group, inter, bus_bandwidth_gbs, inter_node_bandwidth_gbs))
+    seconds = comm_time(group, inter, bus_bandwidth_gbs, inter_node_bandwidth_gbs)
+    if seconds is None and comm_model is not None:
+        seconds = comm_time_model(params, stage, lay, elem, comm_model)
+    comm = CommEstimate(stage, group, inter, seconds)
 
     return MemoryEstimate(
         params_billions=params_billions, num_gpus=num_gpus, sharding=str(sharding).strip().lower(),

@@ -1,0 +1,260 @@
+"""`pycollect model`: fit, validate and ask the alpha-beta-gamma cost model (pycollect.costmodel).
+
+    pycollect model --fit --probe                          quick ping-pong + reduce-kernel probe
+    pycollect model --fit --from bench/results/*.json      least squares on benchmark runs
+    pycollect model --validate [--quick]                   predicted vs measured, 2-4 ranks
+    pycollect model --predict -o all_reduce -s 1G -g 8..4096 --alpha 5us --beta 400gbit --plot p.png
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+import sys
+from typing import List
+
+from ..benchmark.sizes import format_size, parse_size, size_list
+from ..costmodel import (DEFAULT_PATH, DEFAULT_SEGMENT_BYTES, FORMULAS, Params, bus_bandwidth, choose, crossovers, parse_rate, parse_time,
+                         predict)
+
+TARGET = 0.25  # issue 14: predicted within 25 % of measured
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser("model", help="the alpha-beta-gamma cost model: fit, validate, what-if",
+                              description=__doc__.split("\n\n")[0])
+    mode = p.add_mutually_exclusive_group(required=True)
+    mode.add_argument("--fit", action="store_true", help="fit alpha, beta, gamma and write them to --out")
+    mode.add_argument("--validate", action="store_true", help="benchmark each algorithm, print predicted vs measured")
+    mode.add_argument("--predict", action="store_true", help="predicted time and busbw per world size")
+    p.add_argument("--from", dest="sources", nargs="+", default=[], metavar="JSON",
+                   help="--fit: `pycollect bench --json` files (all-reduce runs need --algo)")
+    p.add_argument("--probe", action="store_true", help="--fit: a quick 2-rank probe instead of files")
+    p.add_argument("--out", default=DEFAULT_PATH, help=f"--fit: where to write (default {DEFAULT_PATH})")
+    p.add_argument("--quick", action="store_true", help="--validate: 2 ranks, all-reduce ring/direct, 2 sizes")
+    p.add_argument("--sizes", default=None, help="--validate: MIN..MAX in x4 steps (default 64K..64M)")
+    p.add_argument("-o", "--op", default="all_reduce", choices=sorted(FORMULAS))
+    p.add_argument("-s", "--size", default="1G", help="--predict: bytes (per rank; total for all_gather / reduce_scatter)")
+    p.add_argument("-g", "--world-sizes", default=None,
+                   help="ranks: 2,3,4 or 8..4096 (doubling), 8..64+8 (adding 8), 8..4096*4 (x4); "
+                        "default 8..4096 for --predict, 2,3,4 for --validate")
+    p.add_argument("--algos", nargs="+", default=None, help="algorithms to compare (default: every one the model knows)")
+    p.add_argument("--plot", default=None, help="--predict: write a PNG (log axes) here")
+    p.add_argument("--json", default=None, help="--validate: also write the measured samples here (a --fit --from source)")
+    add_param_arguments(p)
+    p.set_defaults(func=run)
+
+
+def add_param_arguments(p, file_flags=("--params", "--model-params")) -> None:
+    """--params FILE and --alpha/--beta/--gamma/--overhead overrides (also `pycollect memory`,
+    where --params is the model's size and the file is --model-params)."""
+    g = p.add_argument_group("model parameters (default: PYCOLLECT_MODEL, else ~/.cache/pycollect/model.json, "
+                             "else built-in)")
+    g.add_argument(*file_flags, dest="params_file", default=None, metavar="JSON",
+                   help="parameters written by `pycollect model --fit`")
+    g.add_argument("--alpha", default=None, help="latency per message, e.g. 5us")
+    g.add_argument("--beta", default=None, help="link bandwidth, e.g. 400gbit or 50GB/s")
+    g.add_argument("--gamma", default=None, help="reduction bandwidth, e.g. 100GB/s")
+    g.add_argument("--overhead", default=None, help="fixed cost per call, e.g. 20us")
+    g.add_argument("--overlap", type=float, default=None,
+                   help="1: transfers and reductions overlap (a NIC moves the bytes), 0: one CPU does both")
+
+
+def params_from_args(args) -> Params:
+    """The parameters the flags name: a file, PYCOLLECT_MODEL, the fitted default file or the
+    built-in ones, with --alpha/--beta/--gamma/--overhead on top. Typed values assume a rank
+    per core (cores=None), as on a cluster."""
+    path = args.params_file or os.environ.get("PYCOLLECT_MODEL") or (DEFAULT_PATH if os.path.isfile(DEFAULT_PATH) else None)
+    params = Params.load(path) if path else Params()
+    changes = {}
+    if args.alpha is not None:
+        changes["alpha"] = parse_time(args.alpha)
+    if args.beta is not None:
+        changes["beta"] = parse_rate(args.beta)
+    if args.gamma is not None:
+        changes["gamma"] = parse_rate(args.gamma)
+    if args.overhead is not None:
+        changes["overhead"] = parse_time(args.overhead)
+    if args.overlap is not None:
+        changes["overlap"] = args.overlap
+    if changes:
+        params = params.with_(cores=None, source=f"{params.source} with {', '.join(sorted(changes))} given", **changes)
+    return params
+
+
+def parse_world_sizes(text: str) -> List[int]:
+    """'2,3,4' -> [2, 3, 4]; '8..64' -> [8, 16, 32, 64]; '8..32+8' -> [8, 16, 24, 32]; '2..162*3' -> [2, 6, 18, 54, 162]."""
+    out: List[int] = []
+    for part in str(text).split(","):
+        m = re.fullmatch(r"\s*(\d+)\s*(?:\.\.\s*(\d+)\s*(?:([+*])\s*(\d+))?)?\s*", part)
+        if not m:
+            raise ValueError(f"cannot read world sizes {part!r}: use 2,3,4 or 8..4096 (doubling), 8..64+8, 8..4096*4")
+        lo = int(m.group(1))
+        hi = int(m.group(2)) if m.group(2) else lo
+        how, step = m.group(3) or "*", int(m.group(4) or 2)
+        if lo < 1 or hi < lo or step < 1 or (how == "*" and step < 2):
+            raise ValueError(f"world sizes {part!r}: need 1 <= first <= last and a step that grows")
+        x = lo
+        while x <= hi:
+            out.append(x)
+            x = x + step if how == "+" else x * step
+        if out[-1] != hi:
+            out.append(hi)
+    return sorted(set(out))
+
+
+def run(args) -> int:
+    try:
+        if args.fit:
+            return _fit(args)
+        if args.validate:
+            return _validate(args)
+        return _predict(args)
+    except (ValueError, NotImplementedError) as e:
+        print(f"pycollect model: {e}", file=sys.stderr)
+        return 2
+
+
+def _fit(args) -> int:
+    from ..costmodel.fit import fit, samples_from_bench
+
+    if bool(args.sources) == bool(args.probe):
+        raise ValueError("--fit needs --from JSON... or --probe (one of them)")
+    if args.probe:
+        from ..costmodel.measure import probe
+
+        params, err, samples = probe()
+        what = f"probe ({len(samples)} points at 2 ranks)"
+    else:
+        samples = []
+        for path in args.sources:
+            with open(path) as f:
+                samples += samples_from_bench(json.load(f))
+        params, err = fit(samples, cores=os.cpu_count())
+        params = params.with_(source=f"fit of {len(args.sources)} file(s)")
+        what = f"{len(samples)} rows of {', '.join(args.sources)}"
+    params.save(args.out, {"fitted_from": what, "rms_relative_error": err})
+    print(f"# fitted from {what}: rms relative error {err * 100:.1f} %")
+    print(f"# {params.describe()}")
+    print(f"# wrote {args.out} (use it: PYCOLLECT_MODEL={args.out})")
+    return 0
+
+
+def _validate(args) -> int:
+    from ..costmodel.measure import available, validate
+
+    params = params_from_args(args)
+    if args.quick:
+        ops, worlds, sizes, iters, repeats = ["all_reduce"], [2], [65536, 1 << 20], 2, 1
+        algos = args.algos or ["ring", "direct"]
+    else:
+        ops, worlds, iters, repeats = list(FORMULAS), [2, 3, 4], 3, 5
+        lo, hi = (args.sizes or "64K..64M").split("..")
+        sizes = size_list(parse_size(lo), parse_size(hi), 4)
+        algos = args.algos
+    if args.world_sizes:
+        worlds = parse_world_sizes(args.world_sizes)
+    cases = [(op, a) for op in ops for a in FORMULAS[op] if algos is None or a in algos]
+    refused = available(sorted({op for op, _ in cases}))
+    print(f"# model: {params.describe()}")
+    for (op, a), why in sorted(refused.items()):
+        if why and (op, a) in cases:
+            print(f"# skipped {op} {a}: the engine refuses it ({why})")
+    cases = [c for c in cases if not refused.get(c)]
+    print(f"{'op':>14} {'algo':>16} {'p':>2} {'size':>6} {'measured us':>12} {'predicted us':>13} {'error':>7}")
+
+    def show(r, failure=None):
+        if failure:
+            print(f"{r.op:>14} {r.algo:>16} {r.world_size:>2} {format_size(r.nbytes):>6}  FAILED: {failure}", flush=True)
+            return
+        flag = "  !" if abs(r.error) > TARGET else ""
+        print(f"{r.op:>14} {r.algo:>16} {r.world_size:>2} {format_size(r.nbytes):>6} {r.measured_s * 1e6:>12.1f} "
+              f"{r.predicted_s * 1e6:>13.1f} {r.error * 100:>6.1f}%{flag}", flush=True)
+
+    rows = validate(params, cases, worlds, sizes, iters, repeats, on_row=show)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"meta": {"validate": True, "load": os.getloadavg(), "cores": os.cpu_count()},
+                       "samples": [[r.op, r.algo, r.nbytes, r.world_size, r.measured_s, DEFAULT_SEGMENT_BYTES]
+                                   for r in rows]}, f, indent=1)
+        print(f"# wrote {args.json}")
+    bad = [r for r in rows if abs(r.error) > TARGET]
+    print(f"# {len(rows) - len(bad)}/{len(rows)} rows within {TARGET * 100:.0f} %"
+          + (f"; beyond: {len(bad)} (marked !)" if bad else ""))
+    _choice_check(rows, params)
+    return 0
+
+
+def _choice_check(rows, params) -> None:
+    """Where several algorithms were measured: the model's pick against the fastest measured."""
+    by = {}
+    for r in rows:
+        by.setdefault((r.op, r.world_size, r.nbytes), {})[r.algo] = r.measured_s
+    worst = []
+    for (op, p, nb), measured in sorted(by.items()):
+        if len(measured) < 2:
+            continue
+        pick = choose(op, nb, p, params, list(measured))
+        slower = measured[pick] / min(measured.values()) - 1
+        worst.append((slower, op, p, nb, pick, min(measured, key=measured.get)))
+    if worst:
+        s, op, p, nb, pick, best = max(worst)
+        print(f"# model's choice vs fastest measured: worst {s * 100:.1f} % slower ({op}, {p} ranks, "
+              f"{format_size(nb)}: picks {pick}, fastest {best}); target <= 10 %")
+
+
+def _predict(args) -> int:
+    params = params_from_args(args)
+    nbytes = parse_size(args.size)
+    worlds = parse_world_sizes(args.world_sizes or "8..4096")
+    algos = args.algos or list(FORMULAS[args.op])
+    for a in algos:
+        if a not in FORMULAS[args.op]:
+            raise ValueError(f"the model knows no {args.op} algorithm {a!r}; choose from {', '.join(FORMULAS[args.op])}")
+    print(f"# {args.op}, {format_size(nbytes)} ({'per rank' if args.op in ('all_reduce', 'broadcast') else 'total'}); "
+          f"{params.describe()}")
+    print(f"{'ranks':>6} " + " ".join(f"{a + ' ms':>18} {'busbw GB/s':>10}" for a in algos) + f" {'best':>16}")
+    table, cross = [], {p: (b, a) for p, b, a in crossovers(args.op, nbytes, worlds, params, algos)}
+    for p in worlds:
+        times = [predict(args.op, nbytes, p, a, params) for a in algos]
+        best = algos[times.index(min(times))]
+        table.append((p, times))
+        cells = " ".join(f"{t * 1e3:>18.3f} {bus_bandwidth(args.op, nbytes, p, t) / 1e9:>10.2f}" for t in times)
+        mark = f"  <- crossover: {cross[p][0]} -> {cross[p][1]}" if p in cross else ""
+        print(f"{p:>6} {cells} {best:>16}{mark}")
+    if not cross:
+        print(f"# no crossover: {table and algos[table[0][1].index(min(table[0][1]))]} is best at every world size")
+    if args.plot:
+        _plot(args.plot, args.op, nbytes, algos, table, cross, params)
+        print(f"# wrote {args.plot}")
+    return 0
+
+
+def _plot(path: str, op: str, nbytes: int, algos, table, cross, params: Params) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    worlds = [p for p, _ in table]
+    fig, (ax_t, ax_b) = plt.subplots(1, 2, figsize=(11, 4.5))
+    for i, a in enumerate(algos):
+        times = [t[i] for _, t in table]
+        ax_t.plot(worlds, [t * 1e3 for t in times], "o-", label=a)
+        ax_b.plot(worlds, [bus_bandwidth(op, nbytes, p, t) / 1e9 for p, t in zip(worlds, times)], "o-", label=a)
+    for p, (before, after) in cross.items():
+        for ax in (ax_t, ax_b):
+            ax.axvline(p, color="gray", linestyle=":")
+        ax_t.annotate(f"{before}->{after}", (p, ax_t.get_ylim()[1]), rotation=90, va="top", fontsize=8)
+    for ax, label in ((ax_t, "predicted time (ms)"), (ax_b, "busbw (GB/s)")):
+        ax.set_xscale("log", base=2)
+        ax.set_yscale("log")
+        ax.set_xlabel("ranks")
+        ax.set_ylabel(label)
+        ax.grid(True, which="both", alpha=0.3)
+        ax.legend()
+    fig.suptitle(f"{op}, {format_size(nbytes)}: alpha {params.alpha * 1e6:.2g} us, "
+                 f"beta {1 / params.beta / 1e9:.3g} GB/s, gamma {1 / params.gamma / 1e9:.3g} GB/s")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)

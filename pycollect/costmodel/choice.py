@@ -1,0 +1,117 @@
+"""Predicted time and bus bandwidth of a call, the best algorithm, and the table the
+group hands the engine for its automatic choice.
+
+    predict("all_reduce", 1 << 20, 4, "ring", params)  -> seconds
+    choose("all_reduce", 1 << 20, 4, params)           -> "ring"
+    auto_table("all_reduce", 4, params)                -> [(16384, "direct"), (2**64 - 1, "ring")]
+"""
+from __future__ import annotations
+
+from typing import Dict, Iterable, List, Optional, Sequence, Tuple
+
+from .formulas import DEFAULT_SEGMENT_BYTES, FORMULAS
+from .params import Params
+
+# The algorithms the engine has, per op: the automatic choice picks only among these.
+# Extend it when an algorithm lands in csrc/collectives (and in Communicator's dispatch).
+ENGINE_ALGOS: Dict[str, Tuple[str, ...]] = {
+    "all_reduce": ("ring", "direct", "halving_doubling", "tree"),
+    "all_gather": ("ring", "bruck"),
+}
+# Sizes (bytes per rank) above which the automatic choice never picks an algorithm,
+# whatever the model says. direct: --validate crashed it on shared memory at 16-64 MiB
+# ("process_vm_readv failed (Bad address)", SIGSEGV), an engine bug to find; until then
+# direct stays within the 16 KiB the engine's fixed threshold always used.
+ENGINE_LIMITS: Dict[str, int] = {"direct": 16 * 1024}
+MAX_BYTES = 2**64 - 1  # the last row of a table: "and anything larger"
+
+
+def _formula(op: str, algo: str):
+    if op not in FORMULAS:
+        raise ValueError(f"the cost model knows no op {op!r}; choose one of {', '.join(FORMULAS)}")
+    if algo not in FORMULAS[op]:
+        raise ValueError(f"the cost model knows no {op} algorithm {algo!r}; choose one of "
+                         f"{', '.join(FORMULAS[op])}")
+    return FORMULAS[op][algo]
+
+
+def _check(nbytes, world_size) -> None:
+    if not nbytes >= 0:
+        raise ValueError(f"nbytes must be >= 0, got {nbytes!r}")
+    if not (isinstance(world_size, int) and world_size >= 1):
+        raise ValueError(f"world_size must be an integer >= 1, got {world_size!r}")
+
+
+def predict(op: str, nbytes: float, world_size: int, algo: str, params: Params,
+            segment_bytes: int = DEFAULT_SEGMENT_BYTES) -> float:
+    """Seconds for one call. nbytes: the buffer per rank (all_reduce, broadcast) or the
+    total gathered / scattered bytes (all_gather, reduce_scatter), as nccl-tests counts."""
+    f = _formula(op, algo)
+    _check(nbytes, world_size)
+    if segment_bytes < 1:
+        raise ValueError(f"segment_bytes must be >= 1, got {segment_bytes!r}")
+    return f(float(nbytes), world_size, params, segment_bytes)
+
+
+def bus_bandwidth(op: str, nbytes: float, world_size: int, seconds: float) -> float:
+    """nccl-tests' busbw in bytes/s: nbytes / seconds x the op's bus factor."""
+    from ..benchmark.sizes import bus_factor  # one copy of nccl-tests' factors
+
+    return nbytes / seconds * bus_factor(op, world_size) if seconds > 0 else float("inf")
+
+
+def choose(op: str, nbytes: float, world_size: int, params: Params, algos: Optional[Iterable[str]] = None,
+           segment_bytes: int = DEFAULT_SEGMENT_BYTES) -> str:
+    """The algorithm with the smallest predicted time (ties: the first in `algos`, which
+    default to every algorithm the model knows for `op`)."""
+    names = list(algos) if algos is not None else list(FORMULAS.get(op, {}))
+    if not names:
+        raise ValueError(f"choose({op!r}): no algorithms to choose from")
+    times = [predict(op, nbytes, world_size, a, params, segment_bytes) for a in names]
+    return names[times.index(min(times))]
+
+
+def auto_table(op: str, world_size: int, params: Params, algos: Optional[Sequence[str]] = None,
+               segment_bytes: int = DEFAULT_SEGMENT_BYTES, largest: int = 1 << 40,
+               limits: Optional[Dict[str, int]] = None) -> List[Tuple[int, str]]:
+    """[(max_bytes, algo), ...] sorted by max_bytes: `algo` is the best for every size up
+    to max_bytes (and above the previous row's); the last row ends at MAX_BYTES. Sizes
+    are scanned in steps of 2^(1/8) up to `largest`, each change of the best algorithm
+    bisected to the byte; an algorithm is a candidate only up to its `limits` entry
+    (default ENGINE_LIMITS). Pure arithmetic on shared inputs: every rank builds the same table."""
+    names = list(algos if algos is not None else ENGINE_ALGOS.get(op, FORMULAS.get(op, {})))
+    limits = ENGINE_LIMITS if limits is None else limits
+
+    def best(nb: int) -> str:
+        allowed = [a for a in names if nb <= limits.get(a, MAX_BYTES)] or names
+        return choose(op, nb, world_size, params, allowed, segment_bytes)
+
+    table: List[Tuple[int, str]] = []
+    lo, current = 1, best(1)
+    x = 1.0
+    while lo < largest:
+        x *= 2 ** 0.125
+        hi = min(largest, max(lo + 1, int(x)))
+        if best(hi) != current:
+            a, b = lo, hi  # best(a) == current != best(b)
+            while b - a > 1:
+                mid = (a + b) // 2
+                a, b = (mid, b) if best(mid) == current else (a, mid)
+            table.append((a, current))
+            current = best(b)
+        lo = hi
+    table.append((MAX_BYTES, current))
+    return table
+
+
+def crossovers(op: str, nbytes: float, sizes: Sequence[int], params: Params, algos: Sequence[str],
+               segment_bytes: int = DEFAULT_SEGMENT_BYTES) -> List[Tuple[int, str, str]]:
+    """Where the best algorithm changes along `sizes` (world sizes) at `nbytes`:
+    [(world_size, before, after), ...]."""
+    out, prev = [], None
+    for p in sizes:
+        b = choose(op, nbytes, p, params, algos, segment_bytes)
+        if prev is not None and b != prev:
+            out.append((p, prev, b))
+        prev = b
+    return out

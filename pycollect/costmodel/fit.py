@@ -1,0 +1,128 @@
+"""Fitting the parameters to measured times by least squares on the formulas.
+
+A sample is (op, algo, nbytes, world_size, seconds[, segment_bytes]). Every formula is
+a sum of maxima of terms linear in (alpha, beta, gamma, overhead), so around any
+parameters its slopes are exact: the fit minimises the squared log of predicted /
+measured (each sample weighs as much as any other, 8 B or 64 MiB, too slow or too fast)
+by Gauss-Newton steps, recomputing which terms are the maxima after each, keeping every
+parameter >= 0.
+`overlap` is not differentiable in that sense: the fit tries 0, 1/2 and 1 and keeps
+the one with the smallest error. `cores` is given, not fitted.
+
+    fit(samples, cores=2) -> (Params, rms relative error)
+    samples_from_bench(json_dict) -> samples (the shape `pycollect bench --json` writes)
+"""
+from __future__ import annotations
+
+import math
+from typing import Dict, Iterable, List, Optional, Sequence, Tuple
+
+from .choice import predict
+from .formulas import DEFAULT_SEGMENT_BYTES
+from .params import Params
+
+FITTED = ("alpha", "beta", "gamma", "overhead", "wake")
+Sample = Tuple[str, str, float, int, float, int]  # op, algo, nbytes, world_size, seconds, segment bytes
+# A call's one-way ping-pong half: what `probe` measures with send/recv (op "ping_pong").
+_PING = "ping_pong"
+
+
+def _time(s: Sample, params: Params) -> float:
+    op, algo, nbytes, p, _, seg = s
+    if op == _PING:  # one round trip of nbytes between two ranks: two messages, two calls each way
+        return 2 * (params.overhead + params.message(2) + nbytes * params.beta * params.stretch(2))
+    return predict(op, nbytes, p, algo, params, seg)
+
+
+def _errors(samples: Sequence[Sample], params: Params) -> List[float]:
+    return [_time(s, params) / s[4] - 1 for s in samples]
+
+
+def rms(samples: Sequence[Sample], params: Params) -> float:
+    """Root mean square of the relative errors predicted / measured - 1."""
+    e = _errors(samples, params)
+    return (sum(x * x for x in e) / len(e)) ** 0.5 if e else 0.0
+
+
+def _log_cost(samples: Sequence[Sample], params: Params) -> float:
+    return sum(math.log(max(_time(s, params), 1e-30) / s[4]) ** 2 for s in samples)
+
+
+def _solve(samples: Sequence[Sample], params: Params, fixed: Dict[str, float], rounds: int = 60) -> Params:
+    """Gauss-Newton on log(predicted / measured): a sample 3x too slow weighs as much as one
+    3x too fast (on a loaded machine the outliers are slow ones)."""
+    import numpy as np
+
+    free = [f for f in FITTED if f not in fixed and not (f == "wake" and params.cores is None)]
+    params = params.with_(**fixed)
+    y = np.array([s[4] for s in samples])
+    cost = _log_cost(samples, params)
+    for _ in range(rounds):
+        base = np.array([_time(s, params) for s in samples])
+        cols = []
+        for name in free:  # the slope of each sample in this parameter (exact: linear pieces)
+            h = max(getattr(params, name), 1e-12) * 1e-4
+            bumped = params.with_(**{name: getattr(params, name) + h})
+            cols.append((np.array([_time(s, bumped) for s in samples]) - base) / h)
+        A = np.stack(cols, axis=1) / base[:, None]
+        r = np.log(base / y)
+        step, *_ = np.linalg.lstsq(A, -r, rcond=None)
+        x0 = np.array([getattr(params, n) for n in free])
+        t, improved = 1.0, False
+        while t > 1e-4:  # backtracking, projected onto parameters >= 0
+            x = np.maximum(x0 + t * step, 0.0)
+            trial = params.with_(**{n: float(v) for n, v in zip(free, x)})
+            c = _log_cost(samples, trial)
+            if c < cost:
+                params, improved = trial, cost - c > 1e-12 * max(cost, 1e-30)
+                cost = c
+                break
+            t /= 2
+        if not improved:
+            break
+    return params
+
+
+def fit(samples: Iterable[Sample], cores: Optional[int] = None, fixed: Optional[Dict[str, float]] = None,
+        start: Optional[Params] = None, overlaps: Sequence[float] = (0.0, 0.5, 1.0)) -> Tuple[Params, float]:
+    """The parameters that best explain `samples` (least squared log error) and their rms
+    relative error."""
+    samples = [tuple(s) if len(s) == 6 else tuple(s) + (DEFAULT_SEGMENT_BYTES,) for s in samples]
+    if not samples:
+        raise ValueError("fit: no samples (run `pycollect bench --json` or the probe first)")
+    bad = [s for s in samples if not s[4] > 0]
+    if bad:
+        raise ValueError(f"fit: measured times must be > 0, got {bad[0]}")
+    best = None
+    for ov in overlaps:
+        p0 = (start or Params()).with_(overlap=ov, cores=cores, source="fit")
+        p = _solve(samples, p0, dict(fixed or {}))
+        cost = _log_cost(samples, p)
+        if best is None or cost < best[1]:
+            best = (p, cost)
+    return best[0], rms(samples, best[0])
+
+
+def samples_from_bench(data: dict) -> List[Sample]:
+    """Samples from one `pycollect bench --json` file: {meta, rows} (or the {samples} of
+    `pycollect model --validate --json`). An all-reduce run
+    with the automatic choice is refused (which algorithm ran is not recorded): run the
+    benchmark with --algo ring or --algo direct."""
+    meta, rows = data.get("meta", {}), data.get("rows", [])
+    if "samples" in data:  # `pycollect model --validate --json`
+        return [tuple(s) for s in data["samples"]]
+    if meta.get("latency"):
+        raise ValueError("a `bench --latency` file: fit from a `pycollect bench` run (or use the probe)")
+    op, p = meta.get("op"), meta.get("world_size")
+    env = meta.get("env") or {}
+    seg = int(env.get("PYCOLLECT_SEGMENT_BYTES") or DEFAULT_SEGMENT_BYTES)
+    algo = (meta.get("algo") or env.get("PYCOLLECT_ALGO") or "auto").lower()
+    if op == "all_reduce" and algo == "auto":
+        raise ValueError("this all_reduce run used the automatic choice; rerun the benchmark with --algo ring or direct")
+    if op in ("all_gather", "reduce_scatter") and algo == "auto":
+        algo = "ring"
+    if op == "broadcast":
+        algo = "chain"
+    if not op or not p:
+        raise ValueError("not a `pycollect bench --json` file: meta.op and meta.world_size are missing")
+    return [(op, algo, float(r["size"]), int(p), r["pycollect"]["time_us"] * 1e-6, seg) for r in rows]

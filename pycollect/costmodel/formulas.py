@@ -1,0 +1,143 @@
+"""The alpha-beta-gamma cost of each algorithm, one function each, all in this file.
+
+n: bytes per rank (all-reduce, broadcast) or N: total bytes gathered / scattered
+(all-gather, reduce-scatter), as nccl-tests counts sizes; p: ranks; S: segment bytes.
+alpha per message, beta per byte on the wire, gamma per byte reduced (params.py).
+Every collective pays `overhead` once per call and, except where the payload rides
+behind the header (direct), one alpha for the header exchange with its neighbours
+(csrc/collectives/context.h). With p ranks on fewer cores every cost is stretched by
+p / cores (Params.stretch) and every message costs `wake` more (Params.message).
+
+Pipelined ring steps (see _ring_reduce_scatter): a chunk of c bytes is cut into
+k = ceil(c / S) segments of s = c / k bytes; moving one is L = alpha + s*beta and
+reducing it R = s*gamma. A rank spends U = max(L, R) + (1 - overlap) * min(L, R) per
+segment when both kinds of work queue up, so a phase of (p-1)k segments takes the longer
+of its work, (p-1)k*U, and the path of the first segment through all p-1 steps plus the
+others behind it, (p-1)(L + R) + (k-1)U.
+"""
+from __future__ import annotations
+
+import math
+from typing import Callable, Dict, Tuple
+
+from .params import Params
+
+DEFAULT_SEGMENT_BYTES = 512 * 1024  # csrc/collectives/context.h Tunables::segmentBytes
+
+
+def _segments(chunk: float, seg: int) -> Tuple[int, float]:
+    """(k, s): a chunk of `chunk` bytes in k segments of s bytes (csrc Segments)."""
+    k = max(1, math.ceil(chunk / max(1, seg)))
+    return k, chunk / k
+
+
+def _log2ceil(p: int) -> int:
+    return max(0, math.ceil(math.log2(p))) if p > 1 else 0
+
+
+def _ring_reduce_scatter(chunk: float, p: int, a: float, b: float, g: float, ov: float, seg: int):
+    """(time, L): the reduce-scatter phase of allreduce_ring.cc (its first loop)."""
+    k, s = _segments(chunk, seg)
+    link, red = a + s * b, s * g
+    unit = max(link, red) + (1 - ov) * min(link, red)
+    return max((p - 1) * k * unit, (p - 1) * (link + red) + (k - 1) * unit), link, k, unit
+
+
+def _unpack(P: Params, p: int):
+    f = P.stretch(p)
+    return P.message(p), P.beta * f, P.gamma * f, P.overhead
+
+
+def allreduce_ring(n: float, p: int, P: Params, seg: int = DEFAULT_SEGMENT_BYTES) -> float:
+    """allreduce_ring.cc: header round, reduce-scatter then all-gather over chunks of n/p.
+    The all-gather's (p-1)k forwards (L each) follow the reduce-scatter on the link; its
+    last segment needs p-1 more hops after the last reduce."""
+    a, b, g, o = _unpack(P, p)
+    if p == 1:
+        return o
+    rs, link, k, unit = _ring_reduce_scatter(n / p, p, a, b, g, P.overlap, seg)
+    return o + a + max(rs + (p - 1) * link, (p - 1) * k * (unit + link))
+
+
+def allreduce_direct(n: float, p: int, P: Params, seg: int = DEFAULT_SEGMENT_BYTES) -> float:
+    """allreduce_direct.cc: the payload rides behind the header (one alpha); each rank
+    sends n bytes to each of p-1 peers and receives as much ((p-1)n beta), copies its own
+    input and reduces p-1 vectors (p n gamma, the copy counted as one pass)."""
+    a, b, g, o = _unpack(P, p)
+    if p == 1:
+        return o
+    return o + a + (p - 1) * n * b + p * n * g
+
+
+def allreduce_halving_doubling(n: float, p: int, P: Params, seg: int = DEFAULT_SEGMENT_BYTES) -> float:
+    """Rabenseifner: fold the r = p - p' extra ranks in (one whole-vector exchange and
+    reduce), recursive halving reduce-scatter and doubling all-gather over p' = 2^floor(log2 p)
+    ranks (log2 p' rounds each, (p'-1)/p' n bytes each), then send the r folded ranks the result."""
+    a, b, g, o = _unpack(P, p)
+    if p == 1:
+        return o
+    pp = 1 << (p.bit_length() - 1)
+    r, lg, frac = p - pp, pp.bit_length() - 1, (pp - 1) / pp
+    t = o + a + lg * a + frac * n * b + frac * n * g + lg * a + frac * n * b
+    if r > 0:
+        t += (a + n * b + n * g) + (a + n * b)
+    return t
+
+
+def allreduce_tree(n: float, p: int, P: Params, seg: int = DEFAULT_SEGMENT_BYTES) -> float:
+    """Binomial reduce to rank 0, then binomial broadcast, the whole vector on each edge:
+    ceil(log2 p) rounds of (alpha + n beta + n gamma), then as many of (alpha + n beta)."""
+    a, b, g, o = _unpack(P, p)
+    lg = _log2ceil(p)
+    return o + (a if p > 1 else 0) + lg * (a + n * b + n * g) + lg * (a + n * b)
+
+
+def allgather_ring(N: float, p: int, P: Params, seg: int = DEFAULT_SEGMENT_BYTES) -> float:
+    """allgather_ring.cc: (p-1) steps of the N/p chunks, k segments each, forwarded at
+    once, so the link is busy (p-1)k L; plus the copy of the rank's own chunk into the
+    output (N/p bytes at beta), hidden behind the transfer only when they overlap."""
+    a, b, g, o = _unpack(P, p)
+    if p == 1:
+        return o
+    k, s = _segments(N / p, seg)
+    return o + a + (p - 1) * k * (a + s * b) + (1 - P.overlap) * N / p * b
+
+
+def allgather_bruck(N: float, p: int, P: Params, seg: int = DEFAULT_SEGMENT_BYTES) -> float:
+    """Bruck: ceil(log2 p) rounds, doubling the blocks sent, (p-1)/p N bytes in all, then a
+    local rotation of the N output bytes (counted as one gamma pass)."""
+    a, b, g, o = _unpack(P, p)
+    if p == 1:
+        return o
+    return o + a + _log2ceil(p) * a + (p - 1) / p * N * b + N * g
+
+
+def reduce_scatter_ring(N: float, p: int, P: Params, seg: int = DEFAULT_SEGMENT_BYTES) -> float:
+    """reduce_scatter_ring.cc: the reduce-scatter phase of the ring all-reduce on N/p chunks."""
+    a, b, g, o = _unpack(P, p)
+    if p == 1:
+        return o
+    return o + a + _ring_reduce_scatter(N / p, p, a, b, g, P.overlap, seg)[0]
+
+
+def broadcast_chain(n: float, p: int, P: Params, seg: int = DEFAULT_SEGMENT_BYTES) -> float:
+    """broadcast_chain.cc: k segments down a chain of p-1 links, one behind the other:
+    (p - 2 + k) segment times."""
+    a, b, g, o = _unpack(P, p)
+    if p == 1:
+        return o
+    k, s = _segments(n, seg)
+    return o + a + (p - 2 + k) * (a + s * b)
+
+
+Formula = Callable[..., float]
+
+# op -> algorithm -> formula. Every algorithm the model knows, whether or not the engine
+# has it yet (see choice.ENGINE_ALGOS for the ones the automatic choice may pick).
+FORMULAS: Dict[str, Dict[str, Formula]] = {
+    "all_reduce": {"ring": allreduce_ring, "direct": allreduce_direct,
+                   "halving_doubling": allreduce_halving_doubling, "tree": allreduce_tree},
+    "all_gather": {"ring": allgather_ring, "bruck": allgather_bruck},
+    "reduce_scatter": {"ring": reduce_scatter_ring},
+    "broadcast": {"chain": broadcast_chain},
+}

@@ -1,0 +1,137 @@
+"""The model's parameters, their units, and where they are read from and written to.
+
+    Params(alpha=5e-6, beta=1 / 50e9, gamma=1 / 10e9)     # seconds, s/byte, s/byte
+    Params.load("model.json"); p.save("model.json")
+    parse_time("5us") -> 5e-06; parse_rate("400gbit") -> 2e-11 (seconds per byte)
+
+alpha: cost of one message (latency: post, wake-up, per-segment bookkeeping).
+beta: seconds per byte on the wire (1 / bandwidth of one link, one direction).
+gamma: seconds per byte reduced (one pass of a reduction kernel reading two inputs).
+overhead: fixed cost of one call (Python, hand-off to the engine's worker, header check).
+overlap: 1 when a rank's transfers and its reductions run at the same time (a NIC moves
+  the bytes), 0 when the same CPU does both (shared memory: the rank's own thread copies
+  through the segment); the fit tries 0, 1/2 and 1 and keeps the best.
+cores: CPU cores the ranks share (None: every rank has its own). With p ranks on c < p
+  cores, every per-byte and per-message cost is stretched by p / c,
+wake: ... and every message costs `wake` more: a rank waiting for it has to be scheduled
+  back onto a core another rank holds (fitted; 0 when cores is None).
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+from dataclasses import asdict, dataclass, fields, replace
+from typing import Optional
+
+# Where `pycollect model --fit` writes and what the group's automatic choice loads when
+# PYCOLLECT_MODEL is not set.
+DEFAULT_PATH = os.path.join(os.path.expanduser("~"), ".cache", "pycollect", "model.json")
+
+
+@dataclass(frozen=True)
+class Params:
+    # Built-in defaults: `pycollect model --fit` on 87 validation points (2-4 ranks, shared
+    # memory, 64 KiB-64 MiB) of the 2-core development machine at load ~2-3; cores left
+    # None (a core per rank) and wake 0: a uniform stretch changes no choice.
+    alpha: float = 16.6e-6
+    beta: float = 1 / 9.08e9
+    gamma: float = 1 / 6.58e9
+    overhead: float = 0.0
+    overlap: float = 0.0
+    cores: Optional[int] = None
+    wake: float = 0.0
+    source: str = "built-in defaults"
+
+    def __post_init__(self):
+        for name in ("alpha", "beta", "gamma", "overhead", "wake"):
+            value = getattr(self, name)
+            if not (isinstance(value, (int, float)) and value >= 0 and value != float("inf")):
+                raise ValueError(f"Params.{name} must be a finite number >= 0, got {value!r}")
+        if not 0.0 <= self.overlap <= 1.0:
+            raise ValueError(f"Params.overlap must be in [0, 1], got {self.overlap!r}")
+        if self.cores is not None and (not isinstance(self.cores, int) or self.cores < 1):
+            raise ValueError(f"Params.cores must be None or an integer >= 1, got {self.cores!r}")
+
+    def stretch(self, world_size: int) -> float:
+        """How much slower every cost runs when `world_size` ranks share `cores` CPUs."""
+        return 1.0 if self.cores is None else max(1.0, world_size / self.cores)
+
+    def message(self, world_size: int) -> float:
+        """Seconds per message at `world_size` ranks: alpha, stretched, plus `wake` when the
+        ranks outnumber the cores."""
+        shared = self.cores is not None and world_size > self.cores
+        return self.alpha * self.stretch(world_size) + (self.wake if shared else 0.0)
+
+    def with_(self, **changes) -> "Params":
+        return replace(self, **changes)
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), sort_keys=True)
+
+    @classmethod
+    def from_dict(cls, d: dict, source: str = "") -> "Params":
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(d) - known)
+        if unknown:
+            raise ValueError(f"model parameters: unknown field(s) {', '.join(unknown)}; known: "
+                             f"{', '.join(sorted(known))}")
+        d = dict(d)
+        if source:
+            d["source"] = source
+        return cls(**d)
+
+    @classmethod
+    def from_json(cls, text: str) -> "Params":
+        return cls.from_dict(json.loads(text))
+
+    @classmethod
+    def load(cls, path: str) -> "Params":
+        try:
+            with open(path) as f:
+                data = json.load(f)
+        except OSError as e:
+            raise ValueError(f"model parameters {path!r} cannot be read: {e.strerror}") from None
+        except json.JSONDecodeError as e:
+            raise ValueError(f"model parameters {path!r} are not JSON: {e}") from None
+        if not isinstance(data, dict):
+            raise ValueError(f"model parameters {path!r}: expected a JSON object")
+        return cls.from_dict(data.get("params", data), source=path)
+
+    def save(self, path: str, extra: Optional[dict] = None) -> None:
+        os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+        with open(path, "w") as f:
+            json.dump({"params": asdict(self), **(extra or {})}, f, indent=2)
+
+    def describe(self) -> str:
+        cores = "own core per rank" if self.cores is None else f"{self.cores} shared cores"
+        wake = f", wake {self.wake * 1e6:.1f} us" if self.cores is not None else ""
+        return (f"alpha {self.alpha * 1e6:.2f} us{wake}, beta {1 / self.beta / 1e9 if self.beta else float('inf'):.3f} GB/s, "
+                f"gamma {1 / self.gamma / 1e9 if self.gamma else float('inf'):.3f} GB/s, "
+                f"overhead {self.overhead * 1e6:.1f} us, overlap {self.overlap:g}, {cores} ({self.source})")
+
+
+_TIME = {"": 1.0, "s": 1.0, "ms": 1e-3, "us": 1e-6, "µs": 1e-6, "ns": 1e-9}
+_PREFIX = {"": 1.0, "k": 1e3, "m": 1e6, "g": 1e9, "t": 1e12}
+
+
+def parse_time(text) -> float:
+    """'5us' -> 5e-6 seconds ('2.5ms', '1e-6', '3ns', '0.1s')."""
+    m = re.fullmatch(r"\s*([0-9.]+(?:e-?\d+)?)\s*(s|ms|us|µs|ns)?\s*", str(text).lower())
+    if not m:
+        raise ValueError(f"cannot read time {text!r}: use a number with s, ms, us or ns (e.g. 5us)")
+    return float(m.group(1)) * _TIME[m.group(2) or ""]
+
+
+def parse_rate(text) -> float:
+    """A bandwidth as seconds per byte. Bits as tc and NIC sheets write them ('400gbit',
+    '100Gbps', '10Gb/s' -> bits per second) or bytes ('50GB/s', '50GBps')."""
+    m = re.fullmatch(r"\s*([0-9.]+(?:e-?\d+)?)\s*([kKmMgGtT]?)(bit|bps|b/s|Bps|B/s)\s*", str(text))
+    if not m:
+        raise ValueError(f"cannot read bandwidth {text!r}: use e.g. 400gbit, 100Gbps (bits) or 50GB/s (bytes)")
+    per_second = float(m.group(1)) * _PREFIX[m.group(2).lower()]
+    if m.group(3) in ("bit", "bps", "b/s"):
+        per_second /= 8
+    if per_second <= 0:
+        raise ValueError(f"bandwidth {text!r} must be positive")
+    return 1.0 / per_second
