@@ -125,7 +125,11 @@ def test_choose_picks_the_known_crossover():
     # chunk n/2): header 1 + (1 + n/2 + n) + (1 + n/2) = 3 us + 2n ns. Equal at n = 2000/3 B.
     assert choose("all_reduce", 600, 2, P, ["ring", "direct"]) == "direct"
     assert choose("all_reduce", 700, 2, P, ["ring", "direct"]) == "ring"
-    assert auto_table("all_reduce", 2, P, ["ring", "direct"]) == [(666, "direct"), (2**64 - 1, "ring")]
+    # The automatic table keeps the earlier algorithm (ring) within AUTO_MARGIN (5 %):
+    # 3 + 0.002n <= 1.05 (1 + 0.005n) us from n = 600 B on.
+    assert auto_table("all_reduce", 2, P, ["ring", "direct"]) == [(599, "direct"), (2**64 - 1, "ring")]
+    assert choose("all_reduce", 620, 2, P, ["ring", "direct"]) == "direct"  # exact choice: direct until 666
+    assert choose("all_reduce", 620, 2, P, ["ring", "direct"], margin=0.05) == "ring"
 
 
 def test_crossovers_in_world_size():

@@ -19,10 +19,12 @@ ENGINE_ALGOS: Dict[str, Tuple[str, ...]] = {
     "all_gather": ("ring", "bruck"),
 }
 # Sizes (bytes per rank) above which the automatic choice never picks an algorithm,
-# whatever the model says. direct: --validate crashed it on shared memory at 16-64 MiB
-# ("process_vm_readv failed (Bad address)", SIGSEGV), an engine bug to find; until then
-# direct stays within the 16 KiB the engine's fixed threshold always used.
+# whatever the model says. direct: the model puts its crossover near 145 KiB, but
+# --validate here measured direct slower than the others from 64 KiB on (it moves
+# (p-1) n bytes per rank), so it stays within the 16 KiB the fixed threshold used. (The
+# crash --validate first hit at 16-64 MiB, scratch released under a running call, is fixed.)
 ENGINE_LIMITS: Dict[str, int] = {"direct": 16 * 1024}
+AUTO_MARGIN = 0.05  # the automatic choice leaves the earlier algorithm only for a 5 % predicted gain
 MAX_BYTES = 2**64 - 1  # the last row of a table: "and anything larger"
 
 
@@ -61,14 +63,16 @@ def bus_bandwidth(op: str, nbytes: float, world_size: int, seconds: float) -> fl
 
 
 def choose(op: str, nbytes: float, world_size: int, params: Params, algos: Optional[Iterable[str]] = None,
-           segment_bytes: int = DEFAULT_SEGMENT_BYTES) -> str:
-    """The algorithm with the smallest predicted time (ties: the first in `algos`, which
-    default to every algorithm the model knows for `op`)."""
+           segment_bytes: int = DEFAULT_SEGMENT_BYTES, margin: float = 0.0) -> str:
+    """The algorithm with the smallest predicted time: the first in `algos` (default every
+    algorithm the model knows for `op`) within `margin` (a fraction) of the smallest, so
+    near-ties go to the earlier, simpler algorithm instead of flipping with each byte."""
     names = list(algos) if algos is not None else list(FORMULAS.get(op, {}))
     if not names:
         raise ValueError(f"choose({op!r}): no algorithms to choose from")
     times = [predict(op, nbytes, world_size, a, params, segment_bytes) for a in names]
-    return names[times.index(min(times))]
+    best = min(times)
+    return next(a for a, t in zip(names, times) if t <= best * (1 + margin))
 
 
 def auto_table(op: str, world_size: int, params: Params, algos: Optional[Sequence[str]] = None,
@@ -78,13 +82,13 @@ def auto_table(op: str, world_size: int, params: Params, algos: Optional[Sequenc
     to max_bytes (and above the previous row's); the last row ends at MAX_BYTES. Sizes
     are scanned in steps of 2^(1/8) up to `largest`, each change of the best algorithm
     bisected to the byte; an algorithm is a candidate only up to its `limits` entry
-    (default ENGINE_LIMITS). Pure arithmetic on shared inputs: every rank builds the same table."""
+    (default ENGINE_LIMITS), and the earlier of `algos` wins a near-tie (AUTO_MARGIN). Pure arithmetic on shared inputs: every rank builds the same table."""
     names = list(algos if algos is not None else ENGINE_ALGOS.get(op, FORMULAS.get(op, {})))
     limits = ENGINE_LIMITS if limits is None else limits
 
     def best(nb: int) -> str:
         allowed = [a for a in names if nb <= limits.get(a, MAX_BYTES)] or names
-        return choose(op, nb, world_size, params, allowed, segment_bytes)
+        return choose(op, nb, world_size, params, allowed, segment_bytes, AUTO_MARGIN)
 
     table: List[Tuple[int, str]] = []
     lo, current = 1, best(1)
