@@ -24,11 +24,8 @@ _ROOT_CAUSES = {"MismatchError": MismatchError, "CollectiveTimeoutError": Collec
                 "DeviceError": DeviceError}
 
 
-def _comm_options(timeout: datetime.timedelta, options: Options, size: int,
-                  auto: Optional[Dict[str, list]] = None) -> "_C.CommOptions":
+def _comm_options(timeout: datetime.timedelta, options: Options, size: int) -> "_C.CommOptions":
     o = _C.CommOptions()
-    for name, table in (auto or {}).items():
-        setattr(o, name, table)
     o.timeout = timeout.total_seconds()
     if options.spin_us is not None:
         o.spin_us = options.spin_us
@@ -76,28 +73,35 @@ class ProcessGroup:
         self._store_silent = False  # the store did not answer while explaining a failure
         self.cuda_device: Optional[int] = None  # the CUDA device its CUDA tensors live on (first use)
         self.host_device = False  # tests: CPU tensors take the staged path (use_host_device)
-        self.model = self._shared_model()
+        self.model: Optional[Params] = None  # the cost model behind "auto" (set while connecting)
         # What "auto" runs: {CommOptions field: [(max_bytes, algo code), ...]}; {} keeps the thresholds.
-        self.auto = {} if self.model is None else auto_tables(self.model, self.size, self.options)
-        self._comm = _C.Communicator(self.rank, self.size, _comm_options(timeout, self.options, self.size, self.auto))
+        self.auto: Dict[str, list] = {}
+        self._comm = _C.Communicator(self.rank, self.size, _comm_options(timeout, self.options, self.size))
         self._connect(host)
 
-    def _shared_model(self) -> Optional[Params]:
-        """The cost model's parameters behind the automatic algorithm choice: rank 0's
-        (PYCOLLECT_MODEL, else the built-in defaults), published in the store so that every
-        rank builds the same table. None when PYCOLLECT_DIRECT_MAX_BYTES fixes the choice."""
-        if self.options.direct_max_bytes is not None or self.size == 1:
-            return None
-        key = f"{self._prefix}/model"
-        if self.rank == 0:
-            params = Params.load(self.options.model) if self.options.model else Params()
-            self._store.set(key, params.to_json())
-        return Params.from_json(self._store.get(key).decode())
+    def _uses_model(self) -> bool:
+        return self.options.direct_max_bytes is None and self.size > 1
+
+    def _publish_model(self) -> None:
+        """Rank 0: the cost model's parameters behind the automatic algorithm choice
+        (PYCOLLECT_MODEL, else the built-in defaults), in the store before its address."""
+        params = Params.load(self.options.model) if self.options.model else Params()
+        self._store.set(f"{self._prefix}/model", params.to_json())
+
+    def _adopt_model(self) -> None:
+        """Every rank, once rank 0's address is in the store (so its model is too): the same
+        tables from the same parameters, given to the engine before it connects. A rank
+        never waits for the others before it listens and publishes its own address."""
+        self.model = Params.from_json(self._store.get(f"{self._prefix}/model").decode())
+        self.auto = auto_tables(self.model, self.size, self.options)
+        self._comm.set_auto_tables(self.auto["allreduce_auto"], self.auto["allgather_auto"])
 
     def _connect(self, host: str) -> None:
         store, p = self._store, self._prefix
         if self.rank == 0:
             store.set(f"{p}/token", str(secrets.randbits(63)))
+            if self._uses_model():
+                self._publish_model()
         addr, port = self._comm.listen(host)
         store.set(f"{p}/addr/{self.rank}", f"{addr} {port}")
         hosts, ports = [], []
@@ -106,6 +110,8 @@ class ProcessGroup:
             hosts.append(h)
             ports.append(int(pt))
         token = int(store.get(f"{p}/token").decode())
+        if self._uses_model():
+            self._adopt_model()
         self._connect_mesh(hosts, ports, token)
 
     def _connect_mesh(self, hosts: List[str], ports: List[int], token: int) -> None:

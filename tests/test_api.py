@@ -187,7 +187,7 @@ def case_bytes_sent():
     before = g.bytes_sent()
     pc.all_reduce(torch.ones(1 << 18), group=g, algo="ring")
     ring = g.bytes_sent() - before
-    pc.all_gather_into_tensor(torch.empty(4 * 1000), torch.ones(1000), group=g)
+    pc.all_gather_into_tensor(torch.empty(4 * 1000), torch.ones(1000), group=g, algo="ring")
     gather = g.bytes_sent() - before - ring
     pc.destroy_process_group(g)
     return ring, gather

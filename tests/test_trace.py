@@ -39,7 +39,7 @@ def case_traced(size: int, op: str, count: int, algo: str = "ring"):
         call = lambda: pc.all_reduce(a, group=g, algo=algo)  # noqa: E731
     elif op == "all_gather":
         a, b = torch.ones(count), torch.empty(count * n)
-        call = lambda: pc.all_gather_into_tensor(b, a, group=g)  # noqa: E731
+        call = lambda: pc.all_gather_into_tensor(b, a, group=g, algo="ring")  # noqa: E731 (auto may pick Bruck)
     elif op == "reduce_scatter":
         a, b = torch.ones(count * n), torch.empty(count)
         call = lambda: pc.reduce_scatter_tensor(b, a, group=g)  # noqa: E731

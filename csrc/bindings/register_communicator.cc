@@ -129,6 +129,12 @@ void registerCommunicator(py::module_& m) {
       .def_property_readonly("rank", &Communicator::rank)
       .def_property_readonly("size", &Communicator::size)
       .def("listen", &Communicator::listen, py::arg("host"), R())
+      .def(
+          "set_auto_tables",
+          [](Communicator& c, const AutoPairs& allreduce, const AutoPairs& allgather) {
+            c.setAutoTables(autoRows(allreduce), autoRows(allgather));
+          },
+          py::arg("allreduce"), py::arg("allgather"))
       .def("connect", &Communicator::connect, py::arg("hosts"), py::arg("ports"), py::arg("token"), R())
       .def("cancel_connect", &Communicator::cancelConnect)
       // blocking=True: the caller waits for the result anyway, so the engine may run the

@@ -31,6 +31,13 @@ Algo lookupAuto(const std::vector<AutoRow>& table, size_t bytes, Algo fallback) 
   return table.empty() ? fallback : table.back().algo;
 }
 
+void Communicator::setAutoTables(std::vector<AutoRow> allreduce, std::vector<AutoRow> allgather) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (connected_) throw InvalidArgument("the automatic choice's tables are set before connect()");
+  options_.allreduceAuto = std::move(allreduce);
+  options_.allgatherAuto = std::move(allgather);
+}
+
 InlineScope::InlineScope(bool on) : saved_(tInline) { tInline = on; }
 InlineScope::~InlineScope() { tInline = saved_; }
 

@@ -101,6 +101,9 @@ class Communicator {
   std::pair<std::string, int> listen(const std::string& host);
   void connect(const std::vector<std::string>& hosts, const std::vector<int>& ports,
                uint64_t token);
+  // Before connect(): the automatic choice's tables (CommOptions::allreduceAuto /
+  // allgatherAuto), known only once the ranks have met in the store.
+  void setAutoTables(std::vector<AutoRow> allreduce, std::vector<AutoRow> allgather);
   // Any thread: a running connect() gives up soon (another rank failed to connect).
   void cancelConnect() { transport_->cancelConnect(); }
 
