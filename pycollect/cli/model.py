@@ -33,6 +33,9 @@ def register(subparsers) -> None:
     p.add_argument("--out", default=DEFAULT_PATH, help=f"--fit: where to write (default {DEFAULT_PATH})")
     p.add_argument("--quick", action="store_true", help="--validate: 2 ranks, all-reduce ring/direct, 2 sizes")
     p.add_argument("--sizes", default=None, help="--validate: MIN..MAX in x4 steps (default 64K..64M)")
+    p.add_argument("--netns-hosts", action="store_true",
+                   help="--validate: one rank per network-namespace host (root; a steady, rate-limited link)")
+    p.add_argument("--line-rate", default="1gbit", help="--validate --netns-hosts: each cable's rate (tc syntax)")
     p.add_argument("-o", "--op", default="all_reduce", choices=sorted(FORMULAS))
     p.add_argument("-s", "--size", default="1G", help="--predict: bytes (per rank; total for all_gather / reduce_scatter)")
     p.add_argument("-g", "--world-sizes", default=None,
@@ -171,10 +174,14 @@ def _validate(args) -> int:
         print(f"{r.op:>14} {r.algo:>16} {r.world_size:>2} {format_size(r.nbytes):>6} {r.measured_s * 1e6:>12.1f} "
               f"{r.predicted_s * 1e6:>13.1f} {r.error * 100:>6.1f}%{flag}", flush=True)
 
-    rows = validate(params, cases, worlds, sizes, iters, repeats, on_row=show)
+    line_rate = args.line_rate if args.netns_hosts else None
+    if line_rate:
+        print(f"# links: one rank per network-namespace host, {line_rate} cables each way")
+    rows = validate(params, cases, worlds, sizes, iters, repeats, on_row=show, line_rate=line_rate)
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"meta": {"validate": True, "load": os.getloadavg(), "cores": os.cpu_count()},
+            json.dump({"meta": {"validate": True, "load": os.getloadavg(), "cores": os.cpu_count(),
+                                "line_rate": line_rate},
                        "samples": [[r.op, r.algo, r.nbytes, r.world_size, r.measured_s, DEFAULT_SEGMENT_BYTES]
                                    for r in rows]}, f, indent=1)
         print(f"# wrote {args.json}")

@@ -95,21 +95,23 @@ def allreduce_tree(n: float, p: int, P: Params, seg: int = DEFAULT_SEGMENT_BYTES
 def allgather_ring(N: float, p: int, P: Params, seg: int = DEFAULT_SEGMENT_BYTES) -> float:
     """allgather_ring.cc: (p-1) steps of the N/p chunks, k segments each, forwarded at
     once, so the link is busy (p-1)k L; plus the copy of the rank's own chunk into the
-    output (N/p bytes at beta), hidden behind the transfer only when they overlap."""
+    output (N/p bytes, a memory pass: gamma, not the link's beta), hidden behind the
+    transfer only when they overlap."""
     a, b, g, o = _unpack(P, p)
     if p == 1:
         return o
     k, s = _segments(N / p, seg)
-    return o + a + (p - 1) * k * (a + s * b) + (1 - P.overlap) * N / p * b
+    return o + a + (p - 1) * k * (a + s * b) + (1 - P.overlap) * N / p * g
 
 
 def allgather_bruck(N: float, p: int, P: Params, seg: int = DEFAULT_SEGMENT_BYTES) -> float:
-    """Bruck: ceil(log2 p) rounds, doubling the blocks sent, (p-1)/p N bytes in all, then a
-    local rotation of the N output bytes (counted as one gamma pass)."""
+    """allgather_bruck.cc: ceil(log2 p) rounds, doubling the blocks sent, (p-1)/p N bytes
+    in all. Blocks land in place (no final rotation): the only local copy is the rank's own
+    block into the output, N/p bytes at gamma (a memory pass)."""
     a, b, g, o = _unpack(P, p)
     if p == 1:
         return o
-    return o + a + _log2ceil(p) * a + (p - 1) / p * N * b + N * g
+    return o + a + _log2ceil(p) * a + (p - 1) / p * N * b + N / p * g
 
 
 def reduce_scatter_ring(N: float, p: int, P: Params, seg: int = DEFAULT_SEGMENT_BYTES) -> float:

@@ -132,37 +132,39 @@ class Row:
 
 
 def measure(op: str, algo: str, world_size: int, sizes: Sequence[int], iters: int, repeats: int,
-            warmup: int = 1) -> List[Tuple[int, float]]:
+            warmup: int = 1, line_rate: Optional[str] = None) -> List[Tuple[int, float]]:
     """[(bytes, seconds)] from the benchmark (pycollect only, no peer, no link limit): the
     fastest of `repeats` blocks of `iters` calls, the slowest rank's. The fastest, not the
     median: the model predicts the machine's cost, and on a machine that other work
-    shares the slow blocks measure that work."""
+    shares the slow blocks measure that work. `line_rate` (tc syntax, e.g. "1gbit"): one
+    rank per network-namespace host, whose cables carry that rate each way (a steady link)."""
     from ..benchmark.launch import Config, run
 
     # All-reduce: the group's algorithm (PYCOLLECT_ALGO, as `bench --algo`), so the benchmark's own
-    # small all-reduces use it too. (Forcing it per call while they run ring made direct at 64 MiB
-    # fail on shared memory: "process_vm_readv failed (Bad address)", an engine bug to find.)
+    # small all-reduces use it too.
     env = {"PYCOLLECT_ALGO": algo} if op == "all_reduce" else {}
     cfg = Config(op=op, world_size=world_size, sizes=list(sizes), iters=iters, warmup=warmup, repeats=repeats,
                  peer=None, link_limit=False, env=env,
-                 algo=None if op == "all_reduce" or _IMPLICIT.get(op) == algo else algo)
+                 algo=None if op == "all_reduce" or _IMPLICIT.get(op) == algo else algo,
+                 netns_hosts=line_rate is not None, line_rate=line_rate or "1gbit")
     result = run(cfg, stream=io.StringIO(), timeout=1800)
     return [(r["size"], r["pycollect"]["best_us"] * 1e-6) for r in result["rows"]]
 
 
 def validate(params: Params, cases: Sequence[Tuple[str, str]], world_sizes: Sequence[int], sizes: Sequence[int],
-             iters: int, repeats: int, on_row=None) -> List[Row]:
-    """Predicted vs measured for each (op, algo) in `cases` at each world size."""
+             iters: int, repeats: int, on_row=None, line_rate: Optional[str] = None) -> List[Row]:
+    """Predicted vs measured for each (op, algo) in `cases` at each world size (on
+    network-namespace hosts with `line_rate` cables when given, else on loopback)."""
     rows = []
     for op, algo in cases:
         for p in world_sizes:
             try:
-                measured = measure(op, algo, p, sizes, iters, repeats)
+                measured = measure(op, algo, p, sizes, iters, repeats, line_rate=line_rate)
             except RuntimeError:  # size by size, so that one size's failure costs only its row
                 measured = []
                 for size in sizes:
                     try:
-                        measured += measure(op, algo, p, [size], iters, repeats)
+                        measured += measure(op, algo, p, [size], iters, repeats, line_rate=line_rate)
                     except RuntimeError as e:
                         if on_row:
                             on_row(Row(op, algo, p, size, float("nan"), float("nan")),
