@@ -9,15 +9,14 @@ from __future__ import annotations
 
 from typing import Dict, Iterable, List, Optional, Sequence, Tuple
 
+from ..types import CALL_ALGOS, Algo  # enum and tuples only: no torch, no engine
 from .formulas import DEFAULT_SEGMENT_BYTES, FORMULAS
 from .params import Params
 
-# The algorithms the engine has, per op: the automatic choice picks only among these.
-# Extend it when an algorithm lands in csrc/collectives (and in Communicator's dispatch).
+# The algorithms the engine has, per op (pycollect.types.CALL_ALGOS, the one list): the
+# automatic choice picks only among these, and prefers the earlier one in a near-tie.
 ENGINE_ALGOS: Dict[str, Tuple[str, ...]] = {
-    "all_reduce": ("ring", "direct", "halving_doubling", "tree"),
-    "all_gather": ("ring", "bruck"),
-}
+    op: tuple(a.name.lower() for a in algos if a is not Algo.AUTO) for op, algos in CALL_ALGOS.items()}
 # Sizes (bytes per rank) above which the automatic choice never picks an algorithm,
 # whatever the model says. direct: the model puts its crossover near 145 KiB, but
 # --validate here measured direct slower than the others from 64 KiB on (it moves
