@@ -23,8 +23,6 @@ class CommOptions:
     direct_max_bytes: int
     direct_max_ranks: int
     # "auto"'s tables, [(max_bytes, algo code)] sorted (pycollect.costmodel.auto_table); []: direct_max_*
-    allreduce_auto: List[Tuple[int, int]]
-    allgather_auto: List[Tuple[int, int]]
     socket_buffer: int
     link_timeout: float  # seconds; 0: the engine's default (60)
     secret: bytes  # empty: no challenge-response in the handshake

@@ -224,7 +224,14 @@ def case_auto_tables(model_path):
         t = torch.ones(n)
         pc.all_reduce(t, group=g)
         out.append(float(t[0]))
-    return g.model.to_json(), g.auto, out
+    from pycollect.errors import InvalidArgumentError
+
+    try:  # a connected group's tables are fixed: changing them now could split the ranks' choices
+        g._comm.set_auto_tables([], [])
+        late = None
+    except InvalidArgumentError as e:
+        late = str(e)
+    return g.model.to_json(), g.auto, out, late
 
 
 def test_group_auto_table_same_on_every_rank(pool3, tmp_path):
@@ -232,12 +239,13 @@ def test_group_auto_table_same_on_every_rank(pool3, tmp_path):
     path = tmp_path / "m.json"
     params.save(str(path))
     results = pool3.run(case_auto_tables, str(path))
-    models, tables, sums = zip(*results)
+    models, tables, sums, late = zip(*results)
     assert len(set(models)) == 1 and Params.from_json(models[0]).alpha == 1e-6  # rank 0's file, everywhere
     assert all(t == tables[0] for t in tables)
     want = [(b, {"ring": 1, "direct": 2}[a]) for b, a in auto_table("all_reduce", 3, Params.from_json(models[0]))]
     assert [tuple(r) for r in tables[0]["allreduce_auto"]] == want
     assert all(s == [3.0] * 4 for s in sums)
+    assert all(m and "before connect()" in m for m in late), late
 
 
 @pytest.mark.slow
@@ -285,3 +293,17 @@ def test_auto_table_keeps_engine_limits():
     slow_ring = Params(alpha=1e-3)  # the model alone would run direct far beyond 16 KiB
     assert auto_table("all_reduce", 4, slow_ring, ["ring", "direct"], limits={})[0][0] > 16 * 1024
     assert auto_table("all_reduce", 4, slow_ring, ["ring", "direct"])[0] == (16 * 1024, "direct")
+
+
+def test_engine_refuses_a_bad_automatic_choice_table():
+    """The tables are checked where the engine takes them: rows in order, known codes,
+    and only before the group connects."""
+    from pycollect import _C
+    from pycollect.errors import InvalidArgumentError
+
+    comm = _C.Communicator(0, 1, _C.CommOptions())
+    with pytest.raises(InvalidArgumentError, match="max_bytes must increase row by row, got 50 after 100"):
+        comm.set_auto_tables([(100, 1), (50, 2)], [])
+    with pytest.raises(InvalidArgumentError, match="unknown algorithm code 9"):
+        comm.set_auto_tables([(100, 9)], [])
+    comm.set_auto_tables([(100, 2), (2**64 - 1, 1)], [(2**64 - 1, 5)])  # accepted before connect

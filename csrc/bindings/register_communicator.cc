@@ -16,12 +16,6 @@ namespace {
 
 using AutoPairs = std::vector<std::pair<size_t, int>>;
 
-AutoPairs autoRows(const std::vector<AutoRow>& rows) {
-  AutoPairs out;
-  for (const AutoRow& r : rows) out.emplace_back(r.maxBytes, static_cast<int>(r.algo));
-  return out;
-}
-
 // Checked: codes known, rows sorted by max_bytes, so the lookup's first match is the right one.
 std::vector<AutoRow> autoRows(const AutoPairs& pairs) {
   std::vector<AutoRow> out;
@@ -81,10 +75,6 @@ void registerCommunicator(py::module_& m) {
       .def_readwrite("direct_max_bytes", &CommOptions::directMaxBytes)
       .def_readwrite("direct_max_ranks", &CommOptions::directMaxRanks)
       // kAuto's tables as [(max_bytes, algo code), ...], sorted (pycollect.costmodel.auto_table).
-      .def_property("allreduce_auto", [](const CommOptions& o) { return autoRows(o.allreduceAuto); },
-                    [](CommOptions& o, const AutoPairs& v) { o.allreduceAuto = autoRows(v); })
-      .def_property("allgather_auto", [](const CommOptions& o) { return autoRows(o.allgatherAuto); },
-                    [](CommOptions& o, const AutoPairs& v) { o.allgatherAuto = autoRows(v); })
       .def_readwrite("socket_buffer", &CommOptions::socketBuffer)
       .def_readwrite("link_timeout", &CommOptions::linkTimeoutSec)
       .def_property(
