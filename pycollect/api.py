@@ -363,8 +363,7 @@ def isend(tensor, dst: int, group=None, tag: int = 0) -> Work:
 def _send(tensor, dst: int, group, tag: int, async_op: bool):
     g = _group(group)
     if needs_host_staging(g, [tensor], "send"):
-        work = through_host([tensor], [], lambda i, _o: isend(i[0], dst, group, tag))
-        return work if async_op else work.wait() and None
+        return _settled(through_host([tensor], [], lambda i, _o: isend(i[0], dst, group, tag)), async_op)
     peer = g.group_rank(dst, "send(dst)")
     b = as_buffer(tensor, "send(tensor)")
     tag = _check_tag(tag)
@@ -383,18 +382,26 @@ def _recv(tensor, src: Optional[int], group, tag: int, async_op: bool):
     g = _group(group)
     if needs_host_staging(g, [tensor], "recv"):
         work = through_host([], [tensor], lambda _i, o: irecv(o[0], src, group, tag))
-        return work if async_op else work.wait() and work.source_rank()
+        return _settled(work, async_op, work.source_rank)
     b = as_buffer(tensor, "recv(tensor)", writable=True)
     tag = _check_tag(tag)
     if src is None:
         work = _recv_any(g, b, tag)
-        return work if async_op else (work.wait() and work.source_rank())
+        return _settled(work, async_op, work.source_rank)
     peer = g.group_rank(src, "recv(src)")
     work = _run(g, lambda c, blk: c.recv(b.address, b.numel, b.code, peer, tag, blk), (b,), async_op)
     if not async_op:
         return src
     work.source_rank = lambda: src
     return work
+
+
+def _settled(work, async_op: bool, result=lambda: None):
+    """An async call's Work; for a blocking call, `result()` once the Work completed."""
+    if async_op:
+        return work
+    work.wait()
+    return result()
 
 
 def _recv_any(g: ProcessGroup, b, tag: int) -> Work:
