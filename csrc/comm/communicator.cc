@@ -489,7 +489,6 @@ void Communicator::workerLoop() {
       if (auto* p2p = std::get_if<std::unique_ptr<PendingP2P>>(&op)) {
         postP2P(**p2p);
         p2p_.push_back(std::move(*p2p));
-        transport_->progress();  // put it on the wire now, not after the next idle wait
       }
       reapP2P();
       countBytesSent();
