@@ -200,8 +200,13 @@ void Communicator::runP2P(PendingP2P& p) {
   try {
     postP2P(p);
     // The transfer's own deadline (poll() names the call) comes first; the wait's is a backstop.
-    waitUntil(*transport_, [&p] { return p.poll(); }, p.deadline + std::chrono::seconds(1),
-              [&p] { return p.work->what(); }, std::chrono::microseconds(options_.tunables.spinUs));
+    try {
+      waitUntil(*transport_, [&p] { return p.poll(); }, p.deadline + std::chrono::seconds(1),
+                [&p] { return p.work->what(); }, std::chrono::microseconds(options_.tunables.spinUs));
+    } catch (const PeerLostError&) {
+      p.poll();  // as in progressIdle: a mismatch in a header that arrived wins over a peer that left
+      throw;
+    }
     countBytesSent();
     p.work->finish(nullptr);
   } catch (const std::exception& e) {
