@@ -36,8 +36,16 @@ def _comm_options(timeout: datetime.timedelta, options: Options, size: int) -> "
         value = getattr(options, name)
         if value is not None:
             setattr(o, name, value)
+    if options.trace:
+        _check_trace_hooks()
     o.trace = options.trace
     return o
+
+
+def _check_trace_hooks() -> None:
+    if not _C.TRACE_HOOKS:
+        raise NotImplementedError("this build of pycollect has no trace hooks (built with "
+                                  "-DPYCOLLECT_TRACE_HOOKS=OFF, to measure their cost); reinstall it to trace")
 
 
 def auto_tables(params: Params, size: int, options: Options) -> Dict[str, list]:
@@ -280,6 +288,8 @@ class ProcessGroup:
 
     def set_tracing(self, on: bool) -> bool:
         """Trace the calls issued from now on (or stop); returns the previous setting."""
+        if on:
+            _check_trace_hooks()
         return self._comm.set_tracing(bool(on))
 
     def take_trace(self) -> List[TraceEvent]:

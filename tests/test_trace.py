@@ -212,6 +212,21 @@ def test_pycollect_trace_reaches_the_engine():
         comm.shutdown()
 
 
+def test_a_build_without_hooks_refuses_to_trace(monkeypatch):
+    """A build made with -DPYCOLLECT_TRACE_HOOKS=OFF (scripts/trace_overhead.sh) records
+    nothing: asking it to trace raises instead of handing back an empty trace."""
+    import datetime
+
+    from pycollect import _C
+    from pycollect.group import _comm_options
+
+    assert _C.TRACE_HOOKS is True  # this build has them
+    monkeypatch.setattr(_C, "TRACE_HOOKS", False)
+    with pytest.raises(NotImplementedError, match="no trace hooks"):
+        _comm_options(datetime.timedelta(seconds=5), Options(trace=True), 1)
+    _comm_options(datetime.timedelta(seconds=5), Options(trace=False), 1)  # not tracing: fine
+
+
 def case_profiled():
     import torch
     from torch.profiler import ProfilerActivity, profile

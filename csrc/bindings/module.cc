@@ -5,6 +5,7 @@
 #include "common/memory.h"
 #include "common/hmac.h"
 #include "reduce/reduce.h"
+#include "trace/hooks.h"
 
 namespace py = pybind11;
 
@@ -80,6 +81,8 @@ PYBIND11_MODULE(_C, m) {
   pycollect::registerErrors(m);
   pycollect::registerCommunicator(m);
   pycollect::registerTransport(m);
+  // False in a build made with PYCOLLECT_TRACE_HOOKS=OFF (trace/hooks.h): it cannot trace.
+  m.attr("TRACE_HOOKS") = pycollect::trace::kHooks;
   m.def(
       "is_writable",
       [](uintptr_t address, size_t nbytes) { return pycollect::isWritable(reinterpret_cast<void*>(address), nbytes); },

@@ -26,7 +26,9 @@ const char* eventTypeName(EventType t) {
   return "unknown";
 }
 
+#ifndef PYCOLLECT_NO_TRACE_HOOKS
 Recorder* active() { return tActive; }
+#endif
 
 Recorder::Recorder(int worldSize, size_t capacity) : capacity_(capacity) {
   for (auto& byPeer : pending_) byPeer.resize(worldSize > 0 ? worldSize : 1);
