@@ -33,6 +33,10 @@ def register(subparsers) -> None:
     p.add_argument("--out", default=DEFAULT_PATH, help=f"--fit: where to write (default {DEFAULT_PATH})")
     p.add_argument("--quick", action="store_true", help="--validate: 2 ranks, all-reduce ring/direct, 2 sizes")
     p.add_argument("--sizes", default=None, help="--validate: MIN..MAX in x4 steps (default 64K..64M)")
+    p.add_argument("--block-ms", type=float, default=10.0,
+                   help="--validate: calls per block fill this long (default 10 ms; at least 1 call)")
+    p.add_argument("--repeats", type=int, default=7,
+                   help="--validate: blocks per algorithm and size, interleaved (default 7); the fastest is compared")
     p.add_argument("--netns-hosts", action="store_true",
                    help="--validate: one rank per network-namespace host (root; a steady, rate-limited link)")
     p.add_argument("--line-rate", default="1gbit", help="--validate --netns-hosts: each cable's rate (tc syntax)")
@@ -65,8 +69,9 @@ def add_param_arguments(p, file_flags=("--params", "--model-params")) -> None:
 
 def params_from_args(args) -> Params:
     """The parameters the flags name: a file, PYCOLLECT_MODEL, the fitted default file or the
-    built-in ones, with --alpha/--beta/--gamma/--overhead on top. Typed values assume a rank
-    per core (cores=None), as on a cluster."""
+    built-in ones, with --alpha/--beta/--gamma/--overhead on top. Typed values describe a
+    cluster: a rank per core (cores=None) and one speed per byte whatever the size
+    (cache_bytes=None: a NIC's bytes do not get faster in the CPU caches)."""
     path = args.params_file or os.environ.get("PYCOLLECT_MODEL") or (DEFAULT_PATH if os.path.isfile(DEFAULT_PATH) else None)
     params = Params.load(path) if path else Params()
     changes = {}
@@ -81,7 +86,7 @@ def params_from_args(args) -> Params:
     if args.overlap is not None:
         changes["overlap"] = args.overlap
     if changes:
-        params = params.with_(cores=None, source=f"{params.source} with {', '.join(sorted(changes))} given", **changes)
+        params = params.with_(cores=None, cache_bytes=None, cache_speedup=1.0, source=f"{params.source} with {', '.join(sorted(changes))} given", **changes)
     return params
 
 
@@ -148,10 +153,10 @@ def _validate(args) -> int:
 
     params = params_from_args(args)
     if args.quick:
-        ops, worlds, sizes, iters, repeats = ["all_reduce"], [2], [65536, 1 << 20], 2, 1
+        ops, worlds, sizes, block_s, repeats = ["all_reduce"], [2], [65536, 1 << 20], 0.002, 2
         algos = args.algos or ["ring", "direct"]
     else:
-        ops, worlds, iters, repeats = list(FORMULAS), [2, 3, 4], 3, 5
+        ops, worlds, block_s, repeats = list(FORMULAS), [2, 3, 4], args.block_ms / 1e3, args.repeats
         lo, hi = (args.sizes or "64K..64M").split("..")
         sizes = size_list(parse_size(lo), parse_size(hi), 4)
         algos = args.algos
@@ -164,7 +169,7 @@ def _validate(args) -> int:
         if why and (op, a) in cases:
             print(f"# skipped {op} {a}: the engine refuses it ({why})")
     cases = [c for c in cases if not refused.get(c)]
-    print(f"{'op':>14} {'algo':>16} {'p':>2} {'size':>6} {'measured us':>12} {'predicted us':>13} {'error':>7}")
+    print(f"{'op':>14} {'algo':>16} {'p':>2} {'size':>6} {'measured us':>12} {'median us':>10} {'predicted us':>13} {'error':>7}")
 
     def show(r, failure=None):
         if failure:
@@ -172,12 +177,12 @@ def _validate(args) -> int:
             return
         flag = "  !" if abs(r.error) > TARGET else ""
         print(f"{r.op:>14} {r.algo:>16} {r.world_size:>2} {format_size(r.nbytes):>6} {r.measured_s * 1e6:>12.1f} "
-              f"{r.predicted_s * 1e6:>13.1f} {r.error * 100:>6.1f}%{flag}", flush=True)
+              f"{r.median_s * 1e6:>10.1f} {r.predicted_s * 1e6:>13.1f} {r.error * 100:>6.1f}%{flag}", flush=True)
 
     line_rate = args.line_rate if args.netns_hosts else None
     if line_rate:
         print(f"# links: one rank per network-namespace host, {line_rate} cables each way")
-    rows = validate(params, cases, worlds, sizes, iters, repeats, on_row=show, line_rate=line_rate)
+    rows = validate(params, cases, worlds, sizes, block_s, repeats, on_row=show, line_rate=line_rate)
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"meta": {"validate": True, "load": os.getloadavg(), "cores": os.cpu_count(),

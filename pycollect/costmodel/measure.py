@@ -123,55 +123,129 @@ class Row:
     algo: str
     world_size: int
     nbytes: int
-    measured_s: float
+    measured_s: float   # the fastest block's time per call
     predicted_s: float
+    median_s: float = float("nan")  # the median block's: how far the machine's noise reaches
 
     @property
     def error(self) -> float:
         return self.predicted_s / self.measured_s - 1
 
 
-def measure(op: str, algo: str, world_size: int, sizes: Sequence[int], iters: int, repeats: int,
-            warmup: int = 1, line_rate: Optional[str] = None) -> List[Tuple[int, float]]:
-    """[(bytes, seconds)] from the benchmark (pycollect only, no peer, no link limit): the
-    fastest of `repeats` blocks of `iters` calls, the slowest rank's. The fastest, not the
-    median: the model predicts the machine's cost, and on a machine that other work
-    shares the slow blocks measure that work. `line_rate` (tc syntax, e.g. "1gbit"): one
-    rank per network-namespace host, whose cables carry that rate each way (a steady link)."""
-    from ..benchmark.launch import Config, run
+def _algos_job(rank: int, n: int, emit, op: str, algos: Sequence[str], sizes: Sequence[int],
+               block_s: float, repeats: int, warmup: int) -> None:
+    """Every algorithm of `op` at each size, in interleaved blocks (one rank set, so the
+    algorithms are compared on the same machine state): per size, `warmup` calls of each,
+    then `repeats` rounds in which each algorithm runs one block (the order rotates from
+    round to round). A block has as many calls as fill `block_s` (from the slowest rank's
+    time of one call, so every rank agrees on it); its time / calls is one sample.
+    Each rank is pinned to a core (rank r to core r mod cores): left to the scheduler, two
+    ranks that wake each other are often placed on one core for a whole run, and that run
+    measures the placement (up to 9x slower on this 2-core machine), not the algorithm."""
+    import math
+    import os
 
-    # All-reduce: the group's algorithm (PYCOLLECT_ALGO, as `bench --algo`), so the benchmark's own
-    # small all-reduces use it too.
-    env = {"PYCOLLECT_ALGO": algo} if op == "all_reduce" else {}
-    cfg = Config(op=op, world_size=world_size, sizes=list(sizes), iters=iters, warmup=warmup, repeats=repeats,
-                 peer=None, link_limit=False, env=env,
-                 algo=None if op == "all_reduce" or _IMPLICIT.get(op) == algo else algo,
-                 netns_hosts=line_rate is not None, line_rate=line_rate or "1gbit")
-    result = run(cfg, stream=io.StringIO(), timeout=1800)
-    return [(r["size"], r["pycollect"]["best_us"] * 1e-6) for r in result["rows"]]
+    import torch
+
+    from .. import api as pc
+    from ..benchmark.runner import Engine, _max_over_ranks, buffers
+    from ..benchmark.sizes import elements
+
+    # all_gather takes algo=; reduce_scatter and broadcast have one algorithm and no algo=.
+    cores = sorted(os.sched_getaffinity(0))
+    os.sched_setaffinity(0, {cores[rank % len(cores)]})
+    engines = [Engine("pycollect", algo=None if op in ("reduce_scatter", "broadcast") else a) for a in algos]
+    for size in sizes:
+        count = elements(op, size, n, 4)
+        if count == 0:
+            continue
+        a, b = buffers(op, count, n, torch.float32)
+        iters = []
+        for e in engines:
+            for _ in range(warmup):
+                e.call(op, a, b)
+            pc.barrier()
+            t0 = time.perf_counter()
+            e.call(op, a, b)
+            one = _max_over_ranks(time.perf_counter() - t0, None)
+            iters.append(max(1, min(200, math.ceil(block_s / max(one, 1e-7)))))
+        samples: List[List[float]] = [[] for _ in engines]
+        for rep in range(repeats):
+            for j in range(len(engines)):
+                i = (j + rep) % len(engines)
+                pc.barrier()
+                t0 = time.perf_counter()
+                for _ in range(iters[i]):
+                    engines[i].call(op, a, b)
+                samples[i].append((time.perf_counter() - t0) / iters[i])
+        for i, algo in enumerate(algos):
+            best = _max_over_ranks(min(samples[i]), None)
+            median = _max_over_ranks(statistics.median(samples[i]), None)
+            if rank == 0:
+                emit("measured", algo, count * 4, best, median, iters[i])
+
+
+def measure_algos(op: str, algos: Sequence[str], world_size: int, sizes: Sequence[int], block_s: float = 0.01,
+                  repeats: int = 7, warmup: int = 2, line_rate: Optional[str] = None
+                  ) -> Dict[str, List[Tuple[int, float, float]]]:
+    """{algo: [(bytes, best seconds, median seconds)]}: each algorithm of `op` at each size,
+    measured in interleaved blocks by one set of ranks (`_algos_job`); seconds per call,
+    the slowest rank's. Best is the fastest block: the model predicts what the machine
+    does, and on a machine that other work shares the slow blocks measure that work.
+    `line_rate` (tc syntax, e.g. "1gbit"): one rank per network-namespace host, whose
+    cables carry that rate each way (a steady link); else loopback."""
+    import contextlib
+
+    from .. import netns
+    from ..launch import run_ranks
+
+    out: Dict[str, List[Tuple[int, float, float]]] = {a: [] for a in algos}
+
+    def on_event(rank, ev):
+        if ev[0] == "measured":
+            out[ev[1]].append((ev[2], ev[3], ev[4]))
+
+    with contextlib.ExitStack() as stack:
+        hosts = stack.enter_context(netns.Hosts(world_size, line_rate)) if line_rate else None
+        run_ranks(_algos_job, world_size, ("pycollect",),
+                  job_args=(op, list(algos), list(sizes), block_s, repeats, warmup), timeout=1800,
+                  on_event=on_event, netns=hosts and hosts.names, master_addr=hosts.addrs[0] if hosts else "127.0.0.1")
+    return out
+
+
+def measure(op: str, algo: str, world_size: int, sizes: Sequence[int], **kw) -> List[Tuple[int, float]]:
+    """[(bytes, best seconds)] of one algorithm (measure_algos with one)."""
+    return [(nb, best) for nb, best, _ in measure_algos(op, [algo], world_size, sizes, **kw)[algo]]
 
 
 def validate(params: Params, cases: Sequence[Tuple[str, str]], world_sizes: Sequence[int], sizes: Sequence[int],
-             iters: int, repeats: int, on_row=None, line_rate: Optional[str] = None) -> List[Row]:
+             block_s: float = 0.01, repeats: int = 7, on_row=None, line_rate: Optional[str] = None) -> List[Row]:
     """Predicted vs measured for each (op, algo) in `cases` at each world size (on
-    network-namespace hosts with `line_rate` cables when given, else on loopback)."""
+    network-namespace hosts with `line_rate` cables when given, else on loopback). The
+    algorithms of one op are measured together, interleaved (measure_algos)."""
     rows = []
-    for op, algo in cases:
+    ops = list(dict.fromkeys(op for op, _ in cases))
+    for op in ops:
+        algos = [a for o, a in cases if o == op]
         for p in world_sizes:
+            kw = dict(block_s=block_s, repeats=repeats, line_rate=line_rate)
             try:
-                measured = measure(op, algo, p, sizes, iters, repeats, line_rate=line_rate)
-            except RuntimeError:  # size by size, so that one size's failure costs only its row
-                measured = []
+                measured = measure_algos(op, algos, p, sizes, **kw)
+            except RuntimeError:  # size by size, so that one size's failure costs only its rows
+                measured = {a: [] for a in algos}
                 for size in sizes:
                     try:
-                        measured += measure(op, algo, p, [size], iters, repeats, line_rate=line_rate)
+                        for a, got in measure_algos(op, algos, p, [size], **kw).items():
+                            measured[a] += got
                     except RuntimeError as e:
-                        if on_row:
-                            on_row(Row(op, algo, p, size, float("nan"), float("nan")),
-                                   failure=str(e).strip().splitlines()[-1])
-            for nbytes, sec in measured:
-                row = Row(op, algo, p, nbytes, sec, predict(op, nbytes, p, algo, params))
-                rows.append(row)
-                if on_row:
-                    on_row(row, failure=None)
+                        for a in algos:
+                            if on_row:
+                                on_row(Row(op, a, p, size, float("nan"), float("nan")),
+                                       failure=str(e).strip().splitlines()[-1])
+            for a in algos:
+                for nbytes, best, median in measured[a]:
+                    row = Row(op, a, p, nbytes, best, predict(op, nbytes, p, a, params), median)
+                    rows.append(row)
+                    if on_row:
+                        on_row(row, failure=None)
     return rows
