@@ -66,6 +66,22 @@ def test_shared_cores_stretch_costs():
     assert predict("all_reduce", 1000, 2, "direct", shared) == pytest.approx(predict("all_reduce", 1000, 2, "direct", P))
 
 
+def test_cache_term_by_hand():
+    cached = P.with_(cache_bytes=1000.0, cache_speedup=2.0)
+    # factor on beta and gamma: 1/2 up to 1000 B, 1 from 4000 B on, log-linear between (3/4 at 2000 B)
+    assert [cached.per_byte(w) for w in (500, 1000, 2000, 4000, 1e9)] == pytest.approx([0.5, 0.5, 0.75, 1.0, 1.0])
+    # direct at 1000 B / 4 ranks: 1 us + (3 us + 8 us) / 2 = 6.5 us; at 2000 B: 1 + (6 + 16) * 3/4 = 17.5 us
+    assert predict("all_reduce", 1000, 4, "direct", cached) == pytest.approx(6.5e-6)
+    assert predict("all_reduce", 2000, 4, "direct", cached) == pytest.approx(17.5e-6)
+    assert predict("all_reduce", 4000, 4, "direct", cached) == pytest.approx(predict("all_reduce", 4000, 4, "direct", P))
+    # the working set of all-gather is the whole output: N = 3000 is between 1000 and 4000
+    assert cached.per_byte(3000) < 1 and predict("all_gather", 3000, 3, "ring", cached) < 7e-6
+    with pytest.raises(ValueError, match="cache_speedup"):
+        P.with_(cache_bytes=1000.0, cache_speedup=0.5)
+    with pytest.raises(ValueError, match="cache_bytes"):
+        P.with_(cache_bytes=-1.0)
+
+
 def test_busbw_uses_nccl_tests_factors():
     assert bus_bandwidth("all_reduce", 1e9, 4, 1.0) == pytest.approx(1.5e9)
     assert bus_bandwidth("all_gather", 1e9, 4, 1.0) == pytest.approx(0.75e9)
@@ -108,6 +124,22 @@ def test_fit_recovers_synthetic_parameters(overlap):
     assert got.overlap == overlap
     for name in ("alpha", "beta", "gamma", "overhead", "wake"):
         assert getattr(got, name) == pytest.approx(getattr(true, name), rel=1e-4), name
+
+
+def test_fit_finds_a_cache_term():
+    true = Params(alpha=12e-6, beta=1 / 3e9, gamma=1 / 5e9, overhead=0.0, overlap=0.0, cores=2,
+                  cache_bytes=float(2 << 20), cache_speedup=1.6)
+    samples = []
+    for p in (2, 3, 4):
+        for n in (65536, 256 << 10, 1 << 20, 4 << 20, 8 << 20, 16 << 20, 64 << 20):
+            for op, algo in (("all_reduce", "ring"), ("all_reduce", "direct"), ("all_gather", "ring")):
+                samples.append((op, algo, float(n), p, predict(op, n, p, algo, true)))
+    got, err = fit(samples, cores=2)
+    assert err < 1e-3
+    assert got.cache_bytes == true.cache_bytes
+    assert got.cache_speedup == pytest.approx(1.6, rel=1e-3)
+    # without the term the same points fit worse: the term is what explains them
+    assert fit(samples, cores=2, cache_sizes=(None,))[1] > 10 * err
 
 
 def test_fit_reads_bench_json_and_refuses_auto():

@@ -7,7 +7,9 @@ measured (each sample weighs as much as any other, 8 B or 64 MiB, too slow or to
 by Gauss-Newton steps, recomputing which terms are the maxima after each, keeping every
 parameter >= 0.
 `overlap` is not differentiable in that sense: the fit tries 0, 1/2 and 1 and keeps
-the one with the smallest error. `cores` is given, not fitted.
+the one with the smallest error; likewise `cache_bytes` (None, or 512 KiB to 16 MiB in
+octaves: where the caches stop helping), with `cache_speedup` fitted (>= 1) for each.
+`cores` is given, not fitted.
 
     fit(samples, cores=2) -> (Params, rms relative error)
     samples_from_bench(json_dict) -> samples (the shape `pycollect bench --json` writes)
@@ -21,7 +23,10 @@ from .choice import predict
 from .formulas import DEFAULT_SEGMENT_BYTES
 from .params import Params
 
-FITTED = ("alpha", "beta", "gamma", "overhead", "wake")
+FITTED = ("alpha", "beta", "gamma", "overhead", "wake", "cache_speedup")
+LOWER = {"cache_speedup": 1.0}  # every other fitted parameter is >= 0
+# cache_bytes tried by default: none, and the octaves where L2 / L3 sizes lie
+CACHE_SIZES: Tuple[Optional[float], ...] = (None,) + tuple(float(1 << k) for k in range(19, 25))
 Sample = Tuple[str, str, float, int, float, int]  # op, algo, nbytes, world_size, seconds, segment bytes
 # A call's one-way ping-pong half: what `probe` measures with send/recv (op "ping_pong").
 _PING = "ping_pong"
@@ -30,7 +35,7 @@ _PING = "ping_pong"
 def _time(s: Sample, params: Params) -> float:
     op, algo, nbytes, p, _, seg = s
     if op == _PING:  # one round trip of nbytes between two ranks: two messages, two calls each way
-        return 2 * (params.overhead + params.message(2) + nbytes * params.beta * params.stretch(2))
+        return 2 * (params.overhead + params.message(2) + nbytes * params.beta * params.stretch(2) * params.per_byte(nbytes))
     return predict(op, nbytes, p, algo, params, seg)
 
 
@@ -53,7 +58,8 @@ def _solve(samples: Sequence[Sample], params: Params, fixed: Dict[str, float], r
     3x too fast (on a loaded machine the outliers are slow ones)."""
     import numpy as np
 
-    free = [f for f in FITTED if f not in fixed and not (f == "wake" and params.cores is None)]
+    free = [f for f in FITTED if f not in fixed and not (f == "wake" and params.cores is None)
+            and not (f == "cache_speedup" and params.cache_bytes is None)]
     params = params.with_(**fixed)
     y = np.array([s[4] for s in samples])
     cost = _log_cost(samples, params)
@@ -68,9 +74,10 @@ def _solve(samples: Sequence[Sample], params: Params, fixed: Dict[str, float], r
         r = np.log(base / y)
         step, *_ = np.linalg.lstsq(A, -r, rcond=None)
         x0 = np.array([getattr(params, n) for n in free])
+        lower = np.array([LOWER.get(n, 0.0) for n in free])
         t, improved = 1.0, False
-        while t > 1e-4:  # backtracking, projected onto parameters >= 0
-            x = np.maximum(x0 + t * step, 0.0)
+        while t > 1e-4:  # backtracking, projected onto the parameters' ranges
+            x = np.maximum(x0 + t * step, lower)
             trial = params.with_(**{n: float(v) for n, v in zip(free, x)})
             c = _log_cost(samples, trial)
             if c < cost:
@@ -84,9 +91,10 @@ def _solve(samples: Sequence[Sample], params: Params, fixed: Dict[str, float], r
 
 
 def fit(samples: Iterable[Sample], cores: Optional[int] = None, fixed: Optional[Dict[str, float]] = None,
-        start: Optional[Params] = None, overlaps: Sequence[float] = (0.0, 0.5, 1.0)) -> Tuple[Params, float]:
+        start: Optional[Params] = None, overlaps: Sequence[float] = (0.0, 0.5, 1.0),
+        cache_sizes: Sequence[Optional[float]] = CACHE_SIZES) -> Tuple[Params, float]:
     """The parameters that best explain `samples` (least squared log error) and their rms
-    relative error."""
+    relative error. `cache_sizes`: the cache_bytes to try ((None,): no cache term)."""
     samples = [tuple(s) if len(s) == 6 else tuple(s) + (DEFAULT_SEGMENT_BYTES,) for s in samples]
     if not samples:
         raise ValueError("fit: no samples (run `pycollect bench --json` or the probe first)")
@@ -95,11 +103,13 @@ def fit(samples: Iterable[Sample], cores: Optional[int] = None, fixed: Optional[
         raise ValueError(f"fit: measured times must be > 0, got {bad[0]}")
     best = None
     for ov in overlaps:
-        p0 = (start or Params()).with_(overlap=ov, cores=cores, source="fit")
-        p = _solve(samples, p0, dict(fixed or {}))
-        cost = _log_cost(samples, p)
-        if best is None or cost < best[1]:
-            best = (p, cost)
+        for cache in cache_sizes:
+            p0 = (start or Params()).with_(overlap=ov, cores=cores, cache_bytes=cache,
+                                           cache_speedup=1.5 if cache else 1.0, source="fit")
+            p = _solve(samples, p0, dict(fixed or {}))
+            cost = _log_cost(samples, p)
+            if best is None or cost < best[1] * (1 - 1e-9):  # a tie keeps the simpler (earlier) model
+                best = (p, cost)
     return best[0], rms(samples, best[0])
 
 

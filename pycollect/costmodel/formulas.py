@@ -6,7 +6,9 @@ alpha per message, beta per byte on the wire, gamma per byte reduced (params.py)
 Every collective pays `overhead` once per call and, except where the payload rides
 behind the header (direct), one alpha for the header exchange with its neighbours
 (csrc/collectives/context.h). With p ranks on fewer cores every cost is stretched by
-p / cores (Params.stretch) and every message costs `wake` more (Params.message).
+p / cores (Params.stretch) and every message costs `wake` more (Params.message). Where the
+buffer per rank stays in the CPU caches, beta and gamma are divided by cache_speedup
+(Params.per_byte; shared memory only: its "wire" is a memory copy).
 
 Pipelined ring steps (see _ring_reduce_scatter): a chunk of c bytes is cut into
 k = ceil(c / S) segments of s = c / k bytes; moving one is L = alpha + s*beta and
@@ -43,8 +45,8 @@ def _ring_reduce_scatter(chunk: float, p: int, a: float, b: float, g: float, ov:
     return max((p - 1) * k * unit, (p - 1) * (link + red) + (k - 1) * unit), link, k, unit
 
 
-def _unpack(P: Params, p: int):
-    f = P.stretch(p)
+def _unpack(P: Params, p: int, working_set: float):
+    f = P.stretch(p) * P.per_byte(working_set)
     return P.message(p), P.beta * f, P.gamma * f, P.overhead
 
 
@@ -52,7 +54,7 @@ def allreduce_ring(n: float, p: int, P: Params, seg: int = DEFAULT_SEGMENT_BYTES
     """allreduce_ring.cc: header round, reduce-scatter then all-gather over chunks of n/p.
     The all-gather's (p-1)k forwards (L each) follow the reduce-scatter on the link; its
     last segment needs p-1 more hops after the last reduce."""
-    a, b, g, o = _unpack(P, p)
+    a, b, g, o = _unpack(P, p, n)
     if p == 1:
         return o
     rs, link, k, unit = _ring_reduce_scatter(n / p, p, a, b, g, P.overlap, seg)
@@ -63,7 +65,7 @@ def allreduce_direct(n: float, p: int, P: Params, seg: int = DEFAULT_SEGMENT_BYT
     """allreduce_direct.cc: the payload rides behind the header (one alpha); each rank
     sends n bytes to each of p-1 peers and receives as much ((p-1)n beta), copies its own
     input and reduces p-1 vectors (p n gamma, the copy counted as one pass)."""
-    a, b, g, o = _unpack(P, p)
+    a, b, g, o = _unpack(P, p, n)
     if p == 1:
         return o
     return o + a + (p - 1) * n * b + p * n * g
@@ -73,7 +75,7 @@ def allreduce_halving_doubling(n: float, p: int, P: Params, seg: int = DEFAULT_S
     """Rabenseifner: fold the r = p - p' extra ranks in (one whole-vector exchange and
     reduce), recursive halving reduce-scatter and doubling all-gather over p' = 2^floor(log2 p)
     ranks (log2 p' rounds each, (p'-1)/p' n bytes each), then send the r folded ranks the result."""
-    a, b, g, o = _unpack(P, p)
+    a, b, g, o = _unpack(P, p, n)
     if p == 1:
         return o
     pp = 1 << (p.bit_length() - 1)
@@ -87,7 +89,7 @@ def allreduce_halving_doubling(n: float, p: int, P: Params, seg: int = DEFAULT_S
 def allreduce_tree(n: float, p: int, P: Params, seg: int = DEFAULT_SEGMENT_BYTES) -> float:
     """Binomial reduce to rank 0, then binomial broadcast, the whole vector on each edge:
     ceil(log2 p) rounds of (alpha + n beta + n gamma), then as many of (alpha + n beta)."""
-    a, b, g, o = _unpack(P, p)
+    a, b, g, o = _unpack(P, p, n)
     lg = _log2ceil(p)
     return o + (a if p > 1 else 0) + lg * (a + n * b + n * g) + lg * (a + n * b)
 
@@ -97,7 +99,7 @@ def allgather_ring(N: float, p: int, P: Params, seg: int = DEFAULT_SEGMENT_BYTES
     once, so the link is busy (p-1)k L; plus the copy of the rank's own chunk into the
     output (N/p bytes, a memory pass: gamma, not the link's beta), hidden behind the
     transfer only when they overlap."""
-    a, b, g, o = _unpack(P, p)
+    a, b, g, o = _unpack(P, p, N)
     if p == 1:
         return o
     k, s = _segments(N / p, seg)
@@ -108,7 +110,7 @@ def allgather_bruck(N: float, p: int, P: Params, seg: int = DEFAULT_SEGMENT_BYTE
     """allgather_bruck.cc: ceil(log2 p) rounds, doubling the blocks sent, (p-1)/p N bytes
     in all. Blocks land in place (no final rotation): the only local copy is the rank's own
     block into the output, N/p bytes at gamma (a memory pass)."""
-    a, b, g, o = _unpack(P, p)
+    a, b, g, o = _unpack(P, p, N)
     if p == 1:
         return o
     return o + a + _log2ceil(p) * a + (p - 1) / p * N * b + N / p * g
@@ -116,7 +118,7 @@ def allgather_bruck(N: float, p: int, P: Params, seg: int = DEFAULT_SEGMENT_BYTE
 
 def reduce_scatter_ring(N: float, p: int, P: Params, seg: int = DEFAULT_SEGMENT_BYTES) -> float:
     """reduce_scatter_ring.cc: the reduce-scatter phase of the ring all-reduce on N/p chunks."""
-    a, b, g, o = _unpack(P, p)
+    a, b, g, o = _unpack(P, p, N)
     if p == 1:
         return o
     return o + a + _ring_reduce_scatter(N / p, p, a, b, g, P.overlap, seg)[0]
@@ -125,7 +127,7 @@ def reduce_scatter_ring(N: float, p: int, P: Params, seg: int = DEFAULT_SEGMENT_
 def broadcast_chain(n: float, p: int, P: Params, seg: int = DEFAULT_SEGMENT_BYTES) -> float:
     """broadcast_chain.cc: k segments down a chain of p-1 links, one behind the other:
     (p - 2 + k) segment times."""
-    a, b, g, o = _unpack(P, p)
+    a, b, g, o = _unpack(P, p, n)
     if p == 1:
         return o
     k, s = _segments(n, seg)

@@ -15,10 +15,17 @@ cores: CPU cores the ranks share (None: every rank has its own). With p ranks on
   cores, every per-byte and per-message cost is stretched by p / c,
 wake: ... and every message costs `wake` more: a rank waiting for it has to be scheduled
   back onto a core another rank holds (fitted; 0 when cores is None).
+cache_bytes, cache_speedup: on shared memory the "wire" is a memory copy, so a call whose
+  buffer per rank (its working set, Params.per_byte) stays in the CPU caches moves and
+  reduces its bytes `cache_speedup` times faster than one that goes to DRAM: at most
+  cache_bytes the per-byte costs are divided by cache_speedup, from 4 x cache_bytes on
+  they are beta and gamma as given, and in between the factor moves log-linearly. None
+  (the default, and for typed parameters): one speed for every size, as on a NIC.
 """
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 from dataclasses import asdict, dataclass, fields, replace
@@ -41,6 +48,8 @@ class Params:
     overlap: float = 0.0
     cores: Optional[int] = None
     wake: float = 0.0
+    cache_bytes: Optional[float] = None
+    cache_speedup: float = 1.0
     source: str = "built-in defaults"
 
     def __post_init__(self):
@@ -52,10 +61,25 @@ class Params:
             raise ValueError(f"Params.overlap must be in [0, 1], got {self.overlap!r}")
         if self.cores is not None and (not isinstance(self.cores, int) or self.cores < 1):
             raise ValueError(f"Params.cores must be None or an integer >= 1, got {self.cores!r}")
+        if self.cache_bytes is not None and not (isinstance(self.cache_bytes, (int, float)) and self.cache_bytes > 0):
+            raise ValueError(f"Params.cache_bytes must be None or a number of bytes > 0, got {self.cache_bytes!r}")
+        if not (isinstance(self.cache_speedup, (int, float)) and 1.0 <= self.cache_speedup < float("inf")):
+            raise ValueError(f"Params.cache_speedup must be a finite number >= 1, got {self.cache_speedup!r}")
 
     def stretch(self, world_size: int) -> float:
         """How much slower every cost runs when `world_size` ranks share `cores` CPUs."""
         return 1.0 if self.cores is None else max(1.0, world_size / self.cores)
+
+    def per_byte(self, working_set: float) -> float:
+        """The factor on beta and gamma for a call whose buffer per rank is `working_set`
+        bytes: 1 / cache_speedup up to cache_bytes, 1 from 4 x cache_bytes on,
+        log-linear in between (see cache_bytes above)."""
+        if self.cache_bytes is None or self.cache_speedup == 1.0 or working_set >= 4 * self.cache_bytes:
+            return 1.0
+        fast = 1.0 / self.cache_speedup
+        if working_set <= self.cache_bytes:
+            return fast
+        return fast + (1.0 - fast) * math.log2(working_set / self.cache_bytes) / 2
 
     def message(self, world_size: int) -> float:
         """Seconds per message at `world_size` ranks: alpha, stretched, plus `wake` when the
@@ -106,6 +130,8 @@ class Params:
     def describe(self) -> str:
         cores = "own core per rank" if self.cores is None else f"{self.cores} shared cores"
         wake = f", wake {self.wake * 1e6:.1f} us" if self.cores is not None else ""
+        if self.cache_bytes is not None and self.cache_speedup > 1:
+            wake += f", {self.cache_speedup:.2f}x faster up to {self.cache_bytes / 2**20:g} MiB per rank"
         return (f"alpha {self.alpha * 1e6:.2f} us{wake}, beta {1 / self.beta / 1e9 if self.beta else float('inf'):.3f} GB/s, "
                 f"gamma {1 / self.gamma / 1e9 if self.gamma else float('inf'):.3f} GB/s, "
                 f"overhead {self.overhead * 1e6:.1f} us, overlap {self.overlap:g}, {cores} ({self.source})")
