@@ -52,6 +52,16 @@ def available(ops: Sequence[str] = tuple(FORMULAS)) -> Dict[Tuple[str, str], Opt
     return out
 
 
+def _pin(rank: int) -> None:
+    """Pins a measuring rank to a core (rank r to core r mod cores): left to the scheduler,
+    two ranks that wake each other are often placed on one core for a whole run, and that
+    run measures the placement (up to 9x slower on a 2-core machine), not the algorithm."""
+    import os
+
+    cores = sorted(os.sched_getaffinity(0))
+    os.sched_setaffinity(0, {cores[rank % len(cores)]})
+
+
 def _median_time(fn, iters: int) -> float:
     samples = []
     for _ in range(iters):
@@ -66,6 +76,7 @@ def _probe_job(rank: int, n: int, emit, sizes: Sequence[int], iters: int) -> Non
 
     from .. import api as pc
 
+    _pin(rank)
     for size in sizes:  # ping-pong between ranks 0 and 1
         t = torch.zeros(max(1, size // 4))
 
@@ -138,12 +149,8 @@ def _algos_job(rank: int, n: int, emit, op: str, algos: Sequence[str], sizes: Se
     algorithms are compared on the same machine state): per size, `warmup` calls of each,
     then `repeats` rounds in which each algorithm runs one block (the order rotates from
     round to round). A block has as many calls as fill `block_s` (from the slowest rank's
-    time of one call, so every rank agrees on it); its time / calls is one sample.
-    Each rank is pinned to a core (rank r to core r mod cores): left to the scheduler, two
-    ranks that wake each other are often placed on one core for a whole run, and that run
-    measures the placement (up to 9x slower on this 2-core machine), not the algorithm."""
+    time of one call, so every rank agrees on it); its time / calls is one sample."""
     import math
-    import os
 
     import torch
 
@@ -152,8 +159,7 @@ def _algos_job(rank: int, n: int, emit, op: str, algos: Sequence[str], sizes: Se
     from ..benchmark.sizes import elements
 
     # all_gather takes algo=; reduce_scatter and broadcast have one algorithm and no algo=.
-    cores = sorted(os.sched_getaffinity(0))
-    os.sched_setaffinity(0, {cores[rank % len(cores)]})
+    _pin(rank)
     engines = [Engine("pycollect", algo=None if op in ("reduce_scatter", "broadcast") else a) for a in algos]
     for size in sizes:
         count = elements(op, size, n, 4)
