@@ -1,11 +1,13 @@
 """What tracing costs when off: a 64 MiB float32 all-reduce on 2 local ranks, timed with
-one build of the extension or another, launches in ABBA order (docs/traces.md).
+the build with the trace hooks or the one without (-DPYCOLLECT_TRACE_HOOKS=OFF),
+launches in ABBA order (docs/traces.md).
 
-    bash bench/trace_overhead.sh [BASE_COMMIT]      # builds both, runs, prints the summary
+    bash bench/trace_overhead.sh      # builds both, runs, prints the summary and the bound
 
 One launch of this file times `blocks` blocks of `iters` calls (seconds per call, the
 slower rank's) with whichever pycollect is first on sys.path; mode "flag" alternates
-blocks with tracing off and on in the same processes (needs the trace build).
+blocks with tracing off and on in the same processes (and counts the events per call);
+"hooks" prints whether the build has them; "bound" turns ns per hook into a share of a call.
 """
 import contextlib
 import json
@@ -34,7 +36,7 @@ def job(rank, world, emit, nbytes, iters, blocks, mode):
                     pc.all_reduce(t)
             out[m].append((time.perf_counter() - t0) / iters)
             if m == "on":
-                pc.take_trace()
+                out.setdefault("events_per_call", []).append(len(pc.take_trace()) / iters)
     return out
 
 
@@ -56,9 +58,31 @@ def summarize(path: str) -> None:
               f"  load {min(r[2] for r in rows)}-{max(r[2] for r in rows)}")
 
 
+def bound(ns_per_hook: float, flag_path: str, plain_path: str) -> None:
+    """Every event is one hook passed; the hooks that record none (Context::setStep /
+    setUnit, once per unit of work that records events) are at most as many again: 2 x events per call x ns per hook,
+    against the median call of the hooks build."""
+    events = max(max(json.loads(line[line.index("{"):])[r].get("events_per_call", [0]))
+                 for line in open(flag_path) if "{" in line for r in ("rank0", "rank1"))
+    calls = [max(a, b) for line in open(plain_path) if line.startswith("hooks ")
+             for r in [json.loads(line[line.index("{"):])] for a, b in zip(r["rank0"]["off"], r["rank1"]["off"])]
+    hooks, call = 2 * events, statistics.median(calls)
+    print(f"bound: {ns_per_hook:.2f} ns per hook (bench/hook_cost.cc) x at most {hooks:.0f} hooks per call "
+          f"({events:.0f} events) = {hooks * ns_per_hook / 1e3:.2f} us of a {call * 1e3:.2f} ms call: "
+          f"{hooks * ns_per_hook * 1e-9 / call * 100:.4f} %")
+
+
 if __name__ == "__main__":
     if sys.argv[1] == "summarize":
         summarize(sys.argv[2])
+        sys.exit(0)
+    if sys.argv[1] == "bound":
+        bound(float(sys.argv[2]), sys.argv[3], sys.argv[4])
+        sys.exit(0)
+    if sys.argv[1] == "hooks":
+        from pycollect import _C
+
+        print(_C.TRACE_HOOKS)
         sys.exit(0)
     from pycollect.launch import run_ranks
 

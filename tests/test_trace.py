@@ -213,7 +213,7 @@ def test_pycollect_trace_reaches_the_engine():
 
 
 def test_a_build_without_hooks_refuses_to_trace(monkeypatch):
-    """A build made with -DPYCOLLECT_TRACE_HOOKS=OFF (scripts/trace_overhead.sh) records
+    """A build made with -DPYCOLLECT_TRACE_HOOKS=OFF (bench/trace_overhead.sh) records
     nothing: asking it to trace raises instead of handing back an empty trace."""
     import datetime
 

@@ -20,7 +20,7 @@ class Recorder;
 // The recorder of the collective running on this thread, or nullptr (tracing off).
 // Built with PYCOLLECT_TRACE_HOOKS=OFF (CMake) it is always nullptr, known at compile
 // time, so every hook is compiled away: that build exists to measure what the hooks
-// cost when tracing is off (scripts/trace_overhead.sh), and cannot trace.
+// cost when tracing is off (bench/trace_overhead.sh), and cannot trace.
 #ifdef PYCOLLECT_NO_TRACE_HOOKS
 inline constexpr bool kHooks = false;
 inline Recorder* active() { return nullptr; }

@@ -1,9 +1,9 @@
 // What one trace hook costs with tracing off: the test every hook starts with
 // (trace/hooks.h: is a recorder active on this thread?), timed in a loop against the
-// same loop without it. scripts/trace_overhead.py multiplies it by the hooks one call
+// same loop without it. bench/trace_overhead.py multiplies it by the hooks one call
 // passes through, a bound that this machine's run-to-run noise (several %) cannot hide.
 //
-//   g++ -O3 -std=c++17 -Icsrc scripts/hook_cost.cc csrc/trace/recorder.cc -o hook_cost && ./hook_cost
+//   g++ -O3 -std=c++17 -Icsrc bench/hook_cost.cc csrc/trace/recorder.cc -o hook_cost && ./hook_cost
 #include <time.h>
 
 #include <algorithm>
