@@ -72,9 +72,19 @@ def _solve(samples: Sequence[Sample], params: Params, fixed: Dict[str, float], r
             cols.append((np.array([_time(s, bumped) for s in samples]) - base) / h)
         A = np.stack(cols, axis=1) / base[:, None]
         r = np.log(base / y)
-        step, *_ = np.linalg.lstsq(A, -r, rcond=None)
         x0 = np.array([getattr(params, n) for n in free])
         lower = np.array([LOWER.get(n, 0.0) for n in free])
+        # Active set: a parameter at its bound whose step would cross it stays there, and the
+        # step of the others is solved again without it (clipping it afterwards instead can
+        # leave a direction that improves nothing, and the fit would stop where it started).
+        moving = np.ones(len(free), dtype=bool)
+        while True:
+            step = np.zeros(len(free))
+            step[moving], *_ = np.linalg.lstsq(A[:, moving], -r, rcond=None)
+            stuck = moving & (x0 <= lower) & (step < 0)
+            if not stuck.any():
+                break
+            moving &= ~stuck
         t, improved = 1.0, False
         while t > 1e-4:  # backtracking, projected onto the parameters' ranges
             x = np.maximum(x0 + t * step, lower)

@@ -6,7 +6,7 @@ alpha per message, beta per byte on the wire, gamma per byte reduced (params.py)
 Every collective pays `overhead` once per call and, except where the payload rides
 behind the header (direct), one alpha for the header exchange with its neighbours
 (csrc/collectives/context.h). With p ranks on fewer cores every cost is stretched by
-p / cores (Params.stretch) and every message costs `wake` more (Params.message). Where the
+ceil(p / cores) (Params.stretch) and every message costs `wake` more (Params.message). Where the
 buffer per rank stays in the CPU caches, beta and gamma are divided by cache_speedup
 (Params.per_byte; shared memory only: its "wire" is a memory copy).
 

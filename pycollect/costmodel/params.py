@@ -12,7 +12,7 @@ overlap: 1 when a rank's transfers and its reductions run at the same time (a NI
   the bytes), 0 when the same CPU does both (shared memory: the rank's own thread copies
   through the segment); the fit tries 0, 1/2 and 1 and keeps the best.
 cores: CPU cores the ranks share (None: every rank has its own). With p ranks on c < p
-  cores, every per-byte and per-message cost is stretched by p / c,
+  cores, every per-byte and per-message cost is stretched by ceil(p / c) (Params.stretch),
 wake: ... and every message costs `wake` more: a rank waiting for it has to be scheduled
   back onto a core another rank holds (fitted; 0 when cores is None).
 cache_bytes, cache_speedup: on shared memory the "wire" is a memory copy, so a call whose
@@ -67,8 +67,11 @@ class Params:
             raise ValueError(f"Params.cache_speedup must be a finite number >= 1, got {self.cache_speedup!r}")
 
     def stretch(self, world_size: int) -> float:
-        """How much slower every cost runs when `world_size` ranks share `cores` CPUs."""
-        return 1.0 if self.cores is None else max(1.0, world_size / self.cores)
+        """How much slower every cost runs when `world_size` ranks share `cores` CPUs: the
+        busiest core carries ceil(p / cores) ranks (ranks pinned round-robin, as the
+        model's measurements pin them), and the ranks of a collective advance step by step
+        together, so at that core's pace."""
+        return 1.0 if self.cores is None else float(max(1, math.ceil(world_size / self.cores)))
 
     def per_byte(self, working_set: float) -> float:
         """The factor on beta and gamma for a call whose buffer per rank is `working_set`
