@@ -66,6 +66,32 @@ def test_shared_cores_stretch_costs():
     assert predict("all_reduce", 1000, 2, "direct", shared) == pytest.approx(predict("all_reduce", 1000, 2, "direct", P))
 
 
+def test_only_the_working_ranks_share_a_core():
+    shared = P.with_(cores=2)  # ranks pinned round-robin: 0 and 2 on core 0, 1 and 3 on core 1
+    # tree, p = 4, n = 1000: header (all 4 work: 2 per core) 2 us; distance 1: parents 0 and 2
+    # reduce on one core (2 x (1 + 1 + 2) = 8 us), children 1 and 3 receive on one core
+    # (2 x (1 + 1) = 4 us); distance 2: only rank 0 reduces (4 us), only rank 2 receives (2 us): 20 us
+    assert predict("all_reduce", 1000, 4, "tree", shared) == pytest.approx(20e-6)
+    # p = 3: the header 2 us, then every round has one working rank: 2 x (4 + 2) = 12 us: 14 us
+    assert predict("all_reduce", 1000, 3, "tree", shared) == pytest.approx(14e-6)
+    # halving-doubling, p = 3: fold (rank 1 receives) and unfold (rank 0) on one core each, the
+    # survivors 1 and 2 on different cores: as on a core per rank, but for the header (2 us, not 1)
+    assert (predict("all_reduce", 4000, 3, "halving_doubling", shared)
+            == pytest.approx(predict("all_reduce", 4000, 3, "halving_doubling", P) + 1e-6))
+
+
+def test_busy_cores_share_dram():
+    # direct, p = 2 on 2 cores: both ranks copy and reduce at once; with DRAM worth one core's
+    # copies (mem_parallel 1) each runs at half speed: 1 us + (1 + 4 us) x 2 = 11 us
+    both = P.with_(cores=2, mem_parallel=1.0)
+    assert predict("all_reduce", 1000, 2, "direct", both) == pytest.approx(11e-6)
+    assert predict("all_reduce", 1000, 2, "direct", P.with_(cores=2)) == pytest.approx(6e-6)
+    # inside the caches nothing is shared: cache_bytes above the call, speedup 1
+    assert predict("all_reduce", 1000, 2, "direct", both.with_(cache_bytes=1e6)) == pytest.approx(6e-6)
+    with pytest.raises(ValueError, match="mem_parallel"):
+        P.with_(mem_parallel=0.5)
+
+
 def test_cache_term_by_hand():
     cached = P.with_(cache_bytes=1000.0, cache_speedup=2.0)
     # factor on beta and gamma: 1/2 up to 1000 B, 1 from 4000 B on, log-linear between (3/4 at 2000 B)

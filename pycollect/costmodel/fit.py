@@ -23,8 +23,8 @@ from .choice import predict
 from .formulas import DEFAULT_SEGMENT_BYTES
 from .params import Params
 
-FITTED = ("alpha", "beta", "gamma", "overhead", "wake", "cache_speedup")
-LOWER = {"cache_speedup": 1.0}  # every other fitted parameter is >= 0
+FITTED = ("alpha", "beta", "gamma", "overhead", "wake", "cache_speedup", "mem_parallel")
+LOWER = {"cache_speedup": 1.0, "mem_parallel": 1.0}  # every other fitted parameter is >= 0
 # cache_bytes tried by default: none, and the octaves where L2 / L3 sizes lie
 CACHE_SIZES: Tuple[Optional[float], ...] = (None,) + tuple(float(1 << k) for k in range(19, 25))
 Sample = Tuple[str, str, float, int, float, int]  # op, algo, nbytes, world_size, seconds, segment bytes
@@ -35,7 +35,8 @@ _PING = "ping_pong"
 def _time(s: Sample, params: Params) -> float:
     op, algo, nbytes, p, _, seg = s
     if op == _PING:  # one round trip of nbytes between two ranks: two messages, two calls each way
-        return 2 * (params.overhead + params.message(2) + nbytes * params.beta * params.stretch(2) * params.per_byte(nbytes))
+        return 2 * (params.overhead + params.message(2) + nbytes * params.beta * params.stretch(2)
+                    * params.per_byte(nbytes, params.cores_busy([1])))  # one rank copies at a time
     return predict(op, nbytes, p, algo, params, seg)
 
 
@@ -59,7 +60,8 @@ def _solve(samples: Sequence[Sample], params: Params, fixed: Dict[str, float], r
     import numpy as np
 
     free = [f for f in FITTED if f not in fixed and not (f == "wake" and params.cores is None)
-            and not (f == "cache_speedup" and params.cache_bytes is None)]
+            and not (f == "cache_speedup" and params.cache_bytes is None)
+            and not (f == "mem_parallel" and params.mem_parallel is None)]
     params = params.with_(**fixed)
     y = np.array([s[4] for s in samples])
     cost = _log_cost(samples, params)
@@ -102,9 +104,12 @@ def _solve(samples: Sequence[Sample], params: Params, fixed: Dict[str, float], r
 
 def fit(samples: Iterable[Sample], cores: Optional[int] = None, fixed: Optional[Dict[str, float]] = None,
         start: Optional[Params] = None, overlaps: Sequence[float] = (0.0, 0.5, 1.0),
-        cache_sizes: Sequence[Optional[float]] = CACHE_SIZES) -> Tuple[Params, float]:
+        cache_sizes: Sequence[Optional[float]] = CACHE_SIZES,
+        mem_sharing: Sequence[bool] = (False, True)) -> Tuple[Params, float]:
     """The parameters that best explain `samples` (least squared log error) and their rms
-    relative error. `cache_sizes`: the cache_bytes to try ((None,): no cache term)."""
+    relative error. `cache_sizes`: the cache_bytes to try ((None,): no cache term);
+    `mem_sharing`: fit without and with mem_parallel (only where cores is given: the
+    cores' sharing of DRAM is a term of one machine)."""
     samples = [tuple(s) if len(s) == 6 else tuple(s) + (DEFAULT_SEGMENT_BYTES,) for s in samples]
     if not samples:
         raise ValueError("fit: no samples (run `pycollect bench --json` or the probe first)")
@@ -112,14 +117,15 @@ def fit(samples: Iterable[Sample], cores: Optional[int] = None, fixed: Optional[
     if bad:
         raise ValueError(f"fit: measured times must be > 0, got {bad[0]}")
     best = None
-    for ov in overlaps:
-        for cache in cache_sizes:
-            p0 = (start or Params()).with_(overlap=ov, cores=cores, cache_bytes=cache,
-                                           cache_speedup=1.5 if cache else 1.0, source="fit")
-            p = _solve(samples, p0, dict(fixed or {}))
-            cost = _log_cost(samples, p)
-            if best is None or cost < best[1] * (1 - 1e-9):  # a tie keeps the simpler (earlier) model
-                best = (p, cost)
+    shares = [m for m in mem_sharing if cores is not None or not m]
+    for ov, cache, share in ((o, c, m) for o in overlaps for c in cache_sizes for m in shares):
+        p0 = (start or Params()).with_(overlap=ov, cores=cores, cache_bytes=cache,
+                                       cache_speedup=1.5 if cache else 1.0,
+                                       mem_parallel=1.5 if share else None, source="fit")
+        p = _solve(samples, p0, dict(fixed or {}))
+        cost = _log_cost(samples, p)
+        if best is None or cost < best[1] * (1 - 1e-9):  # a tie keeps the simpler (earlier) model
+            best = (p, cost)
     return best[0], rms(samples, best[0])
 
 

@@ -5,10 +5,14 @@ n: bytes per rank (all-reduce, broadcast) or N: total bytes gathered / scattered
 alpha per message, beta per byte on the wire, gamma per byte reduced (params.py).
 Every collective pays `overhead` once per call and, except where the payload rides
 behind the header (direct), one alpha for the header exchange with its neighbours
-(csrc/collectives/context.h). With p ranks on fewer cores every cost is stretched by
-ceil(p / cores) (Params.stretch) and every message costs `wake` more (Params.message). Where the
-buffer per rank stays in the CPU caches, beta and gamma are divided by cache_speedup
-(Params.per_byte; shared memory only: its "wire" is a memory copy).
+(csrc/collectives/context.h). With p ranks on fewer cores, a step's costs are stretched
+by the number of its working ranks (those that copy or reduce) on the busiest core, and
+its messages cost `wake` more when that is over 1 (Params.busiest, Params.message_at):
+ceil(p / cores) in the ring's steps, where every rank works, but often 1 in a tree's,
+where few do. Where the
+buffer per rank stays in the CPU caches, beta and gamma are divided by cache_speedup, and
+where it does not, the busy cores share the DRAM's bandwidth (Params.per_byte; shared
+memory only: its "wire" is a memory copy).
 
 Pipelined ring steps (see _ring_reduce_scatter): a chunk of c bytes is cut into
 k = ceil(c / S) segments of s = c / k bytes; moving one is L = alpha + s*beta and
@@ -45,9 +49,13 @@ def _ring_reduce_scatter(chunk: float, p: int, a: float, b: float, g: float, ov:
     return max((p - 1) * k * unit, (p - 1) * (link + red) + (k - 1) * unit), link, k, unit
 
 
-def _unpack(P: Params, p: int, working_set: float):
-    f = P.stretch(p) * P.per_byte(working_set)
-    return P.message(p), P.beta * f, P.gamma * f, P.overhead
+def _unpack(P: Params, p: int, working_set: float, working=None):
+    """(alpha, beta, gamma, overhead) of a step in which the ranks `working` (default all p)
+    copy or reduce, for a call whose buffer per rank is `working_set` bytes."""
+    working = range(p) if working is None else working
+    busiest = P.busiest(working)
+    f = busiest * P.per_byte(working_set, P.cores_busy(working))
+    return P.message_at(busiest), P.beta * f, P.gamma * f, P.overhead
 
 
 def allreduce_ring(n: float, p: int, P: Params, seg: int = DEFAULT_SEGMENT_BYTES) -> float:
@@ -80,18 +88,33 @@ def allreduce_halving_doubling(n: float, p: int, P: Params, seg: int = DEFAULT_S
         return o
     pp = 1 << (p.bit_length() - 1)
     r, lg, frac = p - pp, pp.bit_length() - 1, (pp - 1) / pp
-    t = o + a + lg * a + frac * n * b + frac * n * g + lg * a + frac * n * b
+    # who works: the fold's receivers are the odd ranks below 2r, the unfold's the even
+    # ones; the p' survivors (those odd ranks and every rank from 2r on) run the rounds
+    survivors = [q for q in range(p) if q >= 2 * r or q % 2 == 1]
+    a2, b2, g2, _ = _unpack(P, p, n, survivors)
+    t = o + a + lg * a2 + frac * n * b2 + frac * n * g2 + lg * a2 + frac * n * b2
     if r > 0:
-        t += (a + n * b + n * g) + (a + n * b)
+        af, bf, gf, _ = _unpack(P, p, n, range(1, 2 * r, 2))
+        au, bu, _, _ = _unpack(P, p, n, range(0, 2 * r, 2))
+        t += (af + n * bf + n * gf) + (au + n * bu)
     return t
 
 
 def allreduce_tree(n: float, p: int, P: Params, seg: int = DEFAULT_SEGMENT_BYTES) -> float:
     """Binomial reduce to rank 0, then binomial broadcast, the whole vector on each edge:
-    ceil(log2 p) rounds of (alpha + n beta + n gamma), then as many of (alpha + n beta)."""
+    ceil(log2 p) rounds of (alpha + n beta + n gamma), then as many of (alpha + n beta).
+    In the round of distance d the ranks r with r mod 2d = 0 receive from r + d (reduce),
+    and r + d from r (broadcast): only they work in it."""
     a, b, g, o = _unpack(P, p, n)
-    lg = _log2ceil(p)
-    return o + (a if p > 1 else 0) + lg * (a + n * b + n * g) + lg * (a + n * b)
+    t = o + (a if p > 1 else 0)
+    d = 1
+    while d < p:
+        parents = [q for q in range(0, p, 2 * d) if q + d < p]
+        ar, br, gr, _ = _unpack(P, p, n, parents)
+        ab, bb, _, _ = _unpack(P, p, n, [q + d for q in parents])
+        t += (ar + n * br + n * gr) + (ab + n * bb)
+        d *= 2
+    return t
 
 
 def allgather_ring(N: float, p: int, P: Params, seg: int = DEFAULT_SEGMENT_BYTES) -> float:
@@ -126,8 +149,8 @@ def reduce_scatter_ring(N: float, p: int, P: Params, seg: int = DEFAULT_SEGMENT_
 
 def broadcast_chain(n: float, p: int, P: Params, seg: int = DEFAULT_SEGMENT_BYTES) -> float:
     """broadcast_chain.cc: k segments down a chain of p-1 links, one behind the other:
-    (p - 2 + k) segment times."""
-    a, b, g, o = _unpack(P, p, n)
+    (p - 2 + k) segment times. The p-1 receivers work (root 0, as the benchmark's)."""
+    a, b, g, o = _unpack(P, p, n, range(1, p))
     if p == 1:
         return o
     k, s = _segments(n, seg)

@@ -21,6 +21,10 @@ cache_bytes, cache_speedup: on shared memory the "wire" is a memory copy, so a c
   cache_bytes the per-byte costs are divided by cache_speedup, from 4 x cache_bytes on
   they are beta and gamma as given, and in between the factor moves log-linearly. None
   (the default, and for typed parameters): one speed for every size, as on a NIC.
+mem_parallel: what the cores' copies to and from DRAM share: k cores copying at once
+  each run at min(1, mem_parallel / k) of one core's speed alone (the memory bus, not the
+  cores, is then the limit). None (the default, and for typed parameters): no sharing.
+  It applies to the part of a call that the caches do not hold (Params.dram_fraction).
 """
 from __future__ import annotations
 
@@ -29,7 +33,7 @@ import math
 import os
 import re
 from dataclasses import asdict, dataclass, fields, replace
-from typing import Optional
+from typing import Dict, Iterable, Optional
 
 # Where `pycollect model --fit` writes and what the group's automatic choice loads when
 # PYCOLLECT_MODEL is not set.
@@ -50,6 +54,7 @@ class Params:
     wake: float = 0.0
     cache_bytes: Optional[float] = None
     cache_speedup: float = 1.0
+    mem_parallel: Optional[float] = None
     source: str = "built-in defaults"
 
     def __post_init__(self):
@@ -65,30 +70,61 @@ class Params:
             raise ValueError(f"Params.cache_bytes must be None or a number of bytes > 0, got {self.cache_bytes!r}")
         if not (isinstance(self.cache_speedup, (int, float)) and 1.0 <= self.cache_speedup < float("inf")):
             raise ValueError(f"Params.cache_speedup must be a finite number >= 1, got {self.cache_speedup!r}")
+        if self.mem_parallel is not None and not (isinstance(self.mem_parallel, (int, float))
+                                                  and 1.0 <= self.mem_parallel < float("inf")):
+            raise ValueError(f"Params.mem_parallel must be None or a finite number >= 1, got {self.mem_parallel!r}")
+
+    def busiest(self, working: Iterable[int]) -> int:
+        """How many of the `working` ranks (those that copy or reduce in a step) share the
+        busiest core, with rank r on core r mod cores (round-robin, as the model's
+        measurements pin them); 1 when every rank has its own core. A step's costs are
+        stretched by it: the ranks of a collective advance together, at that core's pace."""
+        if self.cores is None:
+            return 1
+        per_core: Dict[int, int] = {}
+        for r in working:
+            per_core[r % self.cores] = per_core.get(r % self.cores, 0) + 1
+        return max(per_core.values(), default=1)
+
+    def cores_busy(self, working: Iterable[int]) -> int:
+        """How many cores the `working` ranks occupy (rank r on core r mod cores); with a core
+        per rank, one per rank."""
+        working = list(working)
+        return len({r % self.cores for r in working}) if self.cores is not None else max(1, len(working))
 
     def stretch(self, world_size: int) -> float:
-        """How much slower every cost runs when `world_size` ranks share `cores` CPUs: the
-        busiest core carries ceil(p / cores) ranks (ranks pinned round-robin, as the
-        model's measurements pin them), and the ranks of a collective advance step by step
-        together, so at that core's pace."""
-        return 1.0 if self.cores is None else float(max(1, math.ceil(world_size / self.cores)))
+        """The stretch of a step in which every rank works: ceil(p / cores) (see busiest)."""
+        return float(self.busiest(range(world_size)))
 
-    def per_byte(self, working_set: float) -> float:
-        """The factor on beta and gamma for a call whose buffer per rank is `working_set`
-        bytes: 1 / cache_speedup up to cache_bytes, 1 from 4 x cache_bytes on,
-        log-linear in between (see cache_bytes above)."""
-        if self.cache_bytes is None or self.cache_speedup == 1.0 or working_set >= 4 * self.cache_bytes:
+    def dram_fraction(self, working_set: float) -> float:
+        """How much of a call whose buffer per rank is `working_set` bytes goes to DRAM:
+        0 up to cache_bytes, 1 from 4 x cache_bytes on (and always without a cache term),
+        log-linear in between."""
+        if self.cache_bytes is None or working_set >= 4 * self.cache_bytes:
             return 1.0
-        fast = 1.0 / self.cache_speedup
         if working_set <= self.cache_bytes:
-            return fast
-        return fast + (1.0 - fast) * math.log2(working_set / self.cache_bytes) / 2
+            return 0.0
+        return math.log2(working_set / self.cache_bytes) / 2
+
+    def per_byte(self, working_set: float, cores_busy: int = 1) -> float:
+        """The factor on beta and gamma for a call whose buffer per rank is `working_set`
+        bytes, in a step in which `cores_busy` cores copy or reduce: 1 / cache_speedup in
+        the caches, 1 in DRAM, times the DRAM share of the step's cores (mem_parallel)."""
+        dram = self.dram_fraction(working_set)
+        fast = 1.0 / self.cache_speedup
+        shared = 1.0 if self.mem_parallel is None else max(1.0, cores_busy / self.mem_parallel)
+        return fast + (1.0 - fast) * dram + (shared - 1.0) * dram
 
     def message(self, world_size: int) -> float:
-        """Seconds per message at `world_size` ranks: alpha, stretched, plus `wake` when the
-        ranks outnumber the cores."""
-        shared = self.cores is not None and world_size > self.cores
-        return self.alpha * self.stretch(world_size) + (self.wake if shared else 0.0)
+        """Seconds per message in a step where every rank of `world_size` works (see
+        message_at)."""
+        return self.message_at(self.busiest(range(world_size)))
+
+    def message_at(self, busiest: int) -> float:
+        """Seconds per message in a step whose busiest core carries `busiest` working
+        ranks: alpha stretched by it, plus `wake` when ranks share that core (a rank
+        waiting for the message must be scheduled back in)."""
+        return self.alpha * busiest + (self.wake if busiest > 1 else 0.0)
 
     def with_(self, **changes) -> "Params":
         return replace(self, **changes)
@@ -135,6 +171,8 @@ class Params:
         wake = f", wake {self.wake * 1e6:.1f} us" if self.cores is not None else ""
         if self.cache_bytes is not None and self.cache_speedup > 1:
             wake += f", {self.cache_speedup:.2f}x faster up to {self.cache_bytes / 2**20:g} MiB per rank"
+        if self.mem_parallel is not None:
+            wake += f", DRAM shared: {self.mem_parallel:.2f} cores' worth"
         return (f"alpha {self.alpha * 1e6:.2f} us{wake}, beta {1 / self.beta / 1e9 if self.beta else float('inf'):.3f} GB/s, "
                 f"gamma {1 / self.gamma / 1e9 if self.gamma else float('inf'):.3f} GB/s, "
                 f"overhead {self.overhead * 1e6:.1f} us, overlap {self.overlap:g}, {cores} ({self.source})")
