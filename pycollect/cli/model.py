@@ -14,10 +14,11 @@ import sys
 from typing import List
 
 from ..benchmark.sizes import format_size, parse_size, size_list
-from ..costmodel import (DEFAULT_PATH, DEFAULT_SEGMENT_BYTES, FORMULAS, Params, bus_bandwidth, choose, crossovers, parse_rate, parse_time,
-                         predict)
+from ..costmodel import (DEFAULT_PATH, DEFAULT_SEGMENT_BYTES, FORMULAS, Params, bus_bandwidth, crossovers,
+                         engine_choice, parse_rate, parse_time, predict)
 
 TARGET = 0.25  # issue 14: predicted within 25 % of measured
+CHOICE_TARGET = 0.10  # issue 14: the choice never more than 10 % slower than the fastest
 
 
 def register(subparsers) -> None:
@@ -198,7 +199,9 @@ def _validate(args) -> int:
 
 
 def _choice_check(rows, params) -> None:
-    """Where several algorithms were measured: the model's pick against the fastest measured."""
+    """Where several algorithms were measured: the automatic choice's pick (engine_choice:
+    the model's best within the engine's limits, near-ties to the simpler one) against the
+    fastest measured."""
     by = {}
     for r in rows:
         by.setdefault((r.op, r.world_size, r.nbytes), {})[r.algo] = r.measured_s
@@ -206,13 +209,14 @@ def _choice_check(rows, params) -> None:
     for (op, p, nb), measured in sorted(by.items()):
         if len(measured) < 2:
             continue
-        pick = choose(op, nb, p, params, list(measured))
+        pick = engine_choice(op, nb, p, params, list(measured))
         slower = measured[pick] / min(measured.values()) - 1
         worst.append((slower, op, p, nb, pick, min(measured, key=measured.get)))
     if worst:
         s, op, p, nb, pick, best = max(worst)
-        print(f"# model's choice vs fastest measured: worst {s * 100:.1f} % slower ({op}, {p} ranks, "
-              f"{format_size(nb)}: picks {pick}, fastest {best}); target <= 10 %")
+        ok = sum(1 for w in worst if w[0] <= CHOICE_TARGET)
+        print(f"# automatic choice vs fastest measured: within {CHOICE_TARGET * 100:.0f} % at {ok} of {len(worst)} "
+              f"points; worst {s * 100:.1f} % slower ({op}, {p} ranks, {format_size(nb)}: picks {pick}, fastest {best})")
 
 
 def _predict(args) -> int:

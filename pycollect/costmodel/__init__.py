@@ -10,9 +10,9 @@ formulas.py (one function per algorithm), choice.py (predict, busbw, choose, the
 automatic-choice table), fit.py (least squares from benchmark rows), measure.py (probe and
 validate: these run the engine).
 """
-from .choice import ENGINE_ALGOS, auto_table, bus_bandwidth, choose, crossovers, predict
+from .choice import ENGINE_ALGOS, auto_table, bus_bandwidth, choose, crossovers, engine_choice, predict
 from .formulas import DEFAULT_SEGMENT_BYTES, FORMULAS
 from .params import DEFAULT_PATH, Params, parse_rate, parse_time
 
-__all__ = ["Params", "predict", "choose", "bus_bandwidth", "auto_table", "crossovers", "FORMULAS",
+__all__ = ["Params", "predict", "choose", "engine_choice", "bus_bandwidth", "auto_table", "crossovers", "FORMULAS",
            "ENGINE_ALGOS", "DEFAULT_SEGMENT_BYTES", "DEFAULT_PATH", "parse_time", "parse_rate"]

@@ -74,6 +74,17 @@ def choose(op: str, nbytes: float, world_size: int, params: Params, algos: Optio
     return next(a for a, t in zip(names, times) if t <= best * (1 + margin))
 
 
+def engine_choice(op: str, nbytes: float, world_size: int, params: Params, algos: Optional[Sequence[str]] = None,
+                  segment_bytes: int = DEFAULT_SEGMENT_BYTES, limits: Optional[Dict[str, int]] = None) -> str:
+    """What the automatic choice runs at this size: the best of `algos` (default the
+    engine's, ENGINE_ALGOS) that its `limits` (default ENGINE_LIMITS) allow here, the
+    earlier one winning a near-tie (AUTO_MARGIN). auto_table is this, size by size."""
+    names = list(algos if algos is not None else ENGINE_ALGOS.get(op, FORMULAS.get(op, {})))
+    limits = ENGINE_LIMITS if limits is None else limits
+    allowed = [a for a in names if nbytes <= limits.get(a, MAX_BYTES)] or names
+    return choose(op, nbytes, world_size, params, allowed, segment_bytes, AUTO_MARGIN)
+
+
 def auto_table(op: str, world_size: int, params: Params, algos: Optional[Sequence[str]] = None,
                segment_bytes: int = DEFAULT_SEGMENT_BYTES, largest: int = 1 << 40,
                limits: Optional[Dict[str, int]] = None) -> List[Tuple[int, str]]:
@@ -82,12 +93,8 @@ def auto_table(op: str, world_size: int, params: Params, algos: Optional[Sequenc
     are scanned in steps of 2^(1/8) up to `largest`, each change of the best algorithm
     bisected to the byte; an algorithm is a candidate only up to its `limits` entry
     (default ENGINE_LIMITS), and the earlier of `algos` wins a near-tie (AUTO_MARGIN). Pure arithmetic on shared inputs: every rank builds the same table."""
-    names = list(algos if algos is not None else ENGINE_ALGOS.get(op, FORMULAS.get(op, {})))
-    limits = ENGINE_LIMITS if limits is None else limits
-
     def best(nb: int) -> str:
-        allowed = [a for a in names if nb <= limits.get(a, MAX_BYTES)] or names
-        return choose(op, nb, world_size, params, allowed, segment_bytes, AUTO_MARGIN)
+        return engine_choice(op, nb, world_size, params, algos, segment_bytes, limits)
 
     table: List[Tuple[int, str]] = []
     lo, current = 1, best(1)
