@@ -333,11 +333,10 @@ def _settled(cwork) -> bool:
     to the device completed too (or failed: its error is the next call's)."""
     if not cwork.is_completed():
         return False
-    device_done = getattr(cwork, "device_done", None)
-    if device_done is None:
+    if not isinstance(cwork, _C.StagedWork):
         return True
     try:
-        return device_done()
+        return cwork.device_done()
     except PyCollectError:
         return True
 

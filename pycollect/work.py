@@ -5,6 +5,7 @@ import time
 import warnings
 from typing import Callable, Optional
 
+from ._C import StagedWork
 from .errors import CollectiveTimeoutError, GroupFailedError, PyCollectError
 from .options import to_seconds
 
@@ -53,6 +54,7 @@ class Work:
         self._keepalive = keepalive
         self._finish = finish
         self._finished = False
+        self._staged = isinstance(cwork, StagedWork)  # a CUDA (staged) call: see the class docstring
 
     def _complete(self) -> None:
         if not self._finished:
@@ -65,7 +67,7 @@ class Work:
         """A staged call whose wait may be the caller's stream's: host-free wait on, and no
         finish callback that reads the result on the host (the host device's CPU tensors;
         on CUDA a finish's copies queue on the stream, behind the wait)."""
-        if not hasattr(self._cwork, "stream_wait") or not self._group.host_free_wait():
+        if not self._staged or not self._group.host_free_wait():
             return False
         return self._finish is None or self._group.cuda_device is not None
 
@@ -89,9 +91,8 @@ class Work:
 
         A CUDA call: the caller's current stream waits and the host does not (see the class
         docstring), unless `blocking` (None: PYCOLLECT_BLOCKING_WAIT) or the call failed."""
-        if blocking is None:
-            blocking = self._group.options.blocking_wait
-        if not blocking and self._stream_wait():
+        if self._staged and not (self._group.options.blocking_wait if blocking is None else blocking) \
+                and self._stream_wait():
             self._complete()  # a finish's copies queue behind the wait; the group keeps the buffers
             return True
         seconds = to_seconds(timeout)
@@ -99,8 +100,7 @@ class Work:
         try:
             while not self._cwork.wait(_slice(deadline)):
                 self._check_deadline(deadline, seconds)
-            wait_device = getattr(self._cwork, "wait_device", None)  # staged: the last copies too
-            while wait_device is not None and not wait_device(_slice(deadline)):
+            while self._staged and not self._cwork.wait_device(_slice(deadline)):  # its last copies too
                 self._check_deadline(deadline, seconds)
         except PyCollectError as e:
             raise self._group.explain(e) from None
@@ -129,7 +129,7 @@ class Work:
             return False
         if self._cwork.failed():
             return True
-        if hasattr(self._cwork, "device_done"):
+        if self._staged:
             try:
                 if not self._cwork.device_done():
                     return False
@@ -145,7 +145,7 @@ class Work:
         if not self._cwork.is_completed():
             return None
         if not self._cwork.failed():
-            return self._device_error() if hasattr(self._cwork, "device_done") else None
+            return self._device_error() if self._staged else None
         try:
             self._cwork.wait(0.0)
         except PyCollectError as e:

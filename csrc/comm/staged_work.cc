@@ -13,6 +13,7 @@ StagedTicket::StagedTicket(std::shared_ptr<StagedSync> s) : sync(std::move(s)) {
 }
 
 StagedTicket::~StagedTicket() {
+  if (!sync->owner.here()) return;  // a forked child: the device (its locks) is the parent's
   try {
     sync->device->destroyEvent(done);
   } catch (...) {
@@ -39,6 +40,7 @@ bool StagedWork::streamWait(StreamHandle stream) {
 }
 
 bool StagedWork::deviceDone() {
+  if (!ticket_->sync->owner.here()) return true;  // a forked child: nothing of it runs here
   if (!isCompleted()) return false;
   wait(0);  // raises the call's error
   try {

@@ -64,6 +64,7 @@
 namespace pycollect {
 
 StagedSync::~StagedSync() {
+  if (!owner.here()) return;
   try {
     if (words != nullptr) device->freeFlags(words);
   } catch (...) {

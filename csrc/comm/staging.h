@@ -10,6 +10,7 @@
 
 #include "collectives/context.h"
 #include "common/clock.h"
+#include "common/fork.h"
 #include "device/device.h"
 
 namespace pycollect {
@@ -54,6 +55,7 @@ struct StagedSync {
   std::shared_ptr<Device> device;
   uint32_t* words = nullptr;  // nullptr: no stream memory operations (wait on the host)
   std::atomic<uint32_t> issued{0};  // the last call's number (0: none yet; wraps)
+  fork::Owner owner;  // in a forked child the device is the parent's: left alone
 };
 
 // A staged call, as the communicator hands it to Staging::run on its worker.

@@ -27,6 +27,7 @@ import torch.distributed as dist
 
 from ..errors import CollectiveTimeoutError
 from ..options import to_seconds
+from ..work import Work as EngineWork
 
 
 class TorchWork(dist.Work):
@@ -42,9 +43,8 @@ class TorchWork(dist.Work):
         self._source = source  # a recv's: () -> the sender's rank
         self._engine_works = list(engine_works)
         # Staged calls only: wait() may make the caller's stream wait instead of the host.
-        streamable = [getattr(w, "_can_stream_wait", None) for w in self._engine_works]
-        self._stream_works = (list(self._engine_works) if streamable and all(f is not None and f() for f in streamable)
-                              else [])
+        streamable = [isinstance(w, EngineWork) and w._can_stream_wait() for w in self._engine_works]
+        self._stream_works = list(self._engine_works) if streamable and all(streamable) else []
         self._result = result
         self._done = threading.Event()
         self._error: Optional[BaseException] = None
