@@ -92,6 +92,7 @@ class Communicator:
     def host_device_fill(self, data: int, bytes: int, value: int, delay_us: int) -> None: ...  # tests
     def host_device_snapshot(self, dst: int, src: int, bytes: int) -> None: ...  # tests: memcpy on stream 0
     def host_device_synchronize(self) -> None: ...  # tests: the host waits for stream 0
+    def restart_staged_seq(self, seq: int) -> None: ...  # tests: number the next staged call seq + 1
     def staging_pinned_bytes(self) -> int: ...
     def staged_pieces(self) -> int: ...
     def set_tracing(self, on: bool) -> bool: ...  # returns the previous setting

@@ -444,13 +444,19 @@ def case_staging_dropped_work_keeps_buffers(count: int, copy_delay_us: int):
         pc.destroy_process_group(g)
 
 
-def case_staging_back_to_back_host_free(calls: int, count: int):
+def case_staging_back_to_back_host_free(calls: int, count: int, start_seq=None):
     """Many calls, each waited on without blocking, of mixed kinds and sizes (slots reused
-    and regrown under copies in flight; more calls than flag words): every result exact."""
+    and regrown under copies in flight; more calls than flag words): every result exact.
+    With `start_seq`, the calls are numbered from there on (across the 32-bit wrap)."""
     rank, n = dist.get_rank(), dist.get_world_size()
     g = _stream_group(copy_delay_us=20)
     try:
+        if start_seq is not None:
+            pc.all_reduce(torch.zeros(1), group=g)  # makes the staging
+            g._comm.host_device_synchronize()
+            g._comm.restart_staged_seq(start_seq)
         results = []
+        seqs = []
         for k in range(calls):
             size = 1 + (k * 37) % count
             if k % 3 == 2:  # reduce-scatter: a larger slot than all-reduce's
@@ -460,12 +466,13 @@ def case_staging_back_to_back_host_free(calls: int, count: int):
                 results.append((out, float(n * k + sum(range(n)))))
             else:
                 x = torch.full((size,), float(k + rank))
-                pc.all_reduce(x, group=g, async_op=True).wait()
+                w = pc.all_reduce(x, group=g, async_op=True)
+                w.wait()
+                seqs.append(w._cwork.seq)
                 results.append((x, float(n * k + sum(range(n)))))
         g._comm.host_device_synchronize()
         bad = [k for k, (t, want) in enumerate(results) if not bool(torch.all(t == want))]
-        seq = g._comm.staged_pieces()
-        return bad, seq
+        return bad, (seqs[0], seqs[-1])
     finally:
         pc.destroy_process_group(g)
 

@@ -238,10 +238,13 @@ def test_staging_dropped_work_keeps_buffers(staging_pool):
         assert released, "the group kept the tensor after its copies were done"
 
 
-def test_staging_back_to_back_host_free_waits(staging_pool):
+@pytest.mark.parametrize("start", [None, 2**32 - 700])  # from 1; across the 32-bit wrap of the numbers
+def test_staging_back_to_back_host_free_waits(staging_pool, start):
     # More calls than the 1024 flag words, mixing slot sizes (all-reduce and reduce-scatter).
-    for bad, _ in staging_pool.run(sc.case_staging_back_to_back_host_free, 1100, 3 * PER):
+    for bad, (first, last) in staging_pool.run(sc.case_staging_back_to_back_host_free, 1100, 3 * PER, start):
         assert bad == [], f"calls {bad[:10]} gave wrong results"
+        if start is not None:
+            assert first > start and last < 1100, (first, last)  # the numbers wrapped past 2^32
 
 
 def test_device_torch_backend_wait_is_host_free(staging_pool):

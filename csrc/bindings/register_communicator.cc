@@ -327,6 +327,7 @@ void registerCommunicator(py::module_& m) {
             d->synchronize(0);
           },
           py::call_guard<py::gil_scoped_release>())
+      .def("restart_staged_seq", &Communicator::restartStagedSeq, py::arg("seq"))  // tests
       .def("staging_pinned_bytes", &Communicator::stagingPinnedBytes)
       .def("staged_pieces", &Communicator::stagedPieces)
       .def("shutdown", &Communicator::shutdown, R())

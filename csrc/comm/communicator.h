@@ -154,6 +154,8 @@ class Communicator {
   void useHostDevice(HostDeviceOptions options);
   // The host device, once a staged call made it (nullptr otherwise): for test hooks.
   HostDevice* hostDevice();
+  // Tests: the next staged call is numbered `seq` + 1 (StagedSync::restartAt); nothing in flight.
+  void restartStagedSeq(uint32_t seq);
   // Pinned bytes the staging slots hold, and pieces staged so far.
   size_t stagingPinnedBytes();
   uint64_t stagedPieces() const { return stagedPieces_.load(); }

@@ -59,6 +59,12 @@ HostDevice* Communicator::hostDevice() {
   return static_cast<HostDevice*>(&staging_->device());
 }
 
+void Communicator::restartStagedSeq(uint32_t seq) {
+  std::lock_guard<std::mutex> lock(stagingMu_);
+  if (staging_ == nullptr) throw InvalidArgument("restart_staged_seq: the group has not staged a call yet");
+  staging_->sync()->restartAt(seq);
+}
+
 void Communicator::closeStaging() {
   std::lock_guard<std::mutex> lock(stagingMu_);
   if (staging_ != nullptr) staging_->close();

@@ -80,6 +80,12 @@ void StagedSync::release(uint32_t seq) {
   }
 }
 
+void StagedSync::restartAt(uint32_t seq) {
+  if (words == nullptr) return;
+  for (uint32_t k = 0; k < kWords; ++k) flagStore(word(seq - k), seq - k);
+  issued.store(seq);
+}
+
 void StagedSync::releaseThrough(uint32_t seq) {
   for (uint32_t k = 0; k < kWords; ++k) release(seq - k);  // release() skips words already past
 }

@@ -51,6 +51,9 @@ struct StagedSync {
   void release(uint32_t seq);
   // release() of every call up to `seq` whose word could still be waited on.
   void releaseThrough(uint32_t seq);
+  // Tests: number the next call `seq` + 1, with the words as calls up to `seq` left them
+  // (to cross the 32-bit wrap without 2^32 calls). Only while no call is in flight.
+  void restartAt(uint32_t seq);
 
   std::shared_ptr<Device> device;
   uint32_t* words = nullptr;  // nullptr: no stream memory operations (wait on the host)
