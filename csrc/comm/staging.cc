@@ -39,18 +39,22 @@
 // seq % 1024 (pinned host memory) after the call's last copy; wait() queues "wait until
 // that word >= seq" (the cyclic comparison of CU_STREAM_WAIT_VALUE_GEQ, so the wrap past
 // 2^32 is harmless) on the caller's stream and returns. A word per call (not one
-// counter) means a word is only ever raised: call s and call s + 1024 are the only
-// writers of a word, in that order, and s + 1024 >= s still releases s's waiters. Once
+// counter) means a word is only ever raised: its writers are calls s, s + 1024,
+// s + 2048, ... in that order, and a later value still releases s's waiters; a host
+// store for a failed call can never be undone by an earlier call's late write. Once
 // the call ended on the host, wait() uses the `done` event instead (a dependency the
 // device's scheduler sees). A failed call never reaches its write: the host stores
 // the words itself, after draining our streams (run's error path, and a Work failed
 // without running: comm/staged_work.cc), so a waiting stream never hangs. A device
 // without stream memory operations (an old driver) has no words: wait() blocks the host.
+// NVIDIA's caveat: an order made through such words is invisible to the driver's
+// scheduler, which could in principle put our copies behind the caller's blocked wait
+// in a shared hardware queue; PYCOLLECT_BLOCKING_WAIT=1 is the way out if it ever does.
 //
 // Slots are reused by the next call through their `drained` events, on the device; only
 // regrowing a slot (prepare) waits on the host for its last copies first.
 //
-// Waiting. Events are polled (yield, then 20 us sleeps) against the call's deadline;
+// Host waits. Events are polled (yield, then 20 us sleeps) against the call's deadline;
 // every kCheckEvery the group's failure (abort) and the program's signal handlers are
 // asked, so a wait never outlives the group. A failed copy raises DeviceError naming
 // the piece: the communicator then fails the group, which closes the links, so every
