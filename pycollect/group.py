@@ -171,10 +171,25 @@ class ProcessGroup:
         referenced until the engine is done with them, a staged call's until its copies
         to the device completed (a wait() that only made a stream wait does not end them)."""
         with self._lock:  # issue order is the order of the lock, so the queue sees it too
-            self._pending = [(w, k) for (w, k) in self._pending if not _settled(w)]
+            self._pending = [(w, k) for (w, k) in self._pending if not self._settled(w)]
             cwork = launch(self._comm)
             self._pending.append((cwork, keepalive))  # buffers live until the engine is done
         return Work(self, cwork, keepalive, finish)
+
+    def _settled(self, cwork) -> bool:
+        """The engine is done with a call's buffers: it completed, and a staged call's copies
+        to the device completed too, or failed: that fails the group (if the call itself had
+        not), so this very call raises it."""
+        if not cwork.is_completed():
+            return False
+        if not isinstance(cwork, _C.StagedWork):
+            return True
+        try:
+            return cwork.device_done()
+        except PyCollectError as e:
+            if not cwork.failed():
+                self.abort(str(e))
+            return True
 
     def group_rank(self, global_rank: int, what: str) -> int:
         try:
@@ -326,19 +341,6 @@ class ProcessGroup:
 
     def __repr__(self) -> str:
         return f"<pycollect.ProcessGroup {self.name} rank {self.rank}/{self.size} ranks={self.ranks}>"
-
-
-def _settled(cwork) -> bool:
-    """The engine is done with a call's buffers: it completed, and a staged call's copies
-    to the device completed too (or failed: its error is the next call's)."""
-    if not cwork.is_completed():
-        return False
-    if not isinstance(cwork, _C.StagedWork):
-        return True
-    try:
-        return cwork.device_done()
-    except PyCollectError:
-        return True
 
 
 class _NonMember:

@@ -103,6 +103,7 @@ class Work:
             while self._staged and not self._cwork.wait_device(_slice(deadline)):  # its last copies too
                 self._check_deadline(deadline, seconds)
         except PyCollectError as e:
+            self._fail_group_on_late_error(e)
             raise self._group.explain(e) from None
         except KeyboardInterrupt:
             self._group.abort(f"interrupted (KeyboardInterrupt) while waiting for {self._cwork.what}")
@@ -115,10 +116,24 @@ class Work:
             raise CollectiveTimeoutError(f"{self._cwork.what}: not completed within {seconds:.3g} s of "
                                          "wait(); it is still running")
 
+    def _fail_group_on_late_error(self, error: PyCollectError) -> None:
+        """A staged call whose copies back failed after it ended on the host fails the group,
+        as a failure during the call does: the peers learn of it, later calls raise it."""
+        if self._staged and self._cwork.is_completed() and not self._cwork.failed():
+            self._group.abort(f"{error}")
+
+    def _device_done(self) -> bool:
+        """A staged call's result is in device memory; raises if its copies failed."""
+        try:
+            return self._cwork.device_done()
+        except PyCollectError as e:
+            self._fail_group_on_late_error(e)
+            raise
+
     def _device_error(self):
         """A staged call's: its copies to the device failed (else None)."""
         try:
-            self._cwork.device_done()
+            self._device_done()
         except PyCollectError as e:
             return e
         return None
@@ -131,7 +146,7 @@ class Work:
             return True
         if self._staged:
             try:
-                if not self._cwork.device_done():
+                if not self._device_done():
                     return False
             except PyCollectError:
                 return True

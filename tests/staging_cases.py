@@ -396,6 +396,7 @@ def case_staging_host_free_copy_failure(count: int, fail_copy: int):
             time.sleep(0.01)
         err = w.exception()
         out["exception"] = (type(err).__name__, str(err)) if err is not None else None
+        out["group_failed"] = g._comm.failed()  # at once, not only after a later call
         try:
             pc.all_reduce(torch.ones(count), group=g)
             g._comm.host_device_synchronize()

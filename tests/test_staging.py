@@ -227,6 +227,11 @@ def test_staging_host_free_wait_copy_failure(staging_pool, fail_copy):
         assert r["seconds"] < 15, r
     kind, message = results[0]["exception"]
     assert kind == "DeviceError" and f"copy #{fail_copy} failed" in message, results[0]
+    # The group failed with it (also when the copy failed after the call ended on the host):
+    # rank 0's next call is refused, naming the cause.
+    kind, message = results[0]["next_call"]
+    assert kind == "GroupFailedError" and f"copy #{fail_copy} failed" in message, results[0]
+    assert results[0]["group_failed"], results[0]
     if fail_copy == 7:  # a failure on the wire side of the call: rank 1's call fails too
         assert results[1]["exception"] is not None, results[1]
 
