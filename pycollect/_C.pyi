@@ -15,6 +15,12 @@ class Work:
     def is_completed(self) -> bool: ...
     def failed(self) -> bool: ...
 
+class StagedWork(Work):  # a staged (CUDA) call's: *_staged return it
+    seq: int  # the call's number: its flag word's value
+    def stream_wait(self, stream: int) -> bool: ...  # False: no stream memory operations here
+    def device_done(self) -> bool: ...  # the result is in device memory; raises a failure
+    def wait_device(self, timeout: float = -1.0) -> bool: ...
+
 class CommOptions:
     timeout: float
     segment_bytes: int
@@ -84,6 +90,9 @@ class Communicator:
     def reduce_staged(self, data: int, count: int, dtype: int, op: int, root: int, device: int, stream: int) -> Work: ...
     def use_host_device(self, copy_delay_us: int = 0, fail_copy: int = 0) -> None: ...  # tests
     def host_device_fill(self, data: int, bytes: int, value: int, delay_us: int) -> None: ...  # tests
+    def host_device_snapshot(self, dst: int, src: int, bytes: int) -> None: ...  # tests: memcpy on stream 0
+    def host_device_synchronize(self) -> None: ...  # tests: the host waits for stream 0
+    def restart_staged_seq(self, seq: int) -> None: ...  # tests: number the next staged call seq + 1
     def staging_pinned_bytes(self) -> int: ...
     def staged_pieces(self) -> int: ...
     def set_tracing(self, on: bool) -> bool: ...  # returns the previous setting

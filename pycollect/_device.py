@@ -9,9 +9,12 @@ CUDA tensor on another device than the group's (the group takes the device of it
 CUDA call), and CUDA missing at run time each raise a clear error.
 
 Stream order, as NCCL: the engine records an event on the caller's current stream when
-the call is issued, and its copies wait for it; the call's Work completes once the last
-copy back to the device has completed, so after wait() the caller's stream (any stream)
-sees the result. wait() blocks the host until then.
+the call is issued, and its copies wait for it. wait() makes the caller's current stream
+wait for the result and returns at once, the host not blocked (on the call's `done`
+event once it ended on the host, else on its flag word: csrc/comm/staging.cc, "Waiting
+for a call"); work queued on that stream afterwards sees the result, and the group keeps
+the tensors until the copies are done. wait(blocking=True), or PYCOLLECT_BLOCKING_WAIT=1,
+blocks the host until the result is in device memory (pycollect.work.Work).
 
 The irregular calls (gather, scatter, all_to_all, the coalesced calls, send/recv) are
 staged here instead, more simply: each CUDA input is copied to a pinned CPU tensor (on

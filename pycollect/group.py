@@ -81,6 +81,7 @@ class ProcessGroup:
         self._store_silent = False  # the store did not answer while explaining a failure
         self.cuda_device: Optional[int] = None  # the CUDA device its CUDA tensors live on (first use)
         self.host_device = False  # tests: CPU tensors take the staged path (use_host_device)
+        self.host_stream_wait = False  # tests: wait() on them makes the host device's stream wait
         self.model: Optional[Params] = None  # the cost model behind "auto" (set while connecting)
         # What "auto" runs: {CommOptions field: [(max_bytes, algo code), ...]}; {} keeps the thresholds.
         self.auto: Dict[str, list] = {}
@@ -174,12 +175,29 @@ class ProcessGroup:
 
     # -- used by api.py -------------------------------------------------------
     def submit(self, launch, keepalive=(), finish=None) -> Work:
-        """Run `launch(comm)` (which returns a C++ Work) and track the buffers."""
+        """Run `launch(comm)` (which returns a C++ Work) and track the buffers: they stay
+        referenced until the engine is done with them, a staged call's until its copies
+        to the device completed (a wait() that only made a stream wait does not end them)."""
         with self._lock:  # issue order is the order of the lock, so the queue sees it too
-            self._pending = [(w, k) for (w, k) in self._pending if not w.is_completed()]
+            self._pending = [(w, k) for (w, k) in self._pending if not self._settled(w)]
             cwork = launch(self._comm)
             self._pending.append((cwork, keepalive))  # buffers live until the engine is done
         return Work(self, cwork, keepalive, finish)
+
+    def _settled(self, cwork) -> bool:
+        """The engine is done with a call's buffers: it completed, and a staged call's copies
+        to the device completed too, or failed: that fails the group (if the call itself had
+        not), so this very call raises it."""
+        if not cwork.is_completed():
+            return False
+        if not isinstance(cwork, _C.StagedWork):
+            return True
+        try:
+            return cwork.device_done()
+        except PyCollectError as e:
+            if not cwork.failed():
+                self.abort(str(e))
+            return True
 
     def group_rank(self, global_rank: int, what: str) -> int:
         try:
@@ -187,12 +205,32 @@ class ProcessGroup:
         except ValueError:
             raise ValueError(f"{what}: rank {global_rank} is not in this group (ranks {self.ranks})") from None
 
-    def use_host_device(self, copy_delay_us: int = 0, fail_copy: int = 0) -> None:
+    def use_host_device(self, copy_delay_us: int = 0, fail_copy: int = 0, stream_wait: bool = False) -> None:
         """Tests only: from now on CPU tensors take the CUDA path, staged through the engine's
         host device (an asynchronous stand-in for a GPU: each copy runs later on a stream
-        thread, after `copy_delay_us`; the `fail_copy`-th copy fails)."""
+        thread, after `copy_delay_us`; the `fail_copy`-th copy fails).
+
+        wait() blocks the host by default here, since a test reads CPU tensors directly;
+        with `stream_wait` it behaves as on CUDA (the host device's stream 0, the caller's,
+        waits; the host returns at once), and a test reads results through that stream
+        (the comm's host_device_snapshot / host_device_synchronize)."""
         self._comm.use_host_device(copy_delay_us, fail_copy)
         self.host_device = True
+        self.host_stream_wait = stream_wait
+
+    def host_free_wait(self) -> bool:
+        """Whether wait() on a staged call may make the caller's stream wait instead of the
+        host (CUDA tensors; the host device when asked): Work.wait decides with `blocking`."""
+        return self.cuda_device is not None or self.host_stream_wait
+
+    def caller_stream(self) -> int:
+        """The stream a wait() on this thread orders: torch's current stream of the group's
+        CUDA device (the host device's stream 0 in tests)."""
+        if self.cuda_device is None:
+            return 0
+        import torch
+
+        return torch.cuda.current_stream(self.cuda_device).cuda_stream
 
     # -- failures -------------------------------------------------------------
     def explain(self, error: PyCollectError, wait_s: float = 1.5) -> PyCollectError:
@@ -307,7 +345,9 @@ class ProcessGroup:
         self._comm.abort(reason)
 
     def destroy(self) -> None:
-        self._comm.shutdown()
+        self._comm.shutdown()  # the staged copies in flight end first (at most 10 s)
+        with self._lock:
+            self._pending = []
 
     def __repr__(self) -> str:
         return f"<pycollect.ProcessGroup {self.name} rank {self.rank}/{self.size} ranks={self.ranks}>"

@@ -18,6 +18,7 @@
 | PYCOLLECT_SECRET_FILE       | a file holding that secret (instead of PYCOLLECT_SECRET) | none |
 | PYCOLLECT_TRANSPORT         | links: auto (shared memory to ranks on this host, TCP to others), tcp, or shm (every link, else an error) | auto |
 | PYCOLLECT_STAGING_BYTES     | CUDA tensors: bytes per staged piece (> 0)            | engine's (4 MiB)  |
+| PYCOLLECT_BLOCKING_WAIT     | 1: wait() on a CUDA call blocks the host until the result is in device memory and raises its errors (as TORCH_NCCL_BLOCKING_WAIT); 0: it makes the current stream wait | 0 |
 | PYCOLLECT_MODEL             | cost-model parameters (JSON of `pycollect model --fit`) behind "auto"; rank 0's are used by all | built-in defaults |
 | PYCOLLECT_HOST_TAG          | appended to this rank's host identity: ranks with different tags never share memory (tests, or hosts that share a boot id) | none |
 | PYCOLLECT_TRACE             | 1: record engine events for every call (pc.take_trace, docs/traces.md); 0: only inside pc.tracing() | 0 |
@@ -45,7 +46,8 @@ _INTEGERS = {
 }
 KNOWN = frozenset(_INTEGERS) | {"PYCOLLECT_ALGO", "PYCOLLECT_SOCKET_IFNAME", "PYCOLLECT_LINK_TIMEOUT",
                                  "PYCOLLECT_SECRET", "PYCOLLECT_SECRET_FILE", "PYCOLLECT_TRANSPORT",
-                                 "PYCOLLECT_HOST_TAG", "PYCOLLECT_TRACE", "PYCOLLECT_MODEL"}
+                                 "PYCOLLECT_HOST_TAG", "PYCOLLECT_TRACE", "PYCOLLECT_MODEL",
+                                 "PYCOLLECT_BLOCKING_WAIT"}
 TRANSPORTS = ("auto", "tcp", "shm")
 
 
@@ -67,6 +69,7 @@ class Options:
     staging_bytes: Optional[int] = None  # CUDA tensors: bytes per staged piece
     trace: bool = False  # record engine events for every call
     model: Optional[str] = None  # PYCOLLECT_MODEL: a parameters file of pycollect.costmodel
+    blocking_wait: bool = False  # PYCOLLECT_BLOCKING_WAIT: wait() on CUDA calls blocks the host
 
     @classmethod
     def from_env(cls, environ: Optional[Mapping[str, str]] = None) -> "Options":
@@ -110,11 +113,12 @@ class Options:
         tag = env.get("PYCOLLECT_HOST_TAG", "").strip()
         if tag:
             values["host_tag"] = tag
-        raw = env.get("PYCOLLECT_TRACE", "").strip()
-        if raw:
-            if raw not in ("0", "1"):
-                raise ValueError(f"PYCOLLECT_TRACE={raw!r} must be 0 or 1")
-            values["trace"] = raw == "1"
+        for name, attr in (("PYCOLLECT_TRACE", "trace"), ("PYCOLLECT_BLOCKING_WAIT", "blocking_wait")):
+            raw = env.get(name, "").strip()
+            if raw:
+                if raw not in ("0", "1"):
+                    raise ValueError(f"{name}={raw!r} must be 0 or 1")
+                values[attr] = raw == "1"
         model = env.get("PYCOLLECT_MODEL", "").strip()
         if model:
             if not os.path.isfile(model):

@@ -9,7 +9,9 @@ Steps (each prints PASS or FAIL lines):
      uneven, several staged pieces) on CUDA tensors, checked against a float64/int64 CPU
      reference and against Gloo on the same CUDA tensors (Gloo's all-reduce / all-gather
      for the calls Gloo lacks), and bit-identical across ranks; plus stream order (a
-     result must include work queued on the caller's stream before the call).
+     result must include work queued on the caller's stream before the call), and the
+     host-free wait: wait() returns while the call runs, a kernel queued after it on the
+     current stream sees the result; wait(blocking=True) returns with it in place.
   2. training: one step of pycollect DDP, pycollect FSDP and torch DDP over the
      "pycollect" torch backend on a GPU model, against torch DDP over Gloo.
   3. benchmark: all_reduce 1 MiB - 256 MiB on CUDA tensors, pycollect vs Gloo in the same
@@ -214,6 +216,7 @@ def correctness_job(rank, n, emit, dry):
             if isinstance(e, pc.PyCollectError):
                 break  # the group failed: later calls cannot run
     stream_ok = "skipped (dry run)"
+    host_free = _host_free_check(pc, torch, rank, n, dev, dry)
     if not dry:
         x = torch.zeros(1 << 20, device=dev)
         torch.cuda._sleep(100_000_000)  # ~50 ms of GPU time queued before the fill
@@ -225,7 +228,43 @@ def correctness_job(rank, n, emit, dry):
         if not bool((x == 2 * sum(range(1, n + 1))).all()):
             stream_ok = "async_op + wait() gave a wrong result"
     return {"failures": failures, "digests": digests, "checked": checked, "gloo_checked": gloo_checked,
-            "stream": stream_ok}
+            "stream": stream_ok, "host_free": host_free}
+
+
+def _host_free_check(pc, torch, rank, n, dev, dry):
+    """wait() without blocking=True makes the current stream wait, and returns before the
+    call ends; a kernel queued after it (mul_) sees the exact result. Dry run: the host
+    device with its stream-wait mode, read through its stream 0. Returns
+    {"ok": bool, "why": str, "returned_s": float, "pending_after_wait": bool}."""
+    want = float(sum(range(1, n + 1)))
+    count = (32 << 20) // 4 if not dry else 3 * 64  # 32 MiB: many staged pieces (dry: 3)
+    g = None
+    if dry:
+        g = pc.new_group()
+        g.use_host_device(100_000, 0, stream_wait=True)  # each copy 0.1 s
+    x = torch.full((count,), float(rank + 1), device=dev)
+    t0 = time.monotonic()
+    w = pc.all_reduce(x, group=g, async_op=True)
+    w.wait()
+    out = {"returned_s": time.monotonic() - t0, "pending_after_wait": not w.is_completed()}
+    if dry:
+        y = torch.empty_like(x)
+        g._comm.host_device_snapshot(y.data_ptr(), x.data_ptr(), x.numel() * 4)
+        g._comm.host_device_synchronize()
+    else:
+        y = x.mul_(1)  # a kernel on the current stream, after the wait
+    why = "" if bool((y == want).all()) else "a kernel queued after the non-blocking wait() saw a wrong result"
+    z = torch.full((count,), float(rank + 1), device=dev)
+    w = pc.all_reduce(z, group=g, async_op=True)
+    w.wait(blocking=True)
+    if not (w.is_completed() and bool((z == want).all())):
+        why = why or "wait(blocking=True) returned before the result was in place"
+    if dry:
+        pc.destroy_process_group(g)
+    else:
+        torch.cuda.synchronize()
+    out.update(ok=not why, why=why)
+    return out
 
 
 def training_job(rank, n, emit, dry):
@@ -345,7 +384,13 @@ def main(argv=None) -> int:
     print(f"{'PASS' if not differ else 'FAIL'} bit-identical across ranks ({len(res[0]['digests'])} results)")
     stream_ok = all(r["stream"] in ("ok", "skipped (dry run)") for r in res)
     print(f"{'PASS' if stream_ok else 'FAIL'} stream order: {res[0]['stream']} / {res[1]['stream']}")
-    ok = ok and good and not differ and stream_ok
+    hf = [r["host_free"] for r in res]
+    report["correctness"]["host_free"] = hf
+    hf_ok = all(h["ok"] for h in hf)
+    print(f"{'PASS' if hf_ok else 'FAIL'} host-free wait: " + "; ".join(
+        f"rank {r}: {'ok' if h['ok'] else h['why']}, wait() returned in {h['returned_s'] * 1e3:.1f} ms, "
+        f"{'still running' if h['pending_after_wait'] else 'already done'} then" for r, h in enumerate(hf)))
+    ok = ok and good and not differ and stream_ok and hf_ok
 
     tr = run_ranks(training_job, 2, ("pycollect", "gloo"), job_args=(args.dry_run,), timeout=300, env=env)
     report["training"] = tr[0]

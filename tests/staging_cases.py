@@ -295,3 +295,212 @@ def case_staging_abort_while_copying():
         return "no error", "", time.monotonic() - t0
     finally:
         pc.destroy_process_group(g)
+
+
+# -- host-free wait(): the caller's stream waits, the host does not ----------------------
+def _stream_group(copy_delay_us: int = 0, fail_copy: int = 0):
+    """A host-device group whose wait() behaves as on CUDA: stream 0 (the caller's) waits."""
+    g = pc.new_group()
+    g.use_host_device(copy_delay_us, fail_copy, stream_wait=True)
+    return g
+
+
+def _through_stream(g, x: torch.Tensor) -> torch.Tensor:
+    """x as work queued now on the caller's stream sees it: a copy queued there, then the
+    host waits for the stream (what .cpu() does on CUDA)."""
+    y = torch.empty_like(x)
+    g._comm.host_device_snapshot(y.data_ptr(), x.data_ptr(), x.numel() * x.element_size())
+    g._comm.host_device_synchronize()
+    return y
+
+
+def case_staging_wait_is_host_free(count: int, copy_delay_us: int):
+    """wait() (of a blocking call, and of async_op + wait) returns while the copies are still
+    in flight; a copy queued afterwards on the caller's stream reads the final result, and
+    a fill queued afterwards is not overwritten by the call's late copies."""
+    rank, n = dist.get_rank(), dist.get_world_size()
+    g = _stream_group(copy_delay_us)
+    try:
+        out = {}
+        x = torch.full((count,), float(rank + 1))
+        want = float(sum(r + 1 for r in range(n)))
+        t0 = time.monotonic()
+        pc.all_reduce(x, group=g)  # a blocking call: its wait is the stream's
+        out["returned"] = time.monotonic() - t0
+        out["host_saw_old"] = bool(torch.all(x == rank + 1))  # the copies back had not run yet
+        y = _through_stream(g, x)
+        out["total"] = time.monotonic() - t0
+        out["exact"] = bool(torch.all(y == want))
+        g._comm.host_device_fill(x.data_ptr(), x.numel() * 4, 0, 0)  # queued behind: wins
+        w = pc.all_reduce(x, group=g, async_op=True)  # 0s + 0s
+        t1 = time.monotonic()
+        w.wait()
+        out["async_returned"] = time.monotonic() - t1
+        out["pending_after_wait"] = not w.is_completed()
+        g._comm.host_device_fill(x.data_ptr(), x.numel() * 4, 7, 0)  # after the result: stays
+        z = _through_stream(g, x)
+        out["fill_after"] = bool(torch.all(z.view(torch.uint8) == 7))
+        out["completed_after_sync"] = w.is_completed() and w.exception() is None
+        out["digest"] = _digest(y)
+        return out
+    finally:
+        pc.destroy_process_group(g)
+
+
+def case_staging_blocking_wait(count: int, copy_delay_us: int):
+    """wait(blocking=True) and PYCOLLECT_BLOCKING_WAIT=1 block the host until the result is
+    in the tensor, as before."""
+    import os
+
+    rank, n = dist.get_rank(), dist.get_world_size()
+    want = float(sum(r + 1 for r in range(n)))
+    out = {}
+    g = _stream_group(copy_delay_us)
+    try:
+        x = torch.full((count,), float(rank + 1))
+        w = pc.all_reduce(x, group=g, async_op=True)
+        w.wait(blocking=True)
+        out["blocking_arg"] = bool(torch.all(x == want)) and w.is_completed()
+    finally:
+        pc.destroy_process_group(g)
+    os.environ["PYCOLLECT_BLOCKING_WAIT"] = "1"
+    try:
+        g = _stream_group(copy_delay_us)
+    finally:
+        del os.environ["PYCOLLECT_BLOCKING_WAIT"]
+    try:
+        x = torch.full((count,), float(rank + 1))
+        pc.all_reduce(x, group=g)
+        out["env"] = bool(torch.all(x == want))
+    finally:
+        pc.destroy_process_group(g)
+    return out
+
+
+def case_staging_host_free_copy_failure(count: int, fail_copy: int):
+    """Rank 0's `fail_copy`-th copy fails after a non-blocking wait returned: the caller's
+    stream does not hang, and every rank learns of the error within seconds, from
+    exception() (rank 0) and from its next call (every rank)."""
+    rank = dist.get_rank()
+    g = _stream_group(copy_delay_us=100, fail_copy=fail_copy if rank == 0 else 0)
+    t0 = time.monotonic()
+    try:
+        out = {}
+        x = torch.ones(count)
+        w = pc.all_reduce(x, group=g, async_op=True)
+        w.wait()  # returns; the failure comes later
+        out["wait_returned"] = time.monotonic() - t0
+        g._comm.host_device_synchronize()  # the caller's stream goes on
+        out["stream_went_on"] = time.monotonic() - t0
+        while not w.is_completed() and time.monotonic() - t0 < 10:
+            time.sleep(0.01)
+        err = w.exception()
+        out["exception"] = (type(err).__name__, str(err)) if err is not None else None
+        out["group_failed"] = g._comm.failed()  # at once, not only after a later call
+        try:
+            pc.all_reduce(torch.ones(count), group=g)
+            g._comm.host_device_synchronize()
+            pc.all_reduce(torch.ones(4), group=g)  # the group has failed by now, on every rank
+            out["next_call"] = ("no error", "")
+        except pc.PyCollectError as e:
+            out["next_call"] = (type(e).__name__, str(e))
+        out["seconds"] = time.monotonic() - t0
+        return out
+    finally:
+        pc.destroy_process_group(g)
+
+
+def case_staging_dropped_work_keeps_buffers(count: int, copy_delay_us: int):
+    """The Work and the tensor dropped right after a non-blocking wait: the group keeps the
+    tensor until its copies are done (memory reused meanwhile is not written over), then
+    lets it go."""
+    import gc
+    import weakref
+
+    rank, n = dist.get_rank(), dist.get_world_size()
+    g = _stream_group(copy_delay_us)
+    try:
+        x = torch.full((count,), float(rank + 1))
+        gone = weakref.ref(x)
+        w = pc.all_reduce(x, group=g, async_op=True)
+        w.wait()
+        cw = w._cwork  # the engine's handle (holds no tensor), to see where the call is
+        del w, x
+        while not cw.is_completed():  # over on the host; its last copy back takes 0.1 s more
+            time.sleep(0.001)
+        pc.all_reduce(torch.zeros(1), group=g)  # a call prunes what the group holds
+        in_flight = not cw.device_done()
+        held = gone() is not None and in_flight  # (a tensor is freed at once: no gc needed)
+        # Tensors of the same size: one would take x's memory if it had been freed.
+        others = [torch.full((count,), -1.0) for _ in range(8)]
+        g._comm.host_device_synchronize()  # the call's copies are done behind this
+        intact = all(bool(torch.all(o == -1.0)) for o in others)
+        y = torch.full((4,), float(rank))
+        pc.all_reduce(y, group=g)  # a later call lets settled buffers go
+        _through_stream(g, y)
+        pc.all_reduce(torch.zeros(1), group=g)
+        gc.collect()
+        return held, intact, gone() is None
+    finally:
+        pc.destroy_process_group(g)
+
+
+def case_staging_back_to_back_host_free(calls: int, count: int, start_seq=None):
+    """Many calls, each waited on without blocking, of mixed kinds and sizes (slots reused
+    and regrown under copies in flight; more calls than flag words): every result exact.
+    With `start_seq`, the calls are numbered from there on (across the 32-bit wrap)."""
+    rank, n = dist.get_rank(), dist.get_world_size()
+    g = _stream_group(copy_delay_us=20)
+    try:
+        if start_seq is not None:
+            pc.all_reduce(torch.zeros(1), group=g)  # makes the staging
+            g._comm.host_device_synchronize()
+            g._comm.restart_staged_seq(start_seq)
+        results = []
+        seqs = []
+        for k in range(calls):
+            size = 1 + (k * 37) % count
+            if k % 3 == 2:  # reduce-scatter: a larger slot than all-reduce's
+                big = torch.full((n * size,), float(k + rank))
+                out = torch.empty(size)
+                pc.reduce_scatter_tensor(out, big, group=g)
+                results.append((out, float(n * k + sum(range(n)))))
+            else:
+                x = torch.full((size,), float(k + rank))
+                w = pc.all_reduce(x, group=g, async_op=True)
+                w.wait()
+                seqs.append(w._cwork.seq)
+                results.append((x, float(n * k + sum(range(n)))))
+        g._comm.host_device_synchronize()
+        bad = [k for k, (t, want) in enumerate(results) if not bool(torch.all(t == want))]
+        return bad, (seqs[0], seqs[-1])
+    finally:
+        pc.destroy_process_group(g)
+
+
+def case_device_torch_backend_wait_is_host_free(count: int, copy_delay_us: int):
+    """The torch backend's Work (both its inline and its completer path): wait() makes the
+    caller's stream wait and returns while the copies are in flight."""
+    import pycollect.torch_backend as tb
+
+    rank, n = dist.get_rank(), dist.get_world_size()
+    tb.register()
+    pg = dist.new_group(backend="pycollect")
+    eg = tb.engine_group(pg)
+    eg.use_host_device(copy_delay_us, 0, stream_wait=True)
+    try:
+        out = {}
+        want = float(sum(r + 1 for r in range(n)))
+        for name, size in (("small", 16), ("large", count)):
+            x = torch.full((size,), float(rank + 1))
+            t0 = time.monotonic()
+            w = dist.all_reduce(x, group=pg, async_op=True)
+            w.wait()
+            returned = time.monotonic() - t0
+            y = _through_stream(eg, x)
+            out[name] = (returned, time.monotonic() - t0, bool(torch.all(y == want)))
+        w.get_future().wait()  # the completer settles the Future once the result is in place
+        out["future"] = bool(torch.all(x == want))
+        return out
+    finally:
+        dist.destroy_process_group(pg)

@@ -2,7 +2,7 @@
 
 The bulk of the checks is scripts/gpu_check.py's (the same code the GPU check runs):
 every call x dtypes x ops on CUDA tensors against a CPU reference and Gloo on the same
-tensors, bit-identical across ranks, stream order, and one DDP / FSDP / torch-backend
+tensors, bit-identical across ranks, stream order (the host-free wait too), and one DDP / FSDP / torch-backend
 step against torch DDP over Gloo. Without a GPU, test_staging.py drives the same
 pipeline through the host device, and test_device_gpu_check_dry_run runs the script.
 """
@@ -40,6 +40,7 @@ def test_cuda_collectives_match_reference_and_gloo():
     assert not [f for r in res for f in r["failures"]]
     assert res[0]["digests"] == res[1]["digests"]
     assert res[0]["stream"] == "ok" and res[1]["stream"] == "ok"
+    assert all(r["host_free"]["ok"] for r in res), [r["host_free"] for r in res]
 
 
 @pytest.mark.slow

@@ -196,3 +196,76 @@ def test_staging_abort_stops_a_call_waiting_on_copies(staging_pool):
     for kind, message, seconds in results:
         assert kind != "no error" and seconds < 6, (kind, message, seconds)
     assert "aborted while copying" in results[0][1], results[0]
+
+
+# -- host-free wait() (as NCCL's): the caller's stream waits, the host does not -------------
+def test_staging_wait_is_host_free(staging_pool):
+    # 3 pieces, each copy 0.2 s: the call takes > 0.8 s, wait() returns long before.
+    results = staging_pool.run(sc.case_staging_wait_is_host_free, 3 * PER, 200_000)
+    for r in results:
+        assert r["returned"] < 0.3 and r["returned"] < r["total"] / 3, r
+        assert r["host_saw_old"], "the result was already in the tensor: the wait blocked the host"
+        assert r["exact"], "work queued on the caller's stream after wait() did not see the result"
+        assert r["async_returned"] < 0.3 and r["pending_after_wait"], r
+        assert r["fill_after"], "the call's copies overwrote work queued after wait()"
+        assert r["completed_after_sync"], r
+    assert results[0]["digest"] == results[1]["digest"]
+
+
+def test_staging_blocking_wait_when_asked(staging_pool):
+    for r in staging_pool.run(sc.case_staging_blocking_wait, 3 * PER, 50_000):
+        assert r == {"blocking_arg": True, "env": True}, r
+
+
+@pytest.mark.parametrize("fail_copy", [7, 2])  # a middle copy; the last copy back (after the host finished)
+def test_staging_host_free_wait_copy_failure(staging_pool, fail_copy):
+    count = 20 * PER if fail_copy == 7 else PER  # one piece: copy #2 is its copy back
+    results = staging_pool.run(sc.case_staging_host_free_copy_failure, count, fail_copy)
+    for rank, r in enumerate(results):
+        assert r["wait_returned"] < 5 and r["stream_went_on"] < 10, r
+        assert r["next_call"][0] != "no error", r
+        assert r["seconds"] < 15, r
+    kind, message = results[0]["exception"]
+    assert kind == "DeviceError" and f"copy #{fail_copy} failed" in message, results[0]
+    # The group failed with it (also when the copy failed after the call ended on the host):
+    # rank 0's next call is refused, naming the cause.
+    kind, message = results[0]["next_call"]
+    assert kind == "GroupFailedError" and f"copy #{fail_copy} failed" in message, results[0]
+    assert results[0]["group_failed"], results[0]
+    if fail_copy == 7:  # a failure on the wire side of the call: rank 1's call fails too
+        assert results[1]["exception"] is not None, results[1]
+
+
+def test_staging_dropped_work_keeps_buffers(staging_pool):
+    for held, intact, released in staging_pool.run(sc.case_staging_dropped_work_keeps_buffers, 3 * PER, 100_000):
+        assert held, "the group let go of the tensor while its copies were in flight"
+        assert intact, "the call's late copies wrote into memory reused after the tensor was dropped"
+        assert released, "the group kept the tensor after its copies were done"
+
+
+@pytest.mark.parametrize("start", [None, 2**32 - 700])  # from 1; across the 32-bit wrap of the numbers
+def test_staging_back_to_back_host_free_waits(staging_pool, start):
+    # More calls than the 1024 flag words, mixing slot sizes (all-reduce and reduce-scatter).
+    for bad, (first, last) in staging_pool.run(sc.case_staging_back_to_back_host_free, 1100, 3 * PER, start):
+        assert bad == [], f"calls {bad[:10]} gave wrong results"
+        if start is not None:
+            assert first > start and last < 1100, (first, last)  # the numbers wrapped past 2^32
+
+
+def test_device_torch_backend_wait_is_host_free(staging_pool):
+    for r in staging_pool.run(sc.case_device_torch_backend_wait_is_host_free, 17_000, 1_000):
+        for name in ("small", "large"):
+            returned, total, exact = r[name]
+            assert exact, (name, r)
+        returned, total, _ = r["large"]
+        assert returned < total / 3, r
+        assert r["future"], r
+
+
+def test_device_blocking_wait_option():
+    from pycollect.options import Options
+
+    assert Options.from_env({"PYCOLLECT_BLOCKING_WAIT": "1"}).blocking_wait is True
+    assert Options.from_env({}).blocking_wait is False
+    with pytest.raises(ValueError, match="PYCOLLECT_BLOCKING_WAIT"):
+        Options.from_env({"PYCOLLECT_BLOCKING_WAIT": "yes"})

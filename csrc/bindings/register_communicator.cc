@@ -6,6 +6,7 @@
 #include "bindings/register.h"
 #include "common/interrupt.h"
 #include "comm/communicator.h"
+#include "comm/staged_work.h"
 #include "common/error.h"
 
 namespace py = pybind11;
@@ -59,6 +60,13 @@ void registerCommunicator(py::module_& m) {
       .def("is_completed", &Work::isCompleted)
       .def("failed", &Work::failed)
       .def_property_readonly("what", &Work::what);
+  // A staged call's Work (comm/staged_work.h): returned as this class by the *_staged calls.
+  py::class_<StagedWork, Work, std::shared_ptr<StagedWork>>(m, "StagedWork")
+      .def("stream_wait", &StagedWork::streamWait, py::arg("stream"), py::call_guard<py::gil_scoped_release>())
+      .def("device_done", &StagedWork::deviceDone, py::call_guard<py::gil_scoped_release>())
+      .def("wait_device", &StagedWork::waitDevice, py::arg("timeout") = -1.0,
+           py::call_guard<py::gil_scoped_release>())
+      .def_property_readonly("seq", &StagedWork::seq);
 
   py::class_<CommOptions>(m, "CommOptions")
       .def(py::init<>())
@@ -303,6 +311,23 @@ void registerCommunicator(py::module_& m) {
             d->fill(ptr(data), bytes, value, delayUs, 0);
           },
           py::arg("data"), py::arg("bytes"), py::arg("value"), py::arg("delay_us"))
+      .def(
+          "host_device_snapshot",  // tests: a memcpy queued on the caller's stream (0)
+          [](Communicator& c, uintptr_t dst, uintptr_t src, size_t bytes) {
+            HostDevice* d = c.hostDevice();
+            if (d == nullptr) throw InvalidArgument("host_device_snapshot: no host device staged a call yet");
+            d->snapshot(ptr(dst), ptr(src), bytes, 0);
+          },
+          py::arg("dst"), py::arg("src"), py::arg("bytes"))
+      .def(
+          "host_device_synchronize",  // tests: the host waits for the caller's stream (0)
+          [](Communicator& c) {
+            HostDevice* d = c.hostDevice();
+            if (d == nullptr) throw InvalidArgument("host_device_synchronize: no host device staged a call yet");
+            d->synchronize(0);
+          },
+          py::call_guard<py::gil_scoped_release>())
+      .def("restart_staged_seq", &Communicator::restartStagedSeq, py::arg("seq"))  // tests
       .def("staging_pinned_bytes", &Communicator::stagingPinnedBytes)
       .def("staged_pieces", &Communicator::stagedPieces)
       .def("shutdown", &Communicator::shutdown, R())

@@ -150,10 +150,12 @@ std::shared_ptr<Work> Communicator::enqueue(Op op) {
   } else if (header.kind != static_cast<uint8_t>(OpKind::kSend)) {
     header.seq = seq_++;  // a recv from any source is this rank's own: not numbered
   }
-  auto work = std::make_shared<Work>("rank " + std::to_string(rank_) + " " + describeCall(header));
+  std::string what = "rank " + std::to_string(rank_) + " " + describeCall(header);
+  auto* collective = std::get_if<Collective>(&op);
+  auto work = collective != nullptr && collective->makeWork ? collective->makeWork(std::move(what))
+                                                            : std::make_shared<Work>(std::move(what));
   workOf(op) = work;
   ++calls_[opKindName(static_cast<OpKind>(header.kind))];  // send and recv both count as "send/recv"
-  auto* collective = std::get_if<Collective>(&op);
   if (collective != nullptr) collective->trace = tracing_.load(std::memory_order_relaxed);
   if (tInline && queue_.empty() && !driving_ && p2p_.empty()) {
     driving_ = true;  // the worker waits for us; nobody else touches the links meanwhile
@@ -579,6 +581,7 @@ void Communicator::shutdown() {
         GroupFailedError(p->work->what() + " did not complete: the process group was destroyed")));
   }
   p2p_.clear();
+  closeStaging();
   transport_->close();
 }
 

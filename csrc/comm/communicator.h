@@ -154,6 +154,8 @@ class Communicator {
   void useHostDevice(HostDeviceOptions options);
   // The host device, once a staged call made it (nullptr otherwise): for test hooks.
   HostDevice* hostDevice();
+  // Tests: the next staged call is numbered `seq` + 1 (StagedSync::restartAt); nothing in flight.
+  void restartStagedSeq(uint32_t seq);
   // Pinned bytes the staging slots hold, and pieces staged so far.
   size_t stagingPinnedBytes();
   uint64_t stagedPieces() const { return stagedPieces_.load(); }
@@ -196,6 +198,8 @@ class Communicator {
     std::shared_ptr<Work> work;
     double timeoutSec = -1;  // < 0: the group's timeout
     bool trace = false;      // tracing was on when it was issued
+    // Makes its Work from its description (staged calls': StagedWork); unset: a plain Work.
+    std::function<std::shared_ptr<Work>(std::string what)> makeWork;
   };
   using Op = std::variant<Collective, std::unique_ptr<PendingP2P>>;
   static WireHeader& headerOf(Op& op);
@@ -241,6 +245,8 @@ class Communicator {
   // piece k is `piece(k)` (runs on the worker; comm/communicator_staged.cc).
   std::shared_ptr<Work> enqueueStaged(const WireHeader& header, size_t pieces, size_t slotBytes,
                                       std::function<StagedPiece(size_t)> piece, DeviceCall call);
+  // shutdown(): the staged copies in flight end, and streams waiting on calls go on.
+  void closeStaging();
 
   // Throws GroupFailedError in a process forked from the one that made this group.
   void checkNotForked() const;

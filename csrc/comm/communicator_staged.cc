@@ -16,6 +16,7 @@
 
 #include "collectives/collectives.h"
 #include "comm/communicator.h"
+#include "comm/staged_work.h"
 #include "common/error.h"
 #include "device/cuda_device.h"
 
@@ -58,6 +59,17 @@ HostDevice* Communicator::hostDevice() {
   return static_cast<HostDevice*>(&staging_->device());
 }
 
+void Communicator::restartStagedSeq(uint32_t seq) {
+  std::lock_guard<std::mutex> lock(stagingMu_);
+  if (staging_ == nullptr) throw InvalidArgument("restart_staged_seq: the group has not staged a call yet");
+  staging_->sync()->restartAt(seq);
+}
+
+void Communicator::closeStaging() {
+  std::lock_guard<std::mutex> lock(stagingMu_);
+  if (staging_ != nullptr) staging_->close();
+}
+
 size_t Communicator::stagingPinnedBytes() {
   std::lock_guard<std::mutex> lock(stagingMu_);
   return staging_ == nullptr ? 0 : staging_->pinnedBytes();
@@ -92,12 +104,18 @@ std::shared_ptr<Work> Communicator::enqueueStaged(const WireHeader& header, size
   // Recorded now, on the caller's stream: the copies start after the work queued there.
   auto start = std::make_shared<OwnedEvent>(dev, dev.createEvent());
   dev.record(start->handle, dc.stream);
-  return enqueue(header, [this, &st, start, pieces, slotBytes, piece](Context& c) {
+  // Its number and `done` event, which wait() makes the caller's stream wait on.
+  auto ticket = std::make_shared<StagedTicket>(st.sync());
+  Collective op{header, nullptr, nullptr};
+  op.makeWork = [ticket](std::string what) { return std::make_shared<StagedWork>(std::move(what), ticket); };
+  op.run = [this, &st, start, ticket, pieces, slotBytes, piece](Context& c) {
     StagedCall call;
     call.pieces = pieces;
     call.slotBytes = slotBytes;
     call.piece = piece;
     call.start = start->handle;
+    call.done = ticket->done;
+    call.seq = ticket->seq;
     call.deadline = deadlineFromNow();
     call.what = std::string(opKindName(static_cast<OpKind>(c.call.kind))) + " (call #" +
                 std::to_string(c.call.seq) + ") on rank " + std::to_string(rank_);
@@ -117,7 +135,11 @@ std::shared_ptr<Work> Communicator::enqueueStaged(const WireHeader& header, size
       ++stagedPieces_;
     };
     st.run(call);
-  });
+  };
+  // Never inline, even for a blocking caller: its wait() may make its stream wait and
+  // return while the call is still on the wire (comm/staged_work.h), so the worker runs it.
+  InlineScope queued(false);
+  return enqueue(std::move(op));
 }
 
 std::shared_ptr<Work> Communicator::allReduceStaged(void* data, size_t count, DType dtype,

@@ -22,16 +22,39 @@
 //     `drained` event;
 //   - the host runs piece k's algorithm only once its `filled` event completed, and
 //     queues its host->device copies only after the algorithm returned.
-// The call ends once the last host->device copy completed: the result is in device
-// memory when its Work completes.
+// The call ends on the host once its last host->device copies are queued; the device
+// finishes them later (see "Waiting for a call" below).
 //
 // Worked example, 10 MiB all-reduce, pieceBytes 4 MiB, 3 slots: pieces of 4, 4 and
 // 2 MiB. Issue: D2H(0)->slot0, D2H(1)->slot1, D2H(2)->slot2. Piece 0: wait filled0,
 // ring all-reduce of slot0 (4 MiB), H2D(0) from slot0. Piece 1: wait filled1 (done
-// while piece 0 was on the wire), ring of slot1, H2D(1). Piece 2 likewise. End: wait
-// for drained2 (H2D(2)); H2D(0) and H2D(1) ran behind earlier pieces.
+// while piece 0 was on the wire), ring of slot1, H2D(1). Piece 2 likewise. End: record
+// `done` after H2D(2) and queue "word[seq % 1024] = seq" behind it; the worker moves on
+// to the next call while H2D(2) still runs.
 //
-// Waiting. Events are polled (yield, then 20 us sleeps) against the call's deadline;
+// Waiting for a call, host-free (as NCCL's wait()). A caller's stream must wait for a
+// call that may still be on the wire, so its `done` event is not recorded yet and no
+// event can express the wait. Instead each call has a number `seq` (given at issue, one
+// 32-bit counter per group, wrapping) and the toDevice stream stores seq into flag word
+// seq % 1024 (pinned host memory) after the call's last copy; wait() queues "wait until
+// that word >= seq" (the cyclic comparison of CU_STREAM_WAIT_VALUE_GEQ, so the wrap past
+// 2^32 is harmless) on the caller's stream and returns. A word per call (not one
+// counter) means a word is only ever raised: its writers are calls s, s + 1024,
+// s + 2048, ... in that order, and a later value still releases s's waiters; a host
+// store for a failed call can never be undone by an earlier call's late write. Once
+// the call ended on the host, wait() uses the `done` event instead (a dependency the
+// device's scheduler sees). A failed call never reaches its write: the host stores
+// the words itself, after draining our streams (run's error path, and a Work failed
+// without running: comm/staged_work.cc), so a waiting stream never hangs. A device
+// without stream memory operations (an old driver) has no words: wait() blocks the host.
+// NVIDIA's caveat: an order made through such words is invisible to the driver's
+// scheduler, which could in principle put our copies behind the caller's blocked wait
+// in a shared hardware queue; PYCOLLECT_BLOCKING_WAIT=1 is the way out if it ever does.
+//
+// Slots are reused by the next call through their `drained` events, on the device; only
+// regrowing a slot (prepare) waits on the host for its last copies first.
+//
+// Host waits. Events are polled (yield, then 20 us sleeps) against the call's deadline;
 // every kCheckEvery the group's failure (abort) and the program's signal handlers are
 // asked, so a wait never outlives the group. A failed copy raises DeviceError naming
 // the piece: the communicator then fails the group, which closes the links, so every
@@ -44,14 +67,60 @@
 
 namespace pycollect {
 
+StagedSync::~StagedSync() {
+  if (!owner.here()) return;
+  try {
+    if (words != nullptr) device->freeFlags(words);
+  } catch (...) {
+  }
+}
+
+void StagedSync::release(uint32_t seq) {
+  if (words == nullptr) return;
+  uint32_t* w = word(seq);
+  uint32_t now = flagLoad(w);
+  while (!flagReached(now, seq) &&
+         !__atomic_compare_exchange_n(w, &now, seq, false, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) {
+  }
+}
+
+void StagedSync::restartAt(uint32_t seq) {
+  if (words == nullptr) return;
+  for (uint32_t k = 0; k < kWords; ++k) flagStore(word(seq - k), seq - k);
+  issued.store(seq);
+}
+
+void StagedSync::releaseThrough(uint32_t seq) {
+  for (uint32_t k = 0; k < kWords; ++k) release(seq - k);  // release() skips words already past
+}
+
 Staging::Staging(std::unique_ptr<Device> device, StagingOptions options)
-    : device_(std::move(device)), options_(options) {
+    : device_(std::move(device)), sync_(std::make_shared<StagedSync>(device_)), options_(options) {
   if (options_.slots < 2) options_.slots = 2;
+  toHost_ = device_->createStream();
+  toDevice_ = device_->createStream();
+  marker_ = device_->createEvent();
+  sync_->words = device_->allocFlags(StagedSync::kWords);
+  if (sync_->words != nullptr) {
+    // Word 0 is call 0's, which never exists: writing and waiting on it changes nothing,
+    // but finds a driver that has the entry points and refuses them (not supported).
+    try {
+      device_->writeValue(toDevice_, sync_->words, 0);
+      device_->waitValue(toDevice_, sync_->words, 0);
+    } catch (const DeviceError&) {
+      device_->freeFlags(sync_->words);
+      sync_->words = nullptr;
+    }
+  }
 }
 
 Staging::~Staging() {
   try {
-    drain();
+    close();
+  } catch (...) {
+  }
+  try {
+    device_->destroyEvent(marker_);
   } catch (...) {
   }
   for (Slot& s : slots_) {
@@ -65,12 +134,8 @@ Staging::~Staging() {
   }
 }
 
-void Staging::prepare(size_t slotBytes, size_t count) {
-  if (!streams_) {
-    toHost_ = device_->createStream();
-    toDevice_ = device_->createStream();
-    streams_ = true;
-  }
+void Staging::prepare(const StagedCall& call, size_t count) {
+  const size_t slotBytes = call.slotBytes;
   while (slots_.size() < count) {
     Slot s;
     s.filled = device_->createEvent();
@@ -81,7 +146,9 @@ void Staging::prepare(size_t slotBytes, size_t count) {
     Slot& s = slots_[i];
     if (s.bytes >= slotBytes) continue;
     if (s.data != nullptr) {
-      // Its last copies finished with the call that used it (run() ends drained).
+      // An earlier call's copies may still read it: wait for them before freeing.
+      if (s.draining) waitEvent(s.drained, call, "finish an earlier call's copies (to grow a slot)");
+      s.draining = false;
       device_->freePinned(s.data);
       pinnedBytes_ -= s.bytes;
       s.data = nullptr;
@@ -132,12 +199,16 @@ void Staging::waitEvent(EventHandle e, const StagedCall& call, const std::string
   }
 }
 
+void Staging::close() {
+  drain();
+  sync_->releaseThrough(sync_->issued.load());
+}
+
 void Staging::drain() {
   // Waits (at most 10 s, errors ignored) until every copy queued on our streams is done.
-  if (!streams_ || slots_.empty()) return;
   auto until = Clock::now() + std::chrono::seconds(10);
   for (StreamHandle s : {toHost_, toDevice_}) {
-    EventHandle e = slots_[0].filled;  // reused as a marker: the call is over
+    EventHandle e = marker_;
     device_->record(e, s);
     for (;;) {
       bool done = true;
@@ -155,8 +226,8 @@ void Staging::drain() {
 void Staging::run(const StagedCall& call) {
   const size_t n = call.pieces;
   const size_t depth = std::min<size_t>(n, options_.slots);
-  prepare(call.slotBytes, depth);
   try {
+    prepare(call, depth);
     if (call.start != 0) {
       device_->streamWait(toHost_, call.start);
       device_->streamWait(toDevice_, call.start);
@@ -182,20 +253,24 @@ void Staging::run(const StagedCall& call) {
         issueIn(p, s);
       }
     }
-    // Every slot's last copies: the result is in device memory when we return.
-    for (size_t i = 0; i < depth; ++i) {
-      if (slots_[i].draining) waitEvent(slots_[i].drained, call, "copy the result to the device");
-      slots_[i].draining = false;
-    }
+    // The call's end on the device, reached once its last copies completed.
+    if (call.done != 0) device_->record(call.done, toDevice_);
+    if (sync_->words != nullptr) device_->writeValue(toDevice_, sync_->word(call.seq), call.seq);
   } catch (const DeviceError& e) {
-    drain();  // no queued copy may touch the caller's memory once the call has failed
+    fail(call);  // no queued copy may touch the caller's memory once the call has failed
     // A failure while queueing (an invalid pointer, a sticky error) names the call too.
     if (std::string(e.what()).rfind(call.what, 0) == 0) throw;
     throw DeviceError(call.what + ": " + e.what());
   } catch (...) {
-    drain();
+    fail(call);
     throw;
   }
+}
+
+void Staging::fail(const StagedCall& call) {
+  drain();
+  // This call and any before it whose write the failure skipped: a waiting stream goes on.
+  sync_->releaseThrough(call.seq);
 }
 
 }  // namespace pycollect

@@ -33,6 +33,7 @@ void Work::finish(std::exception_ptr error) {
     error_ = error;
   }
   cv_.notify_all();
+  finished(error != nullptr);
 }
 
 }  // namespace pycollect

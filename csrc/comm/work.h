@@ -11,6 +11,7 @@ namespace pycollect {
 class Work {
  public:
   explicit Work(std::string what) : what_(std::move(what)) {}
+  virtual ~Work() = default;
 
   // Blocks until the op finished or `timeoutSec` passed (< 0: no limit). Returns
   // false on timeout; rethrows the op's error if it failed.
@@ -21,6 +22,10 @@ class Work {
 
   // The first call decides the outcome; later ones (a second error) are ignored.
   void finish(std::exception_ptr error);
+
+ protected:
+  // Runs once, on the thread that finished the op, after waiters were woken.
+  virtual void finished(bool /*failed*/) {}
 
  private:
   std::string what_;

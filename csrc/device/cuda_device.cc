@@ -1,5 +1,7 @@
 #include "device/cuda_device.h"
 
+#include <cstring>
+
 namespace pycollect {
 namespace {
 
@@ -101,6 +103,55 @@ void* CudaDevice::allocPinned(size_t bytes) {
 void CudaDevice::freePinned(void* p) {
   Current current(d_, ctx_);
   check(d_.cuMemFreeHost(p), "cuMemFreeHost");
+}
+
+uint32_t* CudaDevice::allocFlags(size_t words) {
+  if (d_.cuMemHostGetDevicePointer == nullptr || d_.cuStreamWriteValue32 == nullptr ||
+      d_.cuStreamWaitValue32 == nullptr) {
+    return nullptr;  // an old driver: wait() blocks the host
+  }
+  if (flagsHost_ != nullptr) throw DeviceError(name() + ": flag words were already allocated");
+  Current current(d_, ctx_);
+  void* p = nullptr;
+  const size_t bytes = (words == 0 ? 1 : words) * sizeof(uint32_t);
+  check(d_.cuMemHostAlloc(&p, bytes, cuda::kMemHostAllocPortable | cuda::kMemHostAllocDeviceMap),
+        "cuMemHostAlloc");
+  std::memset(p, 0, bytes);
+  cuda::CUdeviceptr dptr = 0;
+  if (d_.cuMemHostGetDevicePointer(&dptr, p, 0) != cuda::CUDA_SUCCESS) {
+    d_.cuMemFreeHost(p);  // the GPU cannot map host memory: wait() blocks the host
+    return nullptr;
+  }
+  flagsHost_ = static_cast<uint32_t*>(p);
+  flagsDevice_ = dptr;
+  flagsWords_ = bytes / sizeof(uint32_t);
+  return flagsHost_;
+}
+
+void CudaDevice::freeFlags(uint32_t* flags) {
+  // Deliberately kept (4 KiB per group): a caller's stream may still hold a waitValue on
+  // a word (the words were all stored first, but the GPU reads them when it gets there),
+  // and freeing mapped memory under a pending wait would fault the context.
+  (void)flags;
+}
+
+cuda::CUdeviceptr CudaDevice::flagAddress(const uint32_t* flag) const {
+  if (flagsHost_ == nullptr || flag < flagsHost_ || flag >= flagsHost_ + flagsWords_) {
+    throw DeviceError(name() + ": a flag word outside the region allocFlags made");
+  }
+  return flagsDevice_ + static_cast<cuda::CUdeviceptr>(flag - flagsHost_) * sizeof(uint32_t);
+}
+
+void CudaDevice::writeValue(StreamHandle stream, uint32_t* flag, uint32_t value) {
+  Current current(d_, ctx_);
+  check(d_.cuStreamWriteValue32(asStream(stream), flagAddress(flag), value, cuda::CU_STREAM_WRITE_VALUE_DEFAULT),
+        "cuStreamWriteValue32");
+}
+
+void CudaDevice::waitValue(StreamHandle stream, uint32_t* flag, uint32_t value) {
+  Current current(d_, ctx_);
+  check(d_.cuStreamWaitValue32(asStream(stream), flagAddress(flag), value, cuda::CU_STREAM_WAIT_VALUE_GEQ),
+        "cuStreamWaitValue32");
 }
 
 }  // namespace pycollect

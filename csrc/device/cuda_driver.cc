@@ -20,6 +20,12 @@ void load(void* lib, F& slot, const char* symbol) {
   slot = reinterpret_cast<F>(f);
 }
 
+// A symbol the driver may lack: nullptr then.
+template <typename F>
+void loadOptional(void* lib, F& slot, const char* symbol) {
+  slot = reinterpret_cast<F>(::dlsym(lib, symbol));
+}
+
 // "<call> failed: <driver's text> (CUresult n)"
 std::string describe(const Driver& d, CUresult r, const char* call) {
   const char* text = nullptr;
@@ -57,6 +63,9 @@ Driver loadDriver() {
   load(lib, d.cuMemHostAlloc, "cuMemHostAlloc");
   load(lib, d.cuMemFreeHost, "cuMemFreeHost");
   load(lib, d.cuGetErrorString, "cuGetErrorString");
+  loadOptional(lib, d.cuMemHostGetDevicePointer, "cuMemHostGetDevicePointer_v2");
+  loadOptional(lib, d.cuStreamWriteValue32, "cuStreamWriteValue32_v2");
+  loadOptional(lib, d.cuStreamWaitValue32, "cuStreamWaitValue32_v2");
   // The library stays loaded for the life of the process (no dlclose).
   CUresult r = d.cuInit(0);
   if (r != CUDA_SUCCESS) {

@@ -1,5 +1,5 @@
 // The CUDA driver API, loaded at run time: dlopen("libcuda.so.1") and dlsym of the
-// dozen entry points staging uses. No CUDA header or toolkit is needed to build, so
+// entry points staging uses. No CUDA header or toolkit is needed to build, so
 // one wheel serves machines with and without a GPU; the driver ships with the GPU's
 // kernel module, which every CUDA program (torch included) loads the same way.
 //
@@ -29,6 +29,10 @@ constexpr CUresult CUDA_SUCCESS = 0;
 constexpr CUresult CUDA_ERROR_NOT_READY = 600;
 constexpr unsigned CU_STREAM_NON_BLOCKING = 0x1;
 constexpr unsigned CU_EVENT_DISABLE_TIMING = 0x2;
+constexpr unsigned kMemHostAllocPortable = 0x1;   // CU_MEMHOSTALLOC_PORTABLE (a macro in cuda.h)
+constexpr unsigned kMemHostAllocDeviceMap = 0x2;  // CU_MEMHOSTALLOC_DEVICEMAP (a macro in cuda.h)
+constexpr unsigned CU_STREAM_WAIT_VALUE_GEQ = 0x0;       // (int32_t)(*addr - value) >= 0
+constexpr unsigned CU_STREAM_WRITE_VALUE_DEFAULT = 0x0;  // with a memory fence before the write
 
 struct Driver {
   CUresult (*cuInit)(unsigned flags);
@@ -49,6 +53,14 @@ struct Driver {
   CUresult (*cuMemHostAlloc)(void** p, size_t bytes, unsigned flags);
   CUresult (*cuMemFreeHost)(void* p);
   CUresult (*cuGetErrorString)(CUresult error, const char** text);
+  // Optional: nullptr where this driver lacks them (stream memory operations came with
+  // the _v2 symbols of CUDA 11.7); staging's wait() then blocks the host instead.
+  CUresult (*cuMemHostGetDevicePointer)(CUdeviceptr* dptr, void* p,
+                                        unsigned flags);  // cuMemHostGetDevicePointer_v2
+  CUresult (*cuStreamWriteValue32)(CUstream stream, CUdeviceptr addr, uint32_t value,
+                                   unsigned flags);  // cuStreamWriteValue32_v2
+  CUresult (*cuStreamWaitValue32)(CUstream stream, CUdeviceptr addr, uint32_t value,
+                                  unsigned flags);  // cuStreamWaitValue32_v2
 };
 
 // The loaded driver, loaded on first use (thread-safe); raises DeviceError naming

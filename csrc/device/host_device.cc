@@ -1,5 +1,6 @@
 #include "device/host_device.h"
 
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstdlib>
@@ -37,6 +38,7 @@ struct HostDevice::Mark {
 struct HostDevice::Stream {
   Stream() : thread([this] { run(); }) {}
   ~Stream() {
+    closing.store(true);  // a waitValue gives up
     {
       std::lock_guard<std::mutex> lock(mu);
       stopping = true;
@@ -70,6 +72,7 @@ struct HostDevice::Stream {
   std::deque<std::function<void()>> tasks;
   bool stopping = false;
   std::string error;  // set by the thread when a task failed; later tasks are skipped
+  std::atomic<bool> closing{false};  // the device is being destroyed
   std::thread thread;  // last: starts once the members above exist
 };
 
@@ -77,7 +80,10 @@ HostDevice::HostDevice(HostDeviceOptions options) : options_(options) {
   streams_.push_back(std::make_unique<Stream>());  // handle 0: the default stream
 }
 
-HostDevice::~HostDevice() { streams_.clear(); }
+HostDevice::~HostDevice() {
+  streams_.clear();  // joins the threads: nothing polls a flag word any more
+  for (uint32_t* f : flags_) std::free(f);
+}
 
 HostDevice::Stream& HostDevice::stream(StreamHandle handle) {
   std::lock_guard<std::mutex> lock(mu_);
@@ -191,5 +197,48 @@ void* HostDevice::allocPinned(size_t bytes) {
 }
 
 void HostDevice::freePinned(void* p) { std::free(p); }
+
+uint32_t* HostDevice::allocFlags(size_t words) {
+  auto* p = static_cast<uint32_t*>(std::calloc(words == 0 ? 1 : words, sizeof(uint32_t)));
+  if (p == nullptr) throw DeviceError("host device: out of memory for flag words");
+  std::lock_guard<std::mutex> lock(mu_);
+  flags_.push_back(p);
+  return p;
+}
+
+void HostDevice::freeFlags(uint32_t*) {
+  // Kept until the destructor: a stream thread may still be polling a word.
+}
+
+void HostDevice::writeValue(StreamHandle handle, uint32_t* flag, uint32_t value) {
+  Stream* sp = &stream(handle);
+  // Stored even on a broken stream: on CUDA a copy's failure is a sticky error of the
+  // whole context, which ends every stream's waits (with that error) instead of leaving
+  // them hanging; here the waiters go on, and the error is the staged call's.
+  sp->push([flag, value] { flagStore(flag, value); });
+}
+
+void HostDevice::waitValue(StreamHandle handle, uint32_t* flag, uint32_t value) {
+  Stream* sp = &stream(handle);
+  sp->push([sp, flag, value] {
+    while (!flagReached(flagLoad(flag), value) && !sp->closing.load()) {
+      std::this_thread::sleep_for(std::chrono::microseconds(50));
+    }
+  });
+}
+
+void HostDevice::snapshot(void* dst, const void* src, size_t bytes, StreamHandle handle) {
+  Stream* sp = &stream(handle);
+  sp->push([sp, dst, src, bytes] {
+    if (sp->error.empty()) std::memcpy(dst, src, bytes);
+  });
+}
+
+void HostDevice::synchronize(StreamHandle handle) {
+  Stream* sp = &stream(handle);
+  auto mark = std::make_shared<Mark>();
+  sp->push([mark] { mark->complete(""); });
+  mark->waitDone();
+}
 
 }  // namespace pycollect

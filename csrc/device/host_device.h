@@ -3,7 +3,9 @@
 // Each stream is a FIFO of tasks run by its own thread: a copy is a memcpy that
 // happens later (after `copyDelayUs`, to make reordering bugs show), an event record
 // completes when the thread reaches it, a stream wait blocks that thread until the
-// event's record completes. "Device memory" is ordinary host memory.
+// event's record completes, a writeValue stores its word when the thread reaches it, a
+// waitValue polls the word (50 us sleeps) and gives up when the device is destroyed, so
+// a stream never outlives it. "Device memory" is ordinary host memory.
 //
 // failCopy = N > 0 makes the N-th copy of this device fail: its stream is then
 // broken, so every later copy on it is skipped and every event recorded on it
@@ -39,10 +41,19 @@ class HostDevice : public Device {
   void streamWait(StreamHandle stream, EventHandle event) override;
   void* allocPinned(size_t bytes) override;
   void freePinned(void* p) override;
+  uint32_t* allocFlags(size_t words) override;
+  void freeFlags(uint32_t* flags) override;
+  void writeValue(StreamHandle stream, uint32_t* flag, uint32_t value) override;
+  void waitValue(StreamHandle stream, uint32_t* flag, uint32_t value) override;
 
   // Test hook: queue, on `stream`, a fill of `bytes` at `device` with `value` after a
   // sleep of `delayUs`: work "already queued by the caller" that a collective must wait for.
   void fill(void* device, size_t bytes, int value, int delayUs, StreamHandle stream);
+  // Test hooks: queue a plain memcpy on `stream` (work the caller queues after a wait;
+  // not a counted copy, so failCopy and copyDelayUs leave it alone), and block the host
+  // until `stream` ran everything queued so far.
+  void snapshot(void* dst, const void* src, size_t bytes, StreamHandle stream);
+  void synchronize(StreamHandle stream);
 
   struct Stream;
   struct Mark;
@@ -56,6 +67,7 @@ class HostDevice : public Device {
   std::vector<std::unique_ptr<Stream>> streams_;  // handle h is streams_[h]; 0: the default
   std::vector<std::shared_ptr<Mark>> events_;     // handle h is events_[h - 1]: its last record
   uint64_t copies_ = 0;                            // copies queued so far (under mu_)
+  std::vector<uint32_t*> flags_;  // allocFlags' memory: freed once the stream threads ended
 };
 
 }  // namespace pycollect

@@ -353,7 +353,7 @@ class _Done:
     def __init__(self, error: Optional[BaseException]):
         self._error = error
 
-    def wait(self) -> bool:
+    def wait(self, blocking=None) -> bool:
         if self._error is not None:
             raise self._error
         return True

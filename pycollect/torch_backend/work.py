@@ -8,6 +8,13 @@ group gets one completer thread: it takes the group's operations in issue order
 (the engine's wait releases it), runs its copy-out, then marks the torch Work done
 and completes its Future. `Work.wait(timeout)` waits for that moment with a
 deadline; an error of the operation is raised by `wait()` and carried by the Future.
+
+CUDA tensors, as NCCL's Work: when every engine operation of a Work is a staged call,
+`wait()` makes the caller's current stream wait for them and returns at once (the
+host is not blocked; pycollect.work.Work.wait); the completer still settles the Future
+once the results are in device memory, and an error surfaces from is_completed(),
+exception(), the Future and the group's next call. PYCOLLECT_BLOCKING_WAIT=1 keeps the
+host-blocking wait.
 """
 from __future__ import annotations
 
@@ -20,6 +27,7 @@ import torch.distributed as dist
 
 from ..errors import CollectiveTimeoutError
 from ..options import to_seconds
+from ..work import Work as EngineWork
 
 
 class TorchWork(dist.Work):
@@ -34,6 +42,9 @@ class TorchWork(dist.Work):
         self._method = method
         self._source = source  # a recv's: () -> the sender's rank
         self._engine_works = list(engine_works)
+        # Staged calls only: wait() may make the caller's stream wait instead of the host.
+        streamable = [isinstance(w, EngineWork) and w._can_stream_wait() for w in self._engine_works]
+        self._stream_works = list(self._engine_works) if streamable and all(streamable) else []
         self._result = result
         self._done = threading.Event()
         self._error: Optional[BaseException] = None
@@ -45,7 +56,7 @@ class TorchWork(dist.Work):
         """Completer thread: wait for the engine, then publish the outcome."""
         try:
             for w in self._engine_works:
-                w.wait()
+                w.wait(blocking=True)  # the Future is set once the results are in place
         except CollectiveTimeoutError as e:  # worded as Gloo's, which callers match on
             self._error = CollectiveTimeoutError(f"pycollect backend: {self._method} Timed out (the group's timeout): {e}")
         except BaseException as e:  # noqa: BLE001 - delivered to every waiter
@@ -58,6 +69,9 @@ class TorchWork(dist.Work):
             self._future.set_exception(self._error)
 
     def wait(self, timeout=None) -> bool:
+        if (self._stream_works and self._error is None and not self._stream_works[0]._group.options.blocking_wait
+                and all(w._stream_wait() for w in self._stream_works)):
+            return True  # the caller's stream waits; the host does not
         seconds = to_seconds(timeout)
         if seconds is not None and seconds <= 0:
             seconds = None  # torch's convention: a zero timeout means none

@@ -41,11 +41,18 @@ SAME_TYPE(cuMemcpyHtoDAsync, cuMemcpyHtoDAsync_v2);
 SAME_TYPE(cuMemHostAlloc, cuMemHostAlloc);
 SAME_TYPE(cuMemFreeHost, cuMemFreeHost);
 SAME_TYPE(cuGetErrorString, cuGetErrorString);
+SAME_TYPE(cuMemHostGetDevicePointer, cuMemHostGetDevicePointer_v2);
+SAME_TYPE(cuStreamWriteValue32, cuStreamWriteValue32_v2);
+SAME_TYPE(cuStreamWaitValue32, cuStreamWaitValue32_v2);
 
 static_assert(d::CUDA_SUCCESS == CUDA_SUCCESS, "CUDA_SUCCESS");
 static_assert(d::CUDA_ERROR_NOT_READY == CUDA_ERROR_NOT_READY, "CUDA_ERROR_NOT_READY");
 static_assert(d::CU_STREAM_NON_BLOCKING == CU_STREAM_NON_BLOCKING, "CU_STREAM_NON_BLOCKING");
 static_assert(d::CU_EVENT_DISABLE_TIMING == CU_EVENT_DISABLE_TIMING, "CU_EVENT_DISABLE_TIMING");
+static_assert(d::kMemHostAllocPortable == CU_MEMHOSTALLOC_PORTABLE, "CU_MEMHOSTALLOC_PORTABLE");
+static_assert(d::kMemHostAllocDeviceMap == CU_MEMHOSTALLOC_DEVICEMAP, "CU_MEMHOSTALLOC_DEVICEMAP");
+static_assert(d::CU_STREAM_WAIT_VALUE_GEQ == CU_STREAM_WAIT_VALUE_GEQ, "CU_STREAM_WAIT_VALUE_GEQ");
+static_assert(d::CU_STREAM_WRITE_VALUE_DEFAULT == CU_STREAM_WRITE_VALUE_DEFAULT, "CU_STREAM_WRITE_VALUE_DEFAULT");
 static_assert(std::is_same<d::CUdeviceptr, ::CUdeviceptr>::value, "CUdeviceptr");
 static_assert(sizeof(d::CUdevice) == sizeof(::CUdevice), "CUdevice");
 
