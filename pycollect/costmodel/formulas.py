@@ -51,10 +51,11 @@ def _ring_reduce_scatter(chunk: float, p: int, a: float, b: float, g: float, ov:
 
 def _unpack(P: Params, p: int, working_set: float, working=None):
     """(alpha, beta, gamma, overhead) of a step in which the ranks `working` (default all p)
-    copy or reduce, for a call whose buffer per rank is `working_set` bytes."""
+    copy or reduce, for a call whose buffer per rank is `working_set` bytes. What a core's
+    caches must hold is the buffers of every rank on it (ceil(p / cores) of them)."""
     working = range(p) if working is None else working
     busiest = P.busiest(working)
-    f = busiest * P.per_byte(working_set, P.cores_busy(working))
+    f = busiest * P.per_byte(working_set * P.stretch(p), P.cores_busy(working))
     return P.message_at(busiest), P.beta * f, P.gamma * f, P.overhead
 
 
