@@ -38,6 +38,9 @@ def register(subparsers) -> None:
                    help="--validate: calls per block fill this long (default 10 ms; at least 1 call)")
     p.add_argument("--repeats", type=int, default=7,
                    help="--validate: blocks per algorithm and size, interleaved (default 7); the fastest is compared")
+    p.add_argument("--launches", type=int, default=3,
+                   help="--validate: sets of ranks started one after another per op and group size; each point "
+                        "keeps its fastest (default 3)")
     p.add_argument("--netns-hosts", action="store_true",
                    help="--validate: one rank per network-namespace host (root; a steady, rate-limited link)")
     p.add_argument("--line-rate", default="1gbit", help="--validate --netns-hosts: each cable's rate (tc syntax)")
@@ -165,7 +168,12 @@ def _validate(args) -> int:
         worlds = parse_world_sizes(args.world_sizes)
     cases = [(op, a) for op in ops for a in FORMULAS[op] if algos is None or a in algos]
     refused = available(sorted({op for op, _ in cases}))
+    launches = 1 if args.quick else args.launches
+    if launches < 1 or repeats < 1 or block_s <= 0:
+        raise ValueError("--launches and --repeats must be >= 1 and --block-ms > 0")
     print(f"# model: {params.describe()}")
+    print(f"# measured: per point the fastest of {launches} launch(es) x {repeats} interleaved blocks of "
+          f"~{block_s * 1e3:g} ms (ranks pinned to cores); load {os.getloadavg()[0]:.2f}")
     for (op, a), why in sorted(refused.items()):
         if why and (op, a) in cases:
             print(f"# skipped {op} {a}: the engine refuses it ({why})")
@@ -183,7 +191,8 @@ def _validate(args) -> int:
     line_rate = args.line_rate if args.netns_hosts else None
     if line_rate:
         print(f"# links: one rank per network-namespace host, {line_rate} cables each way")
-    rows = validate(params, cases, worlds, sizes, block_s, repeats, on_row=show, line_rate=line_rate)
+    rows = validate(params, cases, worlds, sizes, block_s, repeats, on_row=show, line_rate=line_rate,
+                    launches=launches)
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"meta": {"validate": True, "load": os.getloadavg(), "cores": os.cpu_count(),
