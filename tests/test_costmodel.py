@@ -80,6 +80,25 @@ def test_only_the_working_ranks_share_a_core():
             == pytest.approx(predict("all_reduce", 4000, 3, "halving_doubling", P) + 1e-6))
 
 
+def test_copies_within_a_core_are_faster():
+    # halving-doubling, p = 4 on 2 cores, n = 4000: header 2 us (2 ranks per core); the round of
+    # mask 2 pairs 0-2 and 1-3, each within a core; the round of mask 1 pairs across cores.
+    # Per round, 2 receivers per core: alpha 2 us, gamma 4 ns/B, beta 1 ns/B per copy: 2 copies
+    # (2 ns/B), or 2 / local_speedup within a core.
+    # local_speedup 1: mask 2: (2 + 2000 x 6 ns) + (2 + 2000 x 2 ns) = 14 + 6; mask 1: (2 + 1000 x 6 ns)
+    # + (2 + 1000 x 2 ns) = 8 + 4; total 2 + 20 + 12 = 34 us. local_speedup 2: mask 2 copies cost
+    # 1 ns/B: (2 + 2000 x 5 ns) + (2 + 2000 x 1 ns) = 12 + 4: total 30 us.
+    shared = P.with_(cores=2)
+    assert predict("all_reduce", 4000, 4, "halving_doubling", shared) == pytest.approx(34e-6)
+    assert predict("all_reduce", 4000, 4, "halving_doubling", shared.with_(local_speedup=2.0)) == pytest.approx(30e-6)
+    # the ring's neighbours are on different cores: no change
+    assert (predict("all_reduce", 4000, 4, "ring", shared.with_(local_speedup=2.0))
+            == pytest.approx(predict("all_reduce", 4000, 4, "ring", shared)))
+    # direct counts its p^2 pairs per core: on 2 cores at p = 4 each core receives 2 x 3 copies,
+    # 2 of them within the core
+    assert shared.with_(local_speedup=2.0).copies_all_pairs(4) == pytest.approx(2 * (1 / 2 + 2))
+
+
 def test_busy_cores_share_dram():
     # direct, p = 2 on 2 cores: both ranks copy and reduce at once; with DRAM worth one core's
     # copies (mem_parallel 1) each runs at half speed: 1 us + (1 + 4 us) x 2 = 11 us

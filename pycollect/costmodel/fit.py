@@ -9,7 +9,7 @@ parameter >= 0.
 `overlap` is not differentiable in that sense: the fit tries 0, 1/2 and 1 and keeps
 the one with the smallest error; likewise `cache_bytes` (None, or 512 KiB to 16 MiB in
 octaves: where the caches stop helping), with `cache_speedup` fitted (>= 1) for each.
-`cores` is given, not fitted.
+`local_speedup` is fitted (>= 1) where `cores` is given, which is not fitted.
 
     fit(samples, cores=2) -> (Params, rms relative error)
     samples_from_bench(json_dict) -> samples (the shape `pycollect bench --json` writes)
@@ -23,8 +23,8 @@ from .choice import predict
 from .formulas import DEFAULT_SEGMENT_BYTES
 from .params import Params
 
-FITTED = ("alpha", "beta", "gamma", "overhead", "wake", "cache_speedup", "mem_parallel")
-LOWER = {"cache_speedup": 1.0, "mem_parallel": 1.0}  # every other fitted parameter is >= 0
+FITTED = ("alpha", "beta", "gamma", "overhead", "wake", "cache_speedup", "mem_parallel", "local_speedup")
+LOWER = {"cache_speedup": 1.0, "mem_parallel": 1.0, "local_speedup": 1.0}  # every other one is >= 0
 # cache_bytes tried by default: none, and the octaves where L2 / L3 sizes lie
 CACHE_SIZES: Tuple[Optional[float], ...] = (None,) + tuple(float(1 << k) for k in range(19, 25))
 Sample = Tuple[str, str, float, int, float, int]  # op, algo, nbytes, world_size, seconds, segment bytes
@@ -59,7 +59,7 @@ def _solve(samples: Sequence[Sample], params: Params, fixed: Dict[str, float], r
     3x too fast (on a loaded machine the outliers are slow ones)."""
     import numpy as np
 
-    free = [f for f in FITTED if f not in fixed and not (f == "wake" and params.cores is None)
+    free = [f for f in FITTED if f not in fixed and not (f in ("wake", "local_speedup") and params.cores is None)
             and not (f == "cache_speedup" and params.cache_bytes is None)
             and not (f == "mem_parallel" and params.mem_parallel is None)]
     params = params.with_(**fixed)

@@ -49,14 +49,31 @@ def _ring_reduce_scatter(chunk: float, p: int, a: float, b: float, g: float, ov:
     return max((p - 1) * k * unit, (p - 1) * (link + red) + (k - 1) * unit), link, k, unit
 
 
-def _unpack(P: Params, p: int, working_set: float, working=None):
-    """(alpha, beta, gamma, overhead) of a step in which the ranks `working` (default all p)
-    copy or reduce, for a call whose buffer per rank is `working_set` bytes. What a core's
-    caches must hold is the buffers of every rank on it (ceil(p / cores) of them)."""
-    working = range(p) if working is None else working
-    busiest = P.busiest(working)
-    f = busiest * P.per_byte(working_set * P.stretch(p), P.cores_busy(working))
-    return P.message_at(busiest), P.beta * f, P.gamma * f, P.overhead
+def _ring(p: int):
+    """A ring step's transfers (receiver, sender): every rank from its left neighbour."""
+    return [(r, (r - 1) % p) for r in range(p)]
+
+
+def _unpack(P: Params, p: int, working_set: float, transfers=None, all_pairs: bool = False):
+    """(alpha, beta, gamma, overhead) of a step made of `transfers` (receiver, sender; default
+    a ring step), for a call whose buffer per rank is `working_set` bytes. beta counts every
+    copy the busiest core makes in the step (Params.copies: the receiver copies; within a core,
+    faster), so a transfer's bytes times beta is the step's copying; gamma and alpha are
+    stretched by the receivers on the busiest core (Params.busiest). What a core's caches
+    must hold is the buffers of every rank on it (ceil(p / cores) of them). `all_pairs`:
+    every rank receives from every other (direct), counted without listing the p^2 pairs.
+    `transfers` is a function returning the list, called only when ranks share cores: with
+    a core per rank a step costs the same whoever works in it (one copy per receiver, p-1
+    for all_pairs), and what-ifs at thousands of ranks need no lists."""
+    if P.cores is None:
+        copies = max(0, p - 1) if all_pairs else 1
+        return P.message_at(1), P.beta * P.per_byte(working_set) * copies, P.gamma * P.per_byte(working_set), P.overhead
+    transfers = [] if all_pairs else _ring(p) if transfers is None else list(transfers())
+    receivers = range(p) if all_pairs else sorted({dst for dst, _ in transfers})
+    busiest = P.busiest(receivers)
+    f = P.per_byte(working_set * P.stretch(p), P.cores_busy(receivers))
+    copies = P.copies_all_pairs(p) if all_pairs else P.copies(transfers)
+    return P.message_at(busiest), P.beta * f * copies, P.gamma * f * busiest, P.overhead
 
 
 def allreduce_ring(n: float, p: int, P: Params, seg: int = DEFAULT_SEGMENT_BYTES) -> float:
@@ -74,10 +91,10 @@ def allreduce_direct(n: float, p: int, P: Params, seg: int = DEFAULT_SEGMENT_BYT
     """allreduce_direct.cc: the payload rides behind the header (one alpha); each rank
     sends n bytes to each of p-1 peers and receives as much ((p-1)n beta), copies its own
     input and reduces p-1 vectors (p n gamma, the copy counted as one pass)."""
-    a, b, g, o = _unpack(P, p, n)
+    a, b, g, o = _unpack(P, p, n, all_pairs=True)
     if p == 1:
         return o
-    return o + a + (p - 1) * n * b + p * n * g
+    return o + a + n * b + p * n * g
 
 
 def allreduce_halving_doubling(n: float, p: int, P: Params, seg: int = DEFAULT_SEGMENT_BYTES) -> float:
@@ -88,15 +105,24 @@ def allreduce_halving_doubling(n: float, p: int, P: Params, seg: int = DEFAULT_S
     if p == 1:
         return o
     pp = 1 << (p.bit_length() - 1)
-    r, lg, frac = p - pp, pp.bit_length() - 1, (pp - 1) / pp
-    # who works: the fold's receivers are the odd ranks below 2r, the unfold's the even
-    # ones; the p' survivors (those odd ranks and every rank from 2r on) run the rounds
-    survivors = [q for q in range(p) if q >= 2 * r or q % 2 == 1]
-    a2, b2, g2, _ = _unpack(P, p, n, survivors)
-    t = o + a + lg * a2 + frac * n * b2 + frac * n * g2 + lg * a2 + frac * n * b2
+    r = p - pp
+    # The fold: the odd ranks below 2r receive from the even one below; the unfold the
+    # reverse. The p' survivors (those odd ranks and every rank from 2r on, renumbered
+    # 0..p'-1) exchange with the survivor whose number differs in one bit: the halving
+    # round of mask m moves m / p' n bytes each way and reduces them, the doubling round
+    # of the same mask moves them back.
+    def survivors():
+        return [q for q in range(p) if q >= 2 * r or q % 2 == 1]
+
+    t = o + a
+    m = pp // 2
+    while m >= 1:
+        am, bm, gm, _ = _unpack(P, p, n, lambda: [(s[v], s[v ^ m]) for s in [survivors()] for v in range(pp)])
+        t += (am + m / pp * n * (bm + gm)) + (am + m / pp * n * bm)
+        m //= 2
     if r > 0:
-        af, bf, gf, _ = _unpack(P, p, n, range(1, 2 * r, 2))
-        au, bu, _, _ = _unpack(P, p, n, range(0, 2 * r, 2))
+        af, bf, gf, _ = _unpack(P, p, n, lambda: [(q, q - 1) for q in range(1, 2 * r, 2)])
+        au, bu, _, _ = _unpack(P, p, n, lambda: [(q, q + 1) for q in range(0, 2 * r, 2)])
         t += (af + n * bf + n * gf) + (au + n * bu)
     return t
 
@@ -110,9 +136,8 @@ def allreduce_tree(n: float, p: int, P: Params, seg: int = DEFAULT_SEGMENT_BYTES
     t = o + (a if p > 1 else 0)
     d = 1
     while d < p:
-        parents = [q for q in range(0, p, 2 * d) if q + d < p]
-        ar, br, gr, _ = _unpack(P, p, n, parents)
-        ab, bb, _, _ = _unpack(P, p, n, [q + d for q in parents])
+        ar, br, gr, _ = _unpack(P, p, n, lambda: [(q, q + d) for q in range(0, p - d, 2 * d)])
+        ab, bb, _, _ = _unpack(P, p, n, lambda: [(q + d, q) for q in range(0, p - d, 2 * d)])
         t += (ar + n * br + n * gr) + (ab + n * bb)
         d *= 2
     return t
@@ -137,7 +162,13 @@ def allgather_bruck(N: float, p: int, P: Params, seg: int = DEFAULT_SEGMENT_BYTE
     a, b, g, o = _unpack(P, p, N)
     if p == 1:
         return o
-    return o + a + _log2ceil(p) * a + (p - 1) / p * N * b + N / p * g
+    t = o + a + N / p * g
+    d = 1
+    while d < p:  # the round of distance d: every rank receives min(d, p - d) blocks from rank + d
+        ad, bd, _, _ = _unpack(P, p, N, lambda: [(q, (q + d) % p) for q in range(p)])
+        t += ad + min(d, p - d) * N / p * bd
+        d *= 2
+    return t
 
 
 def reduce_scatter_ring(N: float, p: int, P: Params, seg: int = DEFAULT_SEGMENT_BYTES) -> float:
@@ -151,7 +182,7 @@ def reduce_scatter_ring(N: float, p: int, P: Params, seg: int = DEFAULT_SEGMENT_
 def broadcast_chain(n: float, p: int, P: Params, seg: int = DEFAULT_SEGMENT_BYTES) -> float:
     """broadcast_chain.cc: k segments down a chain of p-1 links, one behind the other:
     (p - 2 + k) segment times. The p-1 receivers work (root 0, as the benchmark's)."""
-    a, b, g, o = _unpack(P, p, n, range(1, p))
+    a, b, g, o = _unpack(P, p, n, lambda: [(q, q - 1) for q in range(1, p)])
     if p == 1:
         return o
     k, s = _segments(n, seg)

@@ -23,8 +23,13 @@ cache_bytes, cache_speedup: on shared memory the "wire" is a memory copy, so a c
   (the default, and for typed parameters): one speed for every size, as on a NIC.
 mem_parallel: what the cores' copies to and from DRAM share: k cores copying at once
   each run at min(1, mem_parallel / k) of one core's speed alone (the memory bus, not the
-  cores, is then the limit). None (the default, and for typed parameters): no sharing.
+  cores, is then the limit). None (the default, and for typed parameters): no sharing;
+  it needs `cores` (the cores of one machine share its DRAM).
   It applies to the part of a call that the caches do not hold (Params.dram_fraction).
+local_speedup: a copy between two ranks pinned to the same core runs this much faster
+  than one between cores (the bytes come from that core's own caches). Halving-doubling
+  and Bruck at 4 ranks on 2 cores exchange within a core in half their rounds; the ring's
+  neighbours sit on different cores. 1 (the default): no difference.
 """
 from __future__ import annotations
 
@@ -33,7 +38,7 @@ import math
 import os
 import re
 from dataclasses import asdict, dataclass, fields, replace
-from typing import Dict, Iterable, Optional
+from typing import Dict, Iterable, Optional, Tuple
 
 # Where `pycollect model --fit` writes and what the group's automatic choice loads when
 # PYCOLLECT_MODEL is not set.
@@ -55,6 +60,7 @@ class Params:
     cache_bytes: Optional[float] = None
     cache_speedup: float = 1.0
     mem_parallel: Optional[float] = None
+    local_speedup: float = 1.0
     source: str = "built-in defaults"
 
     def __post_init__(self):
@@ -70,6 +76,8 @@ class Params:
             raise ValueError(f"Params.cache_bytes must be None or a number of bytes > 0, got {self.cache_bytes!r}")
         if not (isinstance(self.cache_speedup, (int, float)) and 1.0 <= self.cache_speedup < float("inf")):
             raise ValueError(f"Params.cache_speedup must be a finite number >= 1, got {self.cache_speedup!r}")
+        if not (isinstance(self.local_speedup, (int, float)) and 1.0 <= self.local_speedup < float("inf")):
+            raise ValueError(f"Params.local_speedup must be a finite number >= 1, got {self.local_speedup!r}")
         if self.mem_parallel is not None and not (isinstance(self.mem_parallel, (int, float))
                                                   and 1.0 <= self.mem_parallel < float("inf")):
             raise ValueError(f"Params.mem_parallel must be None or a finite number >= 1, got {self.mem_parallel!r}")
@@ -85,6 +93,30 @@ class Params:
         for r in working:
             per_core[r % self.cores] = per_core.get(r % self.cores, 0) + 1
         return max(per_core.values(), default=1)
+
+    def core(self, rank: int) -> int:
+        """The core of `rank`: rank mod cores (pinned round-robin); its own with cores None."""
+        return rank if self.cores is None else rank % self.cores
+
+    def copies(self, transfers: Iterable[Tuple[int, int]]) -> float:
+        """The copies a step puts on its busiest core, for `transfers` (receiver, sender):
+        the receiver's core does the copy; one within a core counts 1 / local_speedup."""
+        per_core: Dict[int, float] = {}
+        for dst, src in transfers:
+            c = self.core(dst)
+            per_core[c] = per_core.get(c, 0.0) + (1.0 / self.local_speedup if self.core(src) == c else 1.0)
+        return max(per_core.values(), default=1.0)
+
+    def copies_all_pairs(self, world_size: int) -> float:
+        """copies() of the step in which every rank receives from every other (direct),
+        counted per core instead of pair by pair (p^2 pairs at thousands of ranks)."""
+        if self.cores is None:
+            return float(max(0, world_size - 1))
+        out = 0.0
+        for c in range(min(self.cores, world_size)):
+            here = len(range(c, world_size, self.cores))
+            out = max(out, here * ((here - 1) / self.local_speedup + (world_size - here)))
+        return out
 
     def cores_busy(self, working: Iterable[int]) -> int:
         """How many cores the `working` ranks occupy (rank r on core r mod cores); with a core
@@ -112,7 +144,7 @@ class Params:
         the caches, 1 in DRAM, times the DRAM share of the step's cores (mem_parallel)."""
         dram = self.dram_fraction(working_set)
         fast = 1.0 / self.cache_speedup
-        shared = 1.0 if self.mem_parallel is None else max(1.0, cores_busy / self.mem_parallel)
+        shared = 1.0 if self.mem_parallel is None or self.cores is None else max(1.0, cores_busy / self.mem_parallel)
         return fast + (1.0 - fast) * dram + (shared - 1.0) * dram
 
     def message(self, world_size: int) -> float:
@@ -173,6 +205,8 @@ class Params:
             wake += f", {self.cache_speedup:.2f}x faster up to {self.cache_bytes / 2**20:g} MiB per rank"
         if self.mem_parallel is not None:
             wake += f", DRAM shared: {self.mem_parallel:.2f} cores' worth"
+        if self.local_speedup > 1:
+            wake += f", copies within a core {self.local_speedup:.2f}x faster"
         return (f"alpha {self.alpha * 1e6:.2f} us{wake}, beta {1 / self.beta / 1e9 if self.beta else float('inf'):.3f} GB/s, "
                 f"gamma {1 / self.gamma / 1e9 if self.gamma else float('inf'):.3f} GB/s, "
                 f"overhead {self.overhead * 1e6:.1f} us, overlap {self.overlap:g}, {cores} ({self.source})")
