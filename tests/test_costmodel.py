@@ -343,6 +343,27 @@ def test_cli_validate_quick_end_to_end(tmp_path):
     assert len(samples) == len(measured) and all(s[4] > 0 for s in samples)
 
 
+def test_cli_validate_from_saved_samples(tmp_path):
+    """--validate --from: earlier samples checked against other parameters, no ranks started.
+    Samples made by the model itself are within 0 %; doubled times are 50 % off, every row."""
+    params = tmp_path / "p.json"
+    Params(alpha=3e-6, beta=1 / 6e9, gamma=1 / 12e9, cores=2, local_speedup=1.5).save(str(params))
+    loaded = Params.load(str(params))
+    samples = [[op, a, n, p, predict(op, n, p, a, loaded), 524288]
+               for op, a in (("all_reduce", "ring"), ("all_reduce", "halving_doubling"), ("all_gather", "bruck"))
+               for p in (2, 3, 4) for n in (65536, 4 << 20)]
+    exact, doubled = tmp_path / "exact.json", tmp_path / "doubled.json"
+    exact.write_text(json.dumps({"samples": samples}))
+    doubled.write_text(json.dumps({"samples": [s[:4] + [2 * s[4], s[5]] for s in samples]}))
+    r = _cli("--validate", "--from", str(exact), "--params", str(params))
+    assert r.returncode == 0, r.stderr
+    assert f"# {len(samples)}/{len(samples)} rows within 25 %" in r.stdout
+    r = _cli("--validate", "--from", str(doubled), "--params", str(params))
+    assert f"# 0/{len(samples)} rows within 25 %" in r.stdout and r.stdout.count("-50.0%") == len(samples)
+    r = _cli("--validate", "--from", str(params))
+    assert r.returncode == 2 and "not a `pycollect model --validate --json` file" in r.stderr
+
+
 @pytest.mark.slow
 def test_cli_validate_on_rate_limited_hosts(tmp_path):
     """--netns-hosts: one rank per namespace host behind a 200 Mbit/s cable, so a 1 MiB

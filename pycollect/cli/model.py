@@ -29,7 +29,9 @@ def register(subparsers) -> None:
     mode.add_argument("--validate", action="store_true", help="benchmark each algorithm, print predicted vs measured")
     mode.add_argument("--predict", action="store_true", help="predicted time and busbw per world size")
     p.add_argument("--from", dest="sources", nargs="+", default=[], metavar="JSON",
-                   help="--fit: `pycollect bench --json` files (all-reduce runs need --algo)")
+                   help="--fit: `pycollect bench --json` files (all-reduce runs need --algo); --validate: the "
+                        "samples of earlier `--validate --json` runs, checked against the parameters without "
+                        "measuring again")
     p.add_argument("--probe", action="store_true", help="--fit: a quick 2-rank probe instead of files")
     p.add_argument("--out", default=DEFAULT_PATH, help=f"--fit: where to write (default {DEFAULT_PATH})")
     p.add_argument("--quick", action="store_true", help="--validate: 2 ranks, all-reduce ring/direct, 2 sizes")
@@ -157,6 +159,8 @@ def _validate(args) -> int:
     from ..costmodel.measure import available, validate
 
     params = params_from_args(args)
+    if args.sources:
+        return _validate_saved(args.sources, params)
     if args.quick:
         ops, worlds, sizes, block_s, repeats = ["all_reduce"], [2], [65536, 1 << 20], 0.002, 2
         algos = args.algos or ["ring", "direct"]
@@ -179,20 +183,12 @@ def _validate(args) -> int:
         if why and (op, a) in cases:
             print(f"# skipped {op} {a}: the engine refuses it ({why})")
     cases = [c for c in cases if not refused.get(c)]
-    print(f"{'op':>14} {'algo':>16} {'p':>2} {'size':>6} {'measured us':>12} {'median us':>10} {'predicted us':>13} {'error':>7}")
-
-    def show(r, failure=None):
-        if failure:
-            print(f"{r.op:>14} {r.algo:>16} {r.world_size:>2} {format_size(r.nbytes):>6}  FAILED: {failure}", flush=True)
-            return
-        flag = "  !" if abs(r.error) > TARGET else ""
-        print(f"{r.op:>14} {r.algo:>16} {r.world_size:>2} {format_size(r.nbytes):>6} {r.measured_s * 1e6:>12.1f} "
-              f"{r.median_s * 1e6:>10.1f} {r.predicted_s * 1e6:>13.1f} {r.error * 100:>6.1f}%{flag}", flush=True)
+    print(_HEADER)
 
     line_rate = args.line_rate if args.netns_hosts else None
     if line_rate:
         print(f"# links: one rank per network-namespace host, {line_rate} cables each way")
-    rows = validate(params, cases, worlds, sizes, block_s, repeats, on_row=show, line_rate=line_rate,
+    rows = validate(params, cases, worlds, sizes, block_s, repeats, on_row=_show, line_rate=line_rate,
                     launches=launches)
     if args.json:
         with open(args.json, "w") as f:
@@ -201,10 +197,48 @@ def _validate(args) -> int:
                        "samples": [[r.op, r.algo, r.nbytes, r.world_size, r.measured_s, DEFAULT_SEGMENT_BYTES]
                                    for r in rows]}, f, indent=1)
         print(f"# wrote {args.json}")
+    _summary(rows, params)
+    return 0
+
+
+_HEADER = f"{'op':>14} {'algo':>16} {'p':>2} {'size':>6} {'measured us':>12} {'median us':>10} {'predicted us':>13} {'error':>7}"
+
+
+def _show(r, failure=None) -> None:
+    if failure:
+        print(f"{r.op:>14} {r.algo:>16} {r.world_size:>2} {format_size(r.nbytes):>6}  FAILED: {failure}", flush=True)
+        return
+    flag = "  !" if abs(r.error) > TARGET else ""
+    print(f"{r.op:>14} {r.algo:>16} {r.world_size:>2} {format_size(r.nbytes):>6} {r.measured_s * 1e6:>12.1f} "
+          f"{r.median_s * 1e6:>10.1f} {r.predicted_s * 1e6:>13.1f} {r.error * 100:>6.1f}%{flag}", flush=True)
+
+
+def _summary(rows, params) -> None:
     bad = [r for r in rows if abs(r.error) > TARGET]
     print(f"# {len(rows) - len(bad)}/{len(rows)} rows within {TARGET * 100:.0f} %"
           + (f"; beyond: {len(bad)} (marked !)" if bad else ""))
     _choice_check(rows, params)
+
+
+def _validate_saved(paths, params: Params) -> int:
+    """--validate --from: the table and checks for samples measured before (no ranks start)."""
+    from ..costmodel.fit import samples_from_bench
+    from ..costmodel.measure import Row
+
+    rows = []
+    for path in paths:
+        with open(path) as f:
+            data = json.load(f)
+        if "samples" not in data:
+            raise ValueError(f"{path}: not a `pycollect model --validate --json` file (no samples)")
+        for op, algo, nbytes, p, seconds, seg in samples_from_bench(data):
+            rows.append(Row(op, algo, p, int(nbytes), seconds, predict(op, nbytes, p, algo, params, seg)))
+    print(f"# model: {params.describe()}")
+    print(f"# measured: {len(rows)} samples from {', '.join(paths)} (not measured again)")
+    print(_HEADER)
+    for r in rows:
+        _show(r)
+    _summary(rows, params)
     return 0
 
 
