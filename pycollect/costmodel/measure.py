@@ -52,16 +52,6 @@ def available(ops: Sequence[str] = tuple(FORMULAS)) -> Dict[Tuple[str, str], Opt
     return out
 
 
-def _pin(rank: int) -> None:
-    """Pins a measuring rank to a core (rank r to core r mod cores): left to the scheduler,
-    two ranks that wake each other are often placed on one core for a whole run, and that
-    run measures the placement (up to 9x slower on a 2-core machine), not the algorithm."""
-    import os
-
-    cores = sorted(os.sched_getaffinity(0))
-    os.sched_setaffinity(0, {cores[rank % len(cores)]})
-
-
 def _median_time(fn, iters: int) -> float:
     samples = []
     for _ in range(iters):
@@ -75,8 +65,9 @@ def _probe_job(rank: int, n: int, emit, sizes: Sequence[int], iters: int) -> Non
     import torch
 
     from .. import api as pc
+    from ..launch import pin_to_core
 
-    _pin(rank)
+    pin_to_core(rank)
     for size in sizes:  # ping-pong between ranks 0 and 1
         t = torch.zeros(max(1, size // 4))
 
@@ -156,10 +147,11 @@ def _algos_job(rank: int, n: int, emit, op: str, algos: Sequence[str], sizes: Se
 
     from .. import api as pc
     from ..benchmark.runner import Engine, _max_over_ranks, buffers
+    from ..launch import pin_to_core
     from ..benchmark.sizes import elements
 
     # all_gather takes algo=; reduce_scatter and broadcast have one algorithm and no algo=.
-    _pin(rank)
+    pin_to_core(rank)
     engines = [Engine("pycollect", algo=None if op in ("reduce_scatter", "broadcast") else a) for a in algos]
     for size in sizes:
         count = elements(op, size, n, 4)

@@ -3,8 +3,9 @@
     result = run_trace("all_reduce", 4 << 20, world_size=4, algo="ring")
     result.events   # pycollect.TraceEvent of every rank, rank by rank
 
-Each rank (pycollect.launch.run_ranks) runs the op `warmup` times untraced (links,
-scratch and page faults warm), then once inside pc.tracing(), and returns its events.
+Each rank (pycollect.launch.run_ranks, pinned to core r mod cores) runs the op `warmup`
+times untraced (links, scratch and page faults warm), then once inside pc.tracing(), and
+returns its events.
 """
 from __future__ import annotations
 
@@ -62,7 +63,9 @@ def _rank_job(rank: int, world_size: int, emit, op: str, nbytes: int, dtype: str
 
     from .. import api as pc
     from ..benchmark.runner import buffers
+    from ..launch import pin_to_core
 
+    pin_to_core(rank)  # the picture shows the algorithm, not where the scheduler put the ranks
     count = elements(op, nbytes, world_size, DTYPE_BYTES[dtype])
     a, b = buffers(op, count, world_size, getattr(torch, dtype))
     for _ in range(warmup):

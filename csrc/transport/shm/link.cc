@@ -41,8 +41,10 @@ void Link::progress() {
   changed = progressRecv() || changed;
   if (changed) ring();
   // A peer that closed its socket may have left its last bytes in the ring (it
-  // finished and left): they are taken first, as TCP delivers data before a FIN.
-  if (!lost_.empty() && busy()) throw PeerLostError(lost_);
+  // finished and left): they are taken first, as TCP delivers data before a FIN, so
+  // the loss is reported only by a pass that moved nothing (progressRecv stops at each
+  // completed receive, so taking them can need several passes).
+  if (!lost_.empty() && busy() && !changed) throw PeerLostError(lost_);
 }
 
 // Writes queued ranges into the ring (or posts them as single-copy records), then
@@ -86,9 +88,16 @@ bool Link::progressSend() {
   return changed;
 }
 
+// Moves bytes into the queued receive ranges until one completes (or nothing more is
+// there). Returning at the first completion lets the algorithm act on it at once: a
+// chain broadcast forwards segment j while segment j+1 is still being read. Draining
+// everything first made the middle rank of a 3-rank chain take the whole buffer before
+// forwarding any of it (seen in its trace), so the chain did not pipeline on shared
+// memory. moved() counts the bytes left behind as work, so no wait sleeps on them.
 bool Link::progressRecv() {
   bool changed = false;
-  while (!recvs_.empty()) {
+  const uint64_t doneBefore = recvsDone_;
+  while (!recvs_.empty() && recvsDone_ == doneBefore) {
     Range& r = recvs_.front();
     if (r.left == 0) {
       recvs_.pop_front();
@@ -164,6 +173,9 @@ bool Link::moved() const {
   // A send posted since the last progress() (e.g. a point-to-point send queued just
   // before the wait) is not written yet: the peer can only see it after one more pass.
   if (handedOff_ < sends_.size() && tx_.freeBytes() >= 2 * sizeof(RecordHeader)) return true;
+  // Likewise bytes already here for a queued receive, left by a progress() that stopped
+  // at a completed receive (progressRecv).
+  if (!recvs_.empty() && (record_.bytes != 0 || rx_.available() >= sizeof(RecordHeader))) return true;
   return rx_.channel().head.value.load(std::memory_order_seq_cst) != seenHead_ ||
          tx_.channel().tail.value.load(std::memory_order_seq_cst) != seenTail_ ||
          tx_.channel().acked.value.load(std::memory_order_seq_cst) != seenAcked_;
