@@ -29,7 +29,7 @@ mem_parallel: what the cores' copies to and from DRAM share: k cores copying at 
 local_speedup: a copy between two ranks pinned to the same core runs this much faster
   than one between cores (the bytes come from that core's own caches). Halving-doubling
   and Bruck at 4 ranks on 2 cores exchange within a core in half their rounds; the ring's
-  neighbours sit on different cores. 1 (the default): no difference. Fitted here: 1.05.
+  neighbours sit on different cores. 1 (the default): no difference. Fitted here: 1.03-1.05 (1.4-1.6 before the shared-memory receive fix).
 """
 from __future__ import annotations
 
