@@ -173,14 +173,13 @@ bool Link::moved() const {
   // A send posted since the last progress() (e.g. a point-to-point send queued just
   // before the wait) is not written yet: the peer can only see it after one more pass.
   if (handedOff_ < sends_.size() && tx_.freeBytes() >= 2 * sizeof(RecordHeader)) return true;
-  if (inputWaiting()) return true;
+  // Likewise bytes already here for a queued receive, left by a progress() that stopped
+  // at a completed receive (progressRecv): the wait's first look (Transport::spin) sees
+  // them and goes straight back to progress(), before any flag or doorbell.
+  if (!recvs_.empty() && (record_.bytes != 0 || rx_.available() >= sizeof(RecordHeader))) return true;
   return rx_.channel().head.value.load(std::memory_order_seq_cst) != seenHead_ ||
          tx_.channel().tail.value.load(std::memory_order_seq_cst) != seenTail_ ||
          tx_.channel().acked.value.load(std::memory_order_seq_cst) != seenAcked_;
-}
-
-bool Link::inputWaiting() const {
-  return !recvs_.empty() && (record_.bytes != 0 || rx_.available() >= sizeof(RecordHeader));
 }
 
 // After moving a cursor: wake the peer if it went to sleep (see the header).

@@ -67,10 +67,6 @@ class Link final : public pycollect::Link {
   // Whether the peer moved a cursor since the last progress() began, or a queued send
   // could be written now: either way progress() has work, and a wait must not sleep.
   bool moved() const;
-  // Bytes already in the ring (or a record being read) for a queued receive: what a
-  // progress() that stopped at a completed receive left behind (progressRecv). A wait
-  // then goes straight back to progress(), without raising its sleeping flag.
-  bool inputWaiting() const;
   // Before blocking in poll: raise our sleeping flag; returns moved() seen after it.
   bool arm();
   // After poll: lower the flag and read the doorbell bytes; a closed socket is

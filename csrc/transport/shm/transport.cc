@@ -67,12 +67,6 @@ void Transport::waitReady(Clock::time_point until) {
     if (l->busy()) armed_.push_back(l.get());
   }
   if (!armed_.empty()) {
-    // Input left by a progress() that stopped at a completed receive: no flag, no poll.
-    // (Raising the flag would make the peer ring a doorbell we then read: two syscalls a
-    // segment, which cost up to 1.8x at 4 ranks on 2 cores.)
-    for (Link* l : armed_) {
-      if (l->inputWaiting()) return;
-    }
     if (spin(until)) return;
     bool moved = false;
     for (Link* l : armed_) moved = l->arm() || moved;
