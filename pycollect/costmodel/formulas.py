@@ -66,8 +66,8 @@ def _unpack(P: Params, p: int, working_set: float, transfers=None, all_pairs: bo
     a core per rank a step costs the same whoever works in it (one copy per receiver, p-1
     for all_pairs), and what-ifs at thousands of ranks need no lists."""
     if P.cores is None:
-        copies = max(0, p - 1) if all_pairs else 1
-        return P.message_at(1), P.beta * P.per_byte(working_set) * copies, P.gamma * P.per_byte(working_set), P.overhead
+        f = P.per_byte(working_set)
+        return P.message_at(1), P.beta * f * (max(0, p - 1) if all_pairs else 1), P.gamma * f, P.overhead
     transfers = [] if all_pairs else _ring(p) if transfers is None else list(transfers())
     receivers = range(p) if all_pairs else sorted({dst for dst, _ in transfers})
     busiest = P.busiest(receivers)

@@ -7,7 +7,6 @@
 """
 from __future__ import annotations
 
-import io
 import statistics
 import time
 from dataclasses import dataclass
@@ -147,11 +146,11 @@ def _algos_job(rank: int, n: int, emit, op: str, algos: Sequence[str], sizes: Se
 
     from .. import api as pc
     from ..benchmark.runner import Engine, _max_over_ranks, buffers
-    from ..launch import pin_to_core
     from ..benchmark.sizes import elements
+    from ..launch import pin_to_core
 
-    # all_gather takes algo=; reduce_scatter and broadcast have one algorithm and no algo=.
     pin_to_core(rank)
+    # all_gather takes algo=; reduce_scatter and broadcast have one algorithm and no algo=.
     engines = [Engine("pycollect", algo=None if op in ("reduce_scatter", "broadcast") else a) for a in algos]
     for size in sizes:
         count = elements(op, size, n, 4)
@@ -209,11 +208,6 @@ def measure_algos(op: str, algos: Sequence[str], world_size: int, sizes: Sequenc
                   job_args=(op, list(algos), list(sizes), block_s, repeats, warmup), timeout=1800,
                   on_event=on_event, netns=hosts and hosts.names, master_addr=hosts.addrs[0] if hosts else "127.0.0.1")
     return out
-
-
-def measure(op: str, algo: str, world_size: int, sizes: Sequence[int], **kw) -> List[Tuple[int, float]]:
-    """[(bytes, best seconds)] of one algorithm (measure_algos with one)."""
-    return [(nb, best) for nb, best, _ in measure_algos(op, [algo], world_size, sizes, **kw)[algo]]
 
 
 def _fastest_of(launches: int, measure_once) -> Dict[str, List[Tuple[int, float, float]]]:

@@ -29,7 +29,8 @@ mem_parallel: what the cores' copies to and from DRAM share: k cores copying at 
 local_speedup: a copy between two ranks pinned to the same core runs this much faster
   than one between cores (the bytes come from that core's own caches). Halving-doubling
   and Bruck at 4 ranks on 2 cores exchange within a core in half their rounds; the ring's
-  neighbours sit on different cores. 1 (the default): no difference. Fitted here: 1.03-1.05 (1.4-1.6 before the shared-memory receive fix).
+  neighbours sit on different cores. 1 (the default): no difference. Fitted here:
+  1.03-1.05 (1.4-1.6 before the shared-memory receive fix).
 """
 from __future__ import annotations
 
@@ -74,13 +75,13 @@ class Params:
             raise ValueError(f"Params.cores must be None or an integer >= 1, got {self.cores!r}")
         if self.cache_bytes is not None and not (isinstance(self.cache_bytes, (int, float)) and self.cache_bytes > 0):
             raise ValueError(f"Params.cache_bytes must be None or a number of bytes > 0, got {self.cache_bytes!r}")
-        if not (isinstance(self.cache_speedup, (int, float)) and 1.0 <= self.cache_speedup < float("inf")):
-            raise ValueError(f"Params.cache_speedup must be a finite number >= 1, got {self.cache_speedup!r}")
-        if not (isinstance(self.local_speedup, (int, float)) and 1.0 <= self.local_speedup < float("inf")):
-            raise ValueError(f"Params.local_speedup must be a finite number >= 1, got {self.local_speedup!r}")
-        if self.mem_parallel is not None and not (isinstance(self.mem_parallel, (int, float))
-                                                  and 1.0 <= self.mem_parallel < float("inf")):
-            raise ValueError(f"Params.mem_parallel must be None or a finite number >= 1, got {self.mem_parallel!r}")
+        for name in ("cache_speedup", "local_speedup", "mem_parallel"):  # factors: 1 is "no effect"
+            value = getattr(self, name)
+            if name == "mem_parallel" and value is None:
+                continue
+            if not (isinstance(value, (int, float)) and 1.0 <= value < float("inf")):
+                none = "None or " if name == "mem_parallel" else ""
+                raise ValueError(f"Params.{name} must be {none}a finite number >= 1, got {value!r}")
 
     def busiest(self, working: Iterable[int]) -> int:
         """How many of the `working` ranks (those that copy or reduce in a step) share the
