@@ -97,11 +97,16 @@ def case_numpy_inputs():
 
 
 def case_in_place_all_gather():
+    """The input is the output's own block, with each algorithm (Bruck sends its first
+    round from the input and copies it into place beside that round)."""
     r, n = pc.get_rank(), pc.get_world_size()
-    out = torch.zeros(5 * n, dtype=torch.int64)
-    out[r * 5:(r + 1) * 5] = r + 1
-    pc.all_gather_into_tensor(out, out[r * 5:(r + 1) * 5])
-    return out.tolist()
+    outs = []
+    for algo in ("auto", "ring", "bruck"):
+        out = torch.zeros(5 * n, dtype=torch.int64)
+        out[r * 5:(r + 1) * 5] = r + 1
+        pc.all_gather_into_tensor(out, out[r * 5:(r + 1) * 5], algo=algo)
+        outs.append(out.tolist())
+    return outs
 
 
 def case_ring_send_recv():
@@ -410,8 +415,8 @@ def test_numpy_arrays(pool4):
 
 
 def test_in_place_all_gather(pool4):
-    for out in pool4.run(case_in_place_all_gather):
-        assert out == [k + 1 for k in range(WORLD) for _ in range(5)]
+    for outs in pool4.run(case_in_place_all_gather):
+        assert outs == [[k + 1 for k in range(WORLD) for _ in range(5)]] * 3
 
 
 def test_send_recv_ring(pool4):

@@ -50,8 +50,10 @@ def test_gather_scatter_broadcast_by_hand():
     # chunk's copy (1000 B at gamma, a memory pass, 2 us: overlap 0) = 7 us; with overlap 1 it hides: 5 us
     assert predict("all_gather", 3000, 3, "ring", P) == pytest.approx(7e-6)
     assert predict("all_gather", 3000, 3, "ring", P.with_(overlap=1.0)) == pytest.approx(5e-6)
-    # bruck, N = 4000 at 4: header 1 + 2 alpha + 3/4 N beta (3) + the own block's copy N/4 gamma (2) = 8 us
+    # bruck, N = 4000 at 4: header 1 + 2 alpha + 3/4 N beta (3) + the own block's copy N/4 gamma (2) = 8 us;
+    # the copy runs beside round 0, so overlap 1 hides it: 6 us
     assert predict("all_gather", 4000, 4, "bruck", P) == pytest.approx(8e-6)
+    assert predict("all_gather", 4000, 4, "bruck", P.with_(overlap=1.0)) == pytest.approx(6e-6)
     # reduce-scatter ring = its all-reduce's first phase: 2 * (2 + 2) + header 1 = 9 us
     assert predict("reduce_scatter", 3000, 3, "ring", P) == pytest.approx(9e-6)
     # chain: 4 ranks, 3000 B in segments of 1000: (p - 2 + k) = 5 segment times of 2 us + header = 11 us

@@ -158,11 +158,12 @@ def allgather_ring(N: float, p: int, P: Params, seg: int = DEFAULT_SEGMENT_BYTES
 def allgather_bruck(N: float, p: int, P: Params, seg: int = DEFAULT_SEGMENT_BYTES) -> float:
     """allgather_bruck.cc: ceil(log2 p) rounds, doubling the blocks sent, (p-1)/p N bytes
     in all. Blocks land in place (no final rotation): the only local copy is the rank's own
-    block into the output, N/p bytes at gamma (a memory pass)."""
+    block into the output, N/p bytes at gamma (a memory pass), made while the first round's
+    transfer runs (round 0 sends from the input), so hidden as far as they overlap."""
     a, b, g, o = _unpack(P, p, N)
     if p == 1:
         return o
-    t = o + a + N / p * g
+    t = o + a + (1 - P.overlap) * N / p * g
     d = 1
     while d < p:  # the round of distance d: every rank receives min(d, p - d) blocks from rank + d
         ad, bd, _, _ = _unpack(P, p, N, lambda: [(q, (q + d) % p) for q in range(p)])
