@@ -54,6 +54,8 @@ def test_gather_scatter_broadcast_by_hand():
     # the copy runs beside round 0, so overlap 1 hides it: 6 us
     assert predict("all_gather", 4000, 4, "bruck", P) == pytest.approx(8e-6)
     assert predict("all_gather", 4000, 4, "bruck", P.with_(overlap=1.0)) == pytest.approx(6e-6)
+    # round 0 goes in segments: of 500 B, its block is 2 messages (1 alpha more), round 1 one: 9 us
+    assert predict("all_gather", 4000, 4, "bruck", P, segment_bytes=500) == pytest.approx(9e-6)
     # reduce-scatter ring = its all-reduce's first phase: 2 * (2 + 2) + header 1 = 9 us
     assert predict("reduce_scatter", 3000, 3, "ring", P) == pytest.approx(9e-6)
     # chain: 4 ranks, 3000 B in segments of 1000: (p - 2 + k) = 5 segment times of 2 us + header = 11 us
@@ -99,6 +101,28 @@ def test_copies_within_a_core_are_faster():
     # direct counts its p^2 pairs per core: on 2 cores at p = 4 each core receives 2 x 3 copies,
     # 2 of them within the core
     assert shared.with_(local_speedup=2.0).copies_all_pairs(4) == pytest.approx(2 * (1 / 2 + 2))
+
+
+def test_reads_from_the_sender_cost_more_by_hand():
+    # single_copy_alpha 5 us on messages of >= 1000 B, per copy the busiest core makes.
+    reads = P.with_(single_copy_bytes=1000.0, single_copy_alpha=5e-6)
+    # direct at 4, n = 1000: 12 us (test_direct_by_hand) + 3 reads = 27 us; n = 999: no read
+    assert predict("all_reduce", 1000, 4, "direct", reads) == pytest.approx(27e-6)
+    assert predict("all_reduce", 999, 4, "direct", reads) == pytest.approx(predict("all_reduce", 999, 4, "direct", P))
+    # ring at 3, n = 3000: chunks of 1000 B, so each of the 4 moves (L) pays one read: 13 + 4 x 5 = 33 us;
+    # at n = 2997 the chunks are 999 B and the header and moves cost as before
+    assert predict("all_reduce", 3000, 3, "ring", reads) == pytest.approx(33e-6)
+    assert predict("all_reduce", 2997, 3, "ring", reads) == pytest.approx(predict("all_reduce", 2997, 3, "ring", P))
+    # Bruck at 4, N = 4000: round 0 sends one 1000 B block (a read), round 1 two (one 2000 B read): 8 + 10 us
+    assert predict("all_gather", 4000, 4, "bruck", reads) == pytest.approx(18e-6)
+    # on 2 cores, direct at 4: each core receives 2 x 3 copies, each a read: 6 x 5 us more than without
+    shared = reads.with_(cores=2)
+    assert (predict("all_reduce", 1000, 4, "direct", shared)
+            == pytest.approx(predict("all_reduce", 1000, 4, "direct", shared.with_(single_copy_alpha=0.0)) + 30e-6))
+    with pytest.raises(ValueError, match="single_copy_bytes"):
+        P.with_(single_copy_bytes=0)
+    with pytest.raises(ValueError, match="single_copy_alpha"):
+        P.with_(single_copy_alpha=-1e-6)
 
 
 def test_busy_cores_share_dram():

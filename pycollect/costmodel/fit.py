@@ -10,6 +10,8 @@ parameter >= 0.
 the one with the smallest error; likewise `cache_bytes` (None, or 512 KiB to 16 MiB in
 octaves: where the caches stop helping), with `cache_speedup` fitted (>= 1) for each.
 `local_speedup` is fitted (>= 1) where `cores` is given, which is not fitted.
+`single_copy_bytes` is tried as None and 64 KiB (shared memory's threshold), with
+`single_copy_alpha` fitted (>= 0) for the latter.
 
     fit(samples, cores=2) -> (Params, rms relative error)
     samples_from_bench(json_dict) -> samples (the shape `pycollect bench --json` writes)
@@ -21,9 +23,10 @@ from typing import Dict, Iterable, List, Optional, Sequence, Tuple
 
 from .choice import predict
 from .formulas import DEFAULT_SEGMENT_BYTES
-from .params import Params
+from .params import SHM_SINGLE_COPY_BYTES, Params
 
-FITTED = ("alpha", "beta", "gamma", "overhead", "wake", "cache_speedup", "mem_parallel", "local_speedup")
+FITTED = ("alpha", "beta", "gamma", "overhead", "wake", "cache_speedup", "mem_parallel", "local_speedup",
+          "single_copy_alpha")
 LOWER = {"cache_speedup": 1.0, "mem_parallel": 1.0, "local_speedup": 1.0}  # every other one is >= 0
 # cache_bytes tried by default: none, and the octaves where L2 / L3 sizes lie
 CACHE_SIZES: Tuple[Optional[float], ...] = (None,) + tuple(float(1 << k) for k in range(19, 25))
@@ -35,8 +38,8 @@ _PING = "ping_pong"
 def _time(s: Sample, params: Params) -> float:
     op, algo, nbytes, p, _, seg = s
     if op == _PING:  # one round trip of nbytes between two ranks: two messages, two calls each way
-        return 2 * (params.overhead + params.message(2) + nbytes * params.beta * params.stretch(2)
-                    * params.per_byte(nbytes, params.cores_busy([1])))  # one rank copies at a time
+        return 2 * (params.overhead + params.message(2) + params.read_cost(nbytes) + nbytes * params.beta
+                    * params.stretch(2) * params.per_byte(nbytes, params.cores_busy([1])))  # one rank copies at a time
     return predict(op, nbytes, p, algo, params, seg)
 
 
@@ -61,7 +64,8 @@ def _solve(samples: Sequence[Sample], params: Params, fixed: Dict[str, float], r
 
     free = [f for f in FITTED if f not in fixed and not (f in ("wake", "local_speedup") and params.cores is None)
             and not (f == "cache_speedup" and params.cache_bytes is None)
-            and not (f == "mem_parallel" and params.mem_parallel is None)]
+            and not (f == "mem_parallel" and params.mem_parallel is None)
+            and not (f == "single_copy_alpha" and params.single_copy_bytes is None)]
     params = params.with_(**fixed)
     y = np.array([s[4] for s in samples])
     cost = _log_cost(samples, params)
@@ -105,11 +109,13 @@ def _solve(samples: Sequence[Sample], params: Params, fixed: Dict[str, float], r
 def fit(samples: Iterable[Sample], cores: Optional[int] = None, fixed: Optional[Dict[str, float]] = None,
         start: Optional[Params] = None, overlaps: Sequence[float] = (0.0, 0.5, 1.0),
         cache_sizes: Sequence[Optional[float]] = CACHE_SIZES,
-        mem_sharing: Sequence[bool] = (False, True)) -> Tuple[Params, float]:
+        mem_sharing: Sequence[bool] = (False, True),
+        single_copy: Sequence[Optional[float]] = (None, float(SHM_SINGLE_COPY_BYTES))) -> Tuple[Params, float]:
     """The parameters that best explain `samples` (least squared log error) and their rms
     relative error. `cache_sizes`: the cache_bytes to try ((None,): no cache term);
     `mem_sharing`: fit without and with mem_parallel (only where cores is given: the
-    cores' sharing of DRAM is a term of one machine)."""
+    cores' sharing of DRAM is a term of one machine); `single_copy`: the
+    single_copy_bytes to try ((None,): every message costs alpha)."""
     samples = [tuple(s) if len(s) == 6 else tuple(s) + (DEFAULT_SEGMENT_BYTES,) for s in samples]
     if not samples:
         raise ValueError("fit: no samples (run `pycollect bench --json` or the probe first)")
@@ -118,10 +124,12 @@ def fit(samples: Iterable[Sample], cores: Optional[int] = None, fixed: Optional[
         raise ValueError(f"fit: measured times must be > 0, got {bad[0]}")
     best = None
     shares = [m for m in mem_sharing if cores is not None or not m]
-    for ov, cache, share in ((o, c, m) for o in overlaps for c in cache_sizes for m in shares):
+    grid = ((o, c, m, r) for o in overlaps for c in cache_sizes for m in shares for r in single_copy)
+    for ov, cache, share, reads in grid:
         p0 = (start or Params()).with_(overlap=ov, cores=cores, cache_bytes=cache,
                                        cache_speedup=1.5 if cache else 1.0,
-                                       mem_parallel=1.5 if share else None, source="fit")
+                                       mem_parallel=1.5 if share else None, single_copy_bytes=reads,
+                                       single_copy_alpha=2e-6 if reads else 0.0, source="fit")
         p = _solve(samples, p0, dict(fixed or {}))
         cost = _log_cost(samples, p)
         if best is None or cost < best[1] * (1 - 1e-9):  # a tie keeps the simpler (earlier) model

@@ -12,7 +12,9 @@ ceil(p / cores) in the ring's steps, where every rank works, but often 1 in a tr
 where few do. Where the
 buffer per rank stays in the CPU caches, beta and gamma are divided by cache_speedup, and
 where it does not, the busy cores share the DRAM's bandwidth (Params.per_byte; shared
-memory only: its "wire" is a memory copy).
+memory only: its "wire" is a memory copy). A message of at least single_copy_bytes costs
+single_copy_alpha more per copy (shared memory reads it from the sender's memory:
+Params.read_cost; _move).
 
 Pipelined ring steps (see _ring_reduce_scatter): a chunk of c bytes is cut into
 k = ceil(c / S) segments of s = c / k bytes; moving one is L = alpha + s*beta and
@@ -24,7 +26,7 @@ others behind it, (p-1)(L + R) + (k-1)U.
 from __future__ import annotations
 
 import math
-from typing import Callable, Dict, Tuple
+from typing import Callable, Dict, NamedTuple, Tuple
 
 from .params import Params
 
@@ -41,10 +43,29 @@ def _log2ceil(p: int) -> int:
     return max(0, math.ceil(math.log2(p))) if p > 1 else 0
 
 
-def _ring_reduce_scatter(chunk: float, p: int, a: float, b: float, g: float, ov: float, seg: int):
-    """(time, L): the reduce-scatter phase of allreduce_ring.cc (its first loop)."""
+class Step(NamedTuple):
+    """The costs of one step, from _unpack: per message, per byte moved, per byte
+    reduced, per call, and the copies its busiest core makes."""
+    alpha: float
+    beta: float
+    gamma: float
+    overhead: float
+    copies: float
+
+
+def _move(P: Params, a: float, b: float, copies: float, m: float) -> float:
+    """One message of m bytes in a step (a, b, copies: its Step's fields): its
+    alpha, its bytes, and the fixed cost of each single-copy read the busiest core makes."""
+    return a + m * b + copies * P.read_cost(m)
+
+
+def _ring_reduce_scatter(chunk: float, p: int, P: Params, step: Step, seg: int):
+    """(time, L, k, U): the reduce-scatter phase of allreduce_ring.cc (its first loop), for
+    a ring step unpacked by _unpack."""
+    a, b, g, _, c = step
+    ov = P.overlap
     k, s = _segments(chunk, seg)
-    link, red = a + s * b, s * g
+    link, red = _move(P, a, b, c, s), s * g
     unit = max(link, red) + (1 - ov) * min(link, red)
     return max((p - 1) * k * unit, (p - 1) * (link + red) + (k - 1) * unit), link, k, unit
 
@@ -54,8 +75,8 @@ def _ring(p: int):
     return [(r, (r - 1) % p) for r in range(p)]
 
 
-def _unpack(P: Params, p: int, working_set: float, transfers=None, all_pairs: bool = False):
-    """(alpha, beta, gamma, overhead) of a step made of `transfers` (receiver, sender; default
+def _unpack(P: Params, p: int, working_set: float, transfers=None, all_pairs: bool = False) -> Step:
+    """(alpha, beta, gamma, overhead, copies) of a step made of `transfers` (receiver, sender; default
     a ring step), for a call whose buffer per rank is `working_set` bytes. beta counts every
     copy the busiest core makes in the step (Params.copies: the receiver copies; within a core,
     faster), so a transfer's bytes times beta is the step's copying; gamma and alpha are
@@ -64,26 +85,29 @@ def _unpack(P: Params, p: int, working_set: float, transfers=None, all_pairs: bo
     every rank receives from every other (direct), counted without listing the p^2 pairs.
     `transfers` is a function returning the list, called only when ranks share cores: with
     a core per rank a step costs the same whoever works in it (one copy per receiver, p-1
-    for all_pairs), and what-ifs at thousands of ranks need no lists."""
+    for all_pairs), and what-ifs at thousands of ranks need no lists. `copies`: the copies
+    the busiest core makes in the step (each pays Params.read_cost: _move)."""
     if P.cores is None:
         f = P.per_byte(working_set)
-        return P.message_at(1), P.beta * f * (max(0, p - 1) if all_pairs else 1), P.gamma * f, P.overhead
+        copies = float(max(0, p - 1)) if all_pairs else 1.0
+        return Step(P.message_at(1), P.beta * f * copies, P.gamma * f, P.overhead, copies)
     transfers = [] if all_pairs else _ring(p) if transfers is None else list(transfers())
     receivers = range(p) if all_pairs else sorted({dst for dst, _ in transfers})
     busiest = P.busiest(receivers)
     f = P.per_byte(working_set * P.stretch(p), P.cores_busy(receivers))
     copies = P.copies_all_pairs(p) if all_pairs else P.copies(transfers)
-    return P.message_at(busiest), P.beta * f * copies, P.gamma * f * busiest, P.overhead
+    return Step(P.message_at(busiest), P.beta * f * copies, P.gamma * f * busiest, P.overhead, copies)
 
 
 def allreduce_ring(n: float, p: int, P: Params, seg: int = DEFAULT_SEGMENT_BYTES) -> float:
     """allreduce_ring.cc: header round, reduce-scatter then all-gather over chunks of n/p.
     The all-gather's (p-1)k forwards (L each) follow the reduce-scatter on the link; its
     last segment needs p-1 more hops after the last reduce."""
-    a, b, g, o = _unpack(P, p, n)
+    step = _unpack(P, p, n)
+    a, o = step.alpha, step.overhead
     if p == 1:
         return o
-    rs, link, k, unit = _ring_reduce_scatter(n / p, p, a, b, g, P.overlap, seg)
+    rs, link, k, unit = _ring_reduce_scatter(n / p, p, P, step, seg)
     return o + a + max(rs + (p - 1) * link, (p - 1) * k * (unit + link))
 
 
@@ -91,17 +115,18 @@ def allreduce_direct(n: float, p: int, P: Params, seg: int = DEFAULT_SEGMENT_BYT
     """allreduce_direct.cc: the payload rides behind the header (one alpha); each rank
     sends n bytes to each of p-1 peers and receives as much ((p-1)n beta), copies its own
     input and reduces p-1 vectors (p n gamma, the copy counted as one pass)."""
-    a, b, g, o = _unpack(P, p, n, all_pairs=True)
+    a, b, g, o, c = _unpack(P, p, n, all_pairs=True)
     if p == 1:
         return o
-    return o + a + n * b + p * n * g
+    return o + _move(P, a, b, c, n) + p * n * g
 
 
 def allreduce_halving_doubling(n: float, p: int, P: Params, seg: int = DEFAULT_SEGMENT_BYTES) -> float:
     """Rabenseifner: fold the r = p - p' extra ranks in (one whole-vector exchange and
     reduce), recursive halving reduce-scatter and doubling all-gather over p' = 2^floor(log2 p)
     ranks (log2 p' rounds each, (p'-1)/p' n bytes each), then send the r folded ranks the result."""
-    a, b, g, o = _unpack(P, p, n)
+    first = _unpack(P, p, n)
+    a, o = first.alpha, first.overhead
     if p == 1:
         return o
     pp = 1 << (p.bit_length() - 1)
@@ -117,13 +142,13 @@ def allreduce_halving_doubling(n: float, p: int, P: Params, seg: int = DEFAULT_S
     t = o + a
     m = pp // 2
     while m >= 1:
-        am, bm, gm, _ = _unpack(P, p, n, lambda: [(s[v], s[v ^ m]) for s in [survivors()] for v in range(pp)])
-        t += (am + m / pp * n * (bm + gm)) + (am + m / pp * n * bm)
+        am, bm, gm, _, cm = _unpack(P, p, n, lambda: [(s[v], s[v ^ m]) for s in [survivors()] for v in range(pp)])
+        t += 2 * _move(P, am, bm, cm, m / pp * n) + m / pp * n * gm
         m //= 2
     if r > 0:
-        af, bf, gf, _ = _unpack(P, p, n, lambda: [(q, q - 1) for q in range(1, 2 * r, 2)])
-        au, bu, _, _ = _unpack(P, p, n, lambda: [(q, q + 1) for q in range(0, 2 * r, 2)])
-        t += (af + n * bf + n * gf) + (au + n * bu)
+        af, bf, gf, _, cf = _unpack(P, p, n, lambda: [(q, q - 1) for q in range(1, 2 * r, 2)])
+        au, bu, _, _, cu = _unpack(P, p, n, lambda: [(q, q + 1) for q in range(0, 2 * r, 2)])
+        t += (_move(P, af, bf, cf, n) + n * gf) + _move(P, au, bu, cu, n)
     return t
 
 
@@ -132,13 +157,14 @@ def allreduce_tree(n: float, p: int, P: Params, seg: int = DEFAULT_SEGMENT_BYTES
     ceil(log2 p) rounds of (alpha + n beta + n gamma), then as many of (alpha + n beta).
     In the round of distance d the ranks r with r mod 2d = 0 receive from r + d (reduce),
     and r + d from r (broadcast): only they work in it."""
-    a, b, g, o = _unpack(P, p, n)
+    first = _unpack(P, p, n)
+    a, o = first.alpha, first.overhead
     t = o + (a if p > 1 else 0)
     d = 1
     while d < p:
-        ar, br, gr, _ = _unpack(P, p, n, lambda: [(q, q + d) for q in range(0, p - d, 2 * d)])
-        ab, bb, _, _ = _unpack(P, p, n, lambda: [(q + d, q) for q in range(0, p - d, 2 * d)])
-        t += (ar + n * br + n * gr) + (ab + n * bb)
+        ar, br, gr, _, cr = _unpack(P, p, n, lambda: [(q, q + d) for q in range(0, p - d, 2 * d)])
+        ab, bb, _, _, cb = _unpack(P, p, n, lambda: [(q + d, q) for q in range(0, p - d, 2 * d)])
+        t += (_move(P, ar, br, cr, n) + n * gr) + _move(P, ab, bb, cb, n)
         d *= 2
     return t
 
@@ -148,46 +174,50 @@ def allgather_ring(N: float, p: int, P: Params, seg: int = DEFAULT_SEGMENT_BYTES
     once, so the link is busy (p-1)k L; plus the copy of the rank's own chunk into the
     output (N/p bytes, a memory pass: gamma, not the link's beta), hidden behind the
     transfer only when they overlap."""
-    a, b, g, o = _unpack(P, p, N)
+    a, b, g, o, c = _unpack(P, p, N)
     if p == 1:
         return o
     k, s = _segments(N / p, seg)
-    return o + a + (p - 1) * k * (a + s * b) + (1 - P.overlap) * N / p * g
+    return o + a + (p - 1) * k * _move(P, a, b, c, s) + (1 - P.overlap) * N / p * g
 
 
 def allgather_bruck(N: float, p: int, P: Params, seg: int = DEFAULT_SEGMENT_BYTES) -> float:
     """allgather_bruck.cc: ceil(log2 p) rounds, doubling the blocks sent, (p-1)/p N bytes
-    in all. Blocks land in place (no final rotation): the only local copy is the rank's own
-    block into the output, N/p bytes at gamma (a memory pass), made while the first round's
-    transfer runs (round 0 sends from the input), so hidden as far as they overlap."""
-    a, b, g, o = _unpack(P, p, N)
+    in all. Round 0 sends the rank's own block (N/p bytes) in k segments, as the ring
+    does; each later round its blocks as one message. Blocks land in place (no final
+    rotation): the only local copy is the rank's own block into the output, N/p bytes at
+    gamma (a memory pass), made segment by segment during round 0, so hidden as far as
+    copies and transfers overlap."""
+    a, b, g, o, c = _unpack(P, p, N)
     if p == 1:
         return o
-    t = o + a + (1 - P.overlap) * N / p * g
-    d = 1
+    k, s = _segments(N / p, seg)
+    t = o + a + k * _move(P, a, b, c, s) + (1 - P.overlap) * N / p * g
+    d = 2
     while d < p:  # the round of distance d: every rank receives min(d, p - d) blocks from rank + d
-        ad, bd, _, _ = _unpack(P, p, N, lambda: [(q, (q + d) % p) for q in range(p)])
-        t += ad + min(d, p - d) * N / p * bd
+        ad, bd, _, _, cd = _unpack(P, p, N, lambda: [(q, (q + d) % p) for q in range(p)])
+        t += _move(P, ad, bd, cd, min(d, p - d) * N / p)
         d *= 2
     return t
 
 
 def reduce_scatter_ring(N: float, p: int, P: Params, seg: int = DEFAULT_SEGMENT_BYTES) -> float:
     """reduce_scatter_ring.cc: the reduce-scatter phase of the ring all-reduce on N/p chunks."""
-    a, b, g, o = _unpack(P, p, N)
+    step = _unpack(P, p, N)
+    a, o = step.alpha, step.overhead
     if p == 1:
         return o
-    return o + a + _ring_reduce_scatter(N / p, p, a, b, g, P.overlap, seg)[0]
+    return o + a + _ring_reduce_scatter(N / p, p, P, step, seg)[0]
 
 
 def broadcast_chain(n: float, p: int, P: Params, seg: int = DEFAULT_SEGMENT_BYTES) -> float:
     """broadcast_chain.cc: k segments down a chain of p-1 links, one behind the other:
     (p - 2 + k) segment times. The p-1 receivers work (root 0, as the benchmark's)."""
-    a, b, g, o = _unpack(P, p, n, lambda: [(q, q - 1) for q in range(1, p)])
+    a, b, g, o, c = _unpack(P, p, n, lambda: [(q, q - 1) for q in range(1, p)])
     if p == 1:
         return o
     k, s = _segments(n, seg)
-    return o + a + (p - 2 + k) * (a + s * b)
+    return o + a + (p - 2 + k) * _move(P, a, b, c, s)
 
 
 Formula = Callable[..., float]

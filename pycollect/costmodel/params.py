@@ -31,6 +31,13 @@ local_speedup: a copy between two ranks pinned to the same core runs this much f
   and Bruck at 4 ranks on 2 cores exchange within a core in half their rounds; the ring's
   neighbours sit on different cores. 1 (the default): no difference. Fitted here:
   1.03-1.05 (1.4-1.6 before the shared-memory receive fix).
+single_copy_bytes, single_copy_alpha: shared memory moves a message of at least
+  single_copy_bytes (64 KiB: csrc/transport/shm/link.h kSingleCopyMinBytes) by one read
+  of the sender's memory (process_vm_readv, then an acknowledgement the sender waits
+  for), and a smaller one through the ring in the segment (two copies, one per side, in
+  the caches). Each such read costs single_copy_alpha more than a message through the
+  ring (Params.read_cost). None (the default, and for typed parameters): every message
+  costs alpha, as on a NIC.
 """
 from __future__ import annotations
 
@@ -44,6 +51,9 @@ from typing import Dict, Iterable, Optional, Tuple
 # Where `pycollect model --fit` writes and what the group's automatic choice loads when
 # PYCOLLECT_MODEL is not set.
 DEFAULT_PATH = os.path.join(os.path.expanduser("~"), ".cache", "pycollect", "model.json")
+# Shared memory reads messages of at least this many bytes from the sender's memory
+# (csrc/transport/shm/link.h kSingleCopyMinBytes): Params.single_copy_bytes.
+SHM_SINGLE_COPY_BYTES = 64 * 1024
 
 
 @dataclass(frozen=True)
@@ -62,10 +72,12 @@ class Params:
     cache_speedup: float = 1.0
     mem_parallel: Optional[float] = None
     local_speedup: float = 1.0
+    single_copy_bytes: Optional[float] = None
+    single_copy_alpha: float = 0.0
     source: str = "built-in defaults"
 
     def __post_init__(self):
-        for name in ("alpha", "beta", "gamma", "overhead", "wake"):
+        for name in ("alpha", "beta", "gamma", "overhead", "wake", "single_copy_alpha"):
             value = getattr(self, name)
             if not (isinstance(value, (int, float)) and value >= 0 and value != float("inf")):
                 raise ValueError(f"Params.{name} must be a finite number >= 0, got {value!r}")
@@ -73,8 +85,10 @@ class Params:
             raise ValueError(f"Params.overlap must be in [0, 1], got {self.overlap!r}")
         if self.cores is not None and (not isinstance(self.cores, int) or self.cores < 1):
             raise ValueError(f"Params.cores must be None or an integer >= 1, got {self.cores!r}")
-        if self.cache_bytes is not None and not (isinstance(self.cache_bytes, (int, float)) and self.cache_bytes > 0):
-            raise ValueError(f"Params.cache_bytes must be None or a number of bytes > 0, got {self.cache_bytes!r}")
+        for name in ("cache_bytes", "single_copy_bytes"):
+            value = getattr(self, name)
+            if value is not None and not (isinstance(value, (int, float)) and value > 0):
+                raise ValueError(f"Params.{name} must be None or a number of bytes > 0, got {value!r}")
         for name in ("cache_speedup", "local_speedup", "mem_parallel"):  # factors: 1 is "no effect"
             value = getattr(self, name)
             if name == "mem_parallel" and value is None:
@@ -148,6 +162,14 @@ class Params:
         shared = 1.0 if self.mem_parallel is None or self.cores is None else max(1.0, cores_busy / self.mem_parallel)
         return fast + (1.0 - fast) * dram + (shared - 1.0) * dram
 
+    def read_cost(self, message_bytes: float) -> float:
+        """What one copy of a `message_bytes` message costs beyond alpha and its bytes:
+        single_copy_alpha where shared memory reads it from the sender's memory (at least
+        single_copy_bytes), else 0."""
+        if self.single_copy_bytes is None or message_bytes < self.single_copy_bytes:
+            return 0.0
+        return self.single_copy_alpha
+
     def message(self, world_size: int) -> float:
         """Seconds per message in a step where every rank of `world_size` works (see
         message_at)."""
@@ -208,6 +230,9 @@ class Params:
             wake += f", DRAM shared: {self.mem_parallel:.2f} cores' worth"
         if self.local_speedup > 1:
             wake += f", copies within a core {self.local_speedup:.2f}x faster"
+        if self.single_copy_bytes is not None:
+            wake += (f", reads of >= {self.single_copy_bytes / 1024:g} KiB from the sender"
+                     f" {self.single_copy_alpha * 1e6:.1f} us more")
         return (f"alpha {self.alpha * 1e6:.2f} us{wake}, beta {1 / self.beta / 1e9 if self.beta else float('inf'):.3f} GB/s, "
                 f"gamma {1 / self.gamma / 1e9 if self.gamma else float('inf'):.3f} GB/s, "
                 f"overhead {self.overhead * 1e6:.1f} us, overlap {self.overlap:g}, {cores} ({self.source})")
