@@ -43,6 +43,10 @@ def test_halving_doubling_and_tree_by_hand():
     assert predict("all_reduce", 4000, 6, "halving_doubling", P) == pytest.approx(35e-6)
     # p = 5: ceil(log2 5) = 3 rounds each way: 3 (1 + 4 + 8) + 3 (1 + 4) + header 1 = 55 us
     assert predict("all_reduce", 4000, 5, "tree", P) == pytest.approx(55e-6)
+    # the tree pipelined: p = 2, n = 8000 in segments of 2000 B (k = 4): a segment up costs R = 1 + 2 + 4 us,
+    # down B = 1 + 2 us; header 1 + first trip (7 + 3) + 3 more at max(7, 3): 32 us, against 35 unpipelined
+    assert predict("all_reduce", 8000, 2, "tree", P, segment_bytes=2000) == pytest.approx(32e-6)
+    assert predict("all_reduce", 8000, 2, "tree", P, segment_bytes=8000) == pytest.approx(35e-6)
 
 
 def test_gather_scatter_broadcast_by_hand():

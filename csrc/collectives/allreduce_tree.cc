@@ -1,38 +1,47 @@
 // Binomial-tree all-reduce: a binomial-tree reduce to rank 0, then a binomial-tree
-// broadcast of the result from rank 0. ceil(log2 p) steps each way, each moving the
-// whole message over one edge: fewer messages than the ring (2*ceil(log2 p) instead
-// of 2(p-1)) but every edge carries all n bytes, so it suits small messages.
+// broadcast of the result from rank 0, both pipelined by segments: ceil(log2 p) levels,
+// each edge carrying all n bytes, but segment j goes up the tree while segment j-1 of
+// the result comes down it. Fewer messages per segment than the ring (a rank talks to
+// its parent and children only) at the price of every edge carrying the whole vector.
 //
 // The tree: rank r's parent is r - lowbit(r) (rank 0 has none); its children are
 // r + 1, r + 2, r + 4, .. below both lowbit(r) and p. A child r + 2^k roots a subtree of
 // up to 2^k ranks.
-// Reduce, steps k = 0 .. ceil(log2 p)-1: a rank receives its children's partial results
-//   in order of increasing 2^k (child r+1 first) and reduces each into its own vector
-//   (own op child), then sends the vector to its parent and waits. The order of the
-//   operands is fixed by the tree, so the result does not depend on timing.
-// Broadcast, the mirror: rank 0 (after AVG's single division by p) sends the result to
-//   its children, the largest subtree first; every other rank receives it from its
-//   parent into its vector and forwards it to its own children.
+// Per segment j (tunables.segmentBytes), a rank:
+//   1. receives segment j of each child's partial result, in order of increasing 2^k
+//      (child r+1 first), and reduces it into its own (own op child): the order of
+//      the operands is fixed by the tree, so the result does not depend on timing;
+//   2. sends segment j to its parent; rank 0 instead has the result's segment j
+//      (after AVG's division by p) and sends it to its children, largest subtree first;
+//   3. waits for the result's segment j-1 from its parent and forwards it to its
+//      children (segment j-1, not j: waiting for j would stall the pipeline by a
+//      round trip per level). The last segment follows the loop.
+// No rank waits for anything its parent needs from it first: a rank sends segment j
+// up before it waits for segment j-1 to come down, and the parent forwards j-1 only
+// after receiving j, so the pipeline never deadlocks. The result's segment j lands in
+// the rank's own vector, which its parent has already read (it computed the result
+// from it).
 //
-// Example with 5 ranks (parents: 1->0, 2->0, 3->2, 4->0):
-//   reduce step 0: 1 sends x1 to 0 (x0+x1), 3 sends x3 to 2 (x2+x3)
-//   reduce step 1: 2 sends x2+x3 to 0: (x0+x1)+(x2+x3)
-//   reduce step 2: 4 sends x4 to 0: ((x0+x1)+(x2+x3))+x4, the result
-//   broadcast: step 0: 0 sends to 4; step 1: 0 sends to 2; step 2: 0 sends to 1, 2 to 3.
+// Example with 5 ranks (parents: 1->0, 2->0, 3->2, 4->0), one segment:
+//   up: 1 sends x1 to 0 (x0+x1), 3 sends x3 to 2 (x2+x3),
+//       2 sends x2+x3 to 0: (x0+x1)+(x2+x3), 4 sends x4 to 0: ((x0+x1)+(x2+x3))+x4
+//   down: 0 sends the result to 4, 2 and 1; 2 forwards it to 3.
+// With k segments, while 0 reduces segment 1, segment 0 of the result is on its way down.
 // Only rank 0 computes the result; the others receive its bytes, so all are identical.
 //
-// Cost (n = bytes per rank, alpha per message, beta per byte on the wire, gamma per
-// byte reduced), the whole message on every edge, not pipelined across the tree:
-//   ceil(log2 p) * (alpha + n*beta + n*gamma)      reduce
-//   + ceil(log2 p) * (alpha + n*beta)               broadcast
-// A received message arrives in segments of tunables.segmentBytes (s), each reduced
-// while the next is on the wire, so a reduce step costs alpha + max(beta, gamma)*n +
-// min(beta, gamma)*min(n, s) rather than alpha + n*(beta + gamma). A rank with several
-// children posts the broadcast sends on all of them at once. Plus, as every algorithm,
-// one header exchange (about one alpha) before the first step.
+// Cost (n = bytes per rank in k segments of s bytes, alpha per message, beta per byte
+// on the wire, gamma per byte reduced, L = ceil(log2 p) levels): rank 0 receives and
+// reduces k segments from each of its L children and sends k to each,
+//   L * k * (alpha + s*beta + s*gamma) + L * k * (alpha + s*beta),
+// and the first segment's trip up and down the tree, 2L segment times, is hidden behind
+// that when k is large. With one segment it is the unpipelined tree:
+//   L * (alpha + n*beta + n*gamma) + L * (alpha + n*beta).
+// Plus, as every algorithm, one header exchange (about one alpha) before the first step.
+#include <algorithm>
+#include <vector>
+
 #include "collectives/collectives.h"
 #include "collectives/peers.h"
-#include "collectives/recv_reduce.h"
 #include "reduce/reduce.h"
 
 namespace pycollect {
@@ -59,26 +68,64 @@ void allreduceTree(Context& ctx, void* data, size_t count, DType dtype, ReduceOp
   ctx.exchangeHeaders(headerPeers(ctx.ringPeers(), partners, rank));
   if (p == 1 || count == 0) return;
 
-  const size_t bytes = count * dtypeSize(dtype);
+  const size_t es = dtypeSize(dtype);
   char* base = static_cast<char*>(data);
-  char* scratch = children.empty() ? nullptr : ctx.scratch(recvReduceScratch(ctx, count, dtype));
-
-  for (size_t i = 0; i < children.size(); ++i) {
-    ctx.setStep("reduce", childStep[i], steps);
-    recvReduce(ctx, ctx.link(children[i]), base, count, dtype, op, scratch);
+  Segments segs(count, std::max<size_t>(1, ctx.tunables.segmentBytes / es));
+  const size_t k = segs.count;
+  auto segPtr = [&](size_t j) { return base + segs.begin(j, count) * es; };
+  auto segLen = [&](size_t j) { return segs.end(j, count) - segs.begin(j, count); };
+  // Each child's segments arrive in `slots` scratch slots of their own, posted ahead and
+  // posted again once reduced (as recvReduce does for one message).
+  const size_t slots = std::min(k, static_cast<size_t>(std::max(1, ctx.tunables.inflight)));
+  const size_t slotBytes = std::min(segs.per, count) * es;
+  char* scratch = children.empty() ? nullptr : ctx.scratch(children.size() * slots * slotBytes);
+  auto slot = [&](size_t c, size_t j) { return scratch + (c * slots + j % slots) * slotBytes; };
+  std::vector<std::vector<uint64_t>> fromChild(children.size(), std::vector<uint64_t>(k));
+  auto postFromChild = [&](size_t c, size_t j) {
+    ctx.setUnit("reduce", childStep[c], -1, static_cast<int64_t>(j));
+    fromChild[c][j] = ctx.link(children[c]).postRecv(slot(c, j), segLen(j) * es);
+  };
+  for (size_t c = 0; c < children.size(); ++c) {
+    for (size_t j = 0; j < slots; ++j) postFromChild(c, j);
   }
-  if (parent >= 0) {
-    Link& up = ctx.link(parent);
-    up.postSend(base, bytes);
-    // The parent sends the result only after it received our vector, so our send has
-    // left `base` before this receive writes into it.
-    uint64_t t = up.postRecv(base, bytes);
-    ctx.setStep("broadcast", steps - 1 - parentStep, steps);  // mirror of the reduce
-    ctx.waitRecv(up, t);
-  } else if (op == ReduceOp::kAvg) {
-    divide(base, count, dtype, p);
+  // The result's segments come down from the parent into our own vector.
+  const int downStep = steps - 1 - parentStep;  // the broadcast mirrors the reduce
+  std::vector<uint64_t> fromParent(parent >= 0 ? k : 0);
+  for (size_t j = 0; j < fromParent.size(); ++j) {
+    ctx.setUnit("broadcast", downStep, -1, static_cast<int64_t>(j));
+    fromParent[j] = ctx.link(parent).postRecv(segPtr(j), segLen(j) * es);
   }
-  for (size_t i = children.size(); i-- > 0;) ctx.link(children[i]).postSend(base, bytes);
+  auto sendDown = [&](size_t j) {
+    for (size_t c = children.size(); c-- > 0;) {
+      ctx.setUnit("broadcast", steps - 1 - childStep[c], -1, static_cast<int64_t>(j));
+      ctx.link(children[c]).postSend(segPtr(j), segLen(j) * es);
+    }
+  };
+  auto receiveAndForward = [&](size_t j) {
+    ctx.setStep("broadcast", downStep, steps);
+    ctx.setUnit("broadcast", downStep, -1, static_cast<int64_t>(j));
+    ctx.waitRecv(ctx.link(parent), fromParent[j]);
+    sendDown(j);
+  };
+  for (size_t j = 0; j < k; ++j) {
+    for (size_t c = 0; c < children.size(); ++c) {
+      Link& from = ctx.link(children[c]);
+      ctx.setStep("reduce", childStep[c], steps);
+      ctx.setUnit("reduce", childStep[c], -1, static_cast<int64_t>(j));
+      ctx.waitRecv(from, fromChild[c][j]);
+      reduce(segPtr(j), segPtr(j), slot(c, j), segLen(j), dtype, op);
+      if (j + slots < k) postFromChild(c, j + slots);
+    }
+    if (parent >= 0) {
+      ctx.setUnit("reduce", parentStep, -1, static_cast<int64_t>(j));
+      ctx.link(parent).postSend(segPtr(j), segLen(j) * es);
+      if (j > 0) receiveAndForward(j - 1);
+    } else {
+      if (op == ReduceOp::kAvg) divide(segPtr(j), segLen(j), dtype, p);
+      sendDown(j);
+    }
+  }
+  if (parent >= 0) receiveAndForward(k - 1);
   ctx.drainSends();
 }
 

@@ -1,6 +1,6 @@
-// Receive-and-reduce of one whole message, shared by the halving-doubling and tree
-// all-reduces: the message arrives in segments of tunables.segmentBytes, and each
-// segment is reduced into place while the next ones are still on the wire.
+// Receive-and-reduce of one whole message, for the halving-doubling all-reduce: the
+// message arrives in segments of tunables.segmentBytes, and each segment is reduced
+// into place while the next ones are still on the wire.
 #pragma once
 
 #include <cstddef>

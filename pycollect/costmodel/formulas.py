@@ -153,20 +153,30 @@ def allreduce_halving_doubling(n: float, p: int, P: Params, seg: int = DEFAULT_S
 
 
 def allreduce_tree(n: float, p: int, P: Params, seg: int = DEFAULT_SEGMENT_BYTES) -> float:
-    """Binomial reduce to rank 0, then binomial broadcast, the whole vector on each edge:
-    ceil(log2 p) rounds of (alpha + n beta + n gamma), then as many of (alpha + n beta).
-    In the round of distance d the ranks r with r mod 2d = 0 receive from r + d (reduce),
-    and r + d from r (broadcast): only they work in it."""
+    """allreduce_tree.cc: binomial reduce to rank 0 and binomial broadcast from it, both
+    pipelined in k segments of s bytes over L = ceil(log2 p) rounds. In the reduce round of
+    distance d the ranks r with r mod 2d = 0 receive a segment from r + d and reduce it
+    (R_d = alpha + s beta + s gamma, as unpacked for those transfers), and in the broadcast
+    round r + d receives it from r (B_d = alpha + s beta): only they work in it. The first
+    segment's trip up and down takes sum(R_d + B_d); each further one the longer of rank
+    0's receiving and reducing, sum(R_d), and the copies down, sum(B_d):
+        sum(R_d + B_d) + (k - 1) max(sum R_d, sum B_d)
+    With one segment, the unpipelined tree: L rounds of (alpha + n beta + n gamma), then L
+    of (alpha + n beta)."""
     first = _unpack(P, p, n)
-    a, o = first.alpha, first.overhead
-    t = o + (a if p > 1 else 0)
+    t = first.overhead + (first.alpha if p > 1 else 0)
+    if p == 1:
+        return t
+    k, s = _segments(n, seg)
+    up = down = 0.0
     d = 1
     while d < p:
         ar, br, gr, _, cr = _unpack(P, p, n, lambda: [(q, q + d) for q in range(0, p - d, 2 * d)])
         ab, bb, _, _, cb = _unpack(P, p, n, lambda: [(q + d, q) for q in range(0, p - d, 2 * d)])
-        t += (_move(P, ar, br, cr, n) + n * gr) + _move(P, ab, bb, cb, n)
+        up += _move(P, ar, br, cr, s) + s * gr
+        down += _move(P, ab, bb, cb, s)
         d *= 2
-    return t
+    return t + up + down + (k - 1) * max(up, down)
 
 
 def allgather_ring(N: float, p: int, P: Params, seg: int = DEFAULT_SEGMENT_BYTES) -> float:
