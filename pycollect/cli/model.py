@@ -40,9 +40,9 @@ def register(subparsers) -> None:
                    help="--validate: calls per block fill this long (default 10 ms; at least 1 call)")
     p.add_argument("--repeats", type=int, default=7,
                    help="--validate: blocks per algorithm and size, interleaved (default 7); the fastest is compared")
-    p.add_argument("--launches", type=int, default=3,
+    p.add_argument("--launches", type=int, default=5,
                    help="--validate: sets of ranks started one after another per op and group size; each point "
-                        "keeps its fastest (default 3)")
+                        "keeps its fastest (default 5)")
     p.add_argument("--netns-hosts", action="store_true",
                    help="--validate: one rank per network-namespace host (root; a steady, rate-limited link)")
     p.add_argument("--line-rate", default="1gbit", help="--validate --netns-hosts: each cable's rate (tc syntax)")

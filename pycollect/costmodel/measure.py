@@ -232,7 +232,8 @@ def validate(params: Params, cases: Sequence[Tuple[str, str]], world_sizes: Sequ
     algorithms of one op are measured together, interleaved (measure_algos), by
     `launches` sets of ranks one after the other, each point keeping its fastest: on a
     shared virtual machine a whole set of processes can run 2-5x slower than the next
-    (the same point, consecutive runs), while the fastest of three launches repeats."""
+    (the same point, consecutive runs), while the fastest of five launches repeats (two
+    such measurements agreed within 25 % at 136 of 144 points; of three, at 122-130)."""
     rows = []
     ops = list(dict.fromkeys(op for op, _ in cases))
     for op in ops:
