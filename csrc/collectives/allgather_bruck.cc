@@ -56,7 +56,7 @@ void allgatherBruck(Context& ctx, const void* in, void* out, size_t count, DType
   }
   Segments segs(count, std::max<size_t>(1, ctx.tunables.segmentBytes / es));
   auto segOffset = [&](size_t j) { return segs.begin(j, count) * es; };
-  auto segBytes = [&](size_t j) { return (segs.end(j, count) - segs.begin(j, count)) * es; };
+  auto segBytes = [&](size_t j) { return segs.size(j, count) * es; };
 
   // Calls fn(block, blocks) for the one or two pieces of `out` holding tmp[i .. i + m).
   auto pieces = [&](int i, int m, auto fn) {

@@ -41,7 +41,7 @@ void allgatherRing(Context& ctx, const void* in, void* out, size_t count, DType 
   Link& left = ctx.link(ctx.left());
   auto mod = [n](int x) { return ((x % n) + n) % n; };
   auto segPtr = [&](int c, size_t j) { return base + (c * count + segs.begin(j, count)) * es; };
-  auto segBytes = [&](size_t j) { return (segs.end(j, count) - segs.begin(j, count)) * es; };
+  auto segBytes = [&](size_t j) { return segs.size(j, count) * es; };
 
   // Every receive goes to its final place, so all of them can be posted now.
   std::vector<uint64_t> tickets(units);

@@ -55,7 +55,7 @@ void allreduceRing(Context& ctx, void* data, size_t count, DType dtype, ReduceOp
   auto segBegin = [&](int c, size_t j) { return chunks.offset(c) + segs.begin(j, chunks.length(c)); };
   auto segLen = [&](int c, size_t j) {
     size_t len = chunks.length(c);
-    return segs.end(j, len) - segs.begin(j, len);
+    return segs.size(j, len);
   };
   auto rsRecvChunk = [&](size_t u) { return mod(r - static_cast<int>(u / nseg) - 1); };
   auto agRecvChunk = [&](size_t u) { return mod(r - static_cast<int>(u / nseg)); };

@@ -73,7 +73,7 @@ void allreduceTree(Context& ctx, void* data, size_t count, DType dtype, ReduceOp
   Segments segs(count, std::max<size_t>(1, ctx.tunables.segmentBytes / es));
   const size_t k = segs.count;
   auto segPtr = [&](size_t j) { return base + segs.begin(j, count) * es; };
-  auto segLen = [&](size_t j) { return segs.end(j, count) - segs.begin(j, count); };
+  auto segLen = [&](size_t j) { return segs.size(j, count); };
   // Each child's segments arrive in `slots` scratch slots of their own, posted ahead and
   // posted again once reduced (as recvReduce does for one message).
   const size_t slots = std::min(k, static_cast<size_t>(std::max(1, ctx.tunables.inflight)));

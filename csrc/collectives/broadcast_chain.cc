@@ -25,20 +25,20 @@ void broadcastChain(Context& ctx, void* data, size_t bytes, int root) {
   if (!receives) {
     for (size_t j = 0; j < segs.count; ++j) {
       ctx.setUnit("chain", position, -1, j);
-      right.postSend(base + segs.begin(j, bytes), segs.end(j, bytes) - segs.begin(j, bytes));
+      right.postSend(base + segs.begin(j, bytes), segs.size(j, bytes));
     }
   } else {
     std::vector<uint64_t> tickets(segs.count);
     for (size_t j = 0; j < segs.count; ++j) {
       ctx.setUnit("chain", position - 1, -1, j);
-      tickets[j] = left.postRecv(base + segs.begin(j, bytes), segs.end(j, bytes) - segs.begin(j, bytes));
+      tickets[j] = left.postRecv(base + segs.begin(j, bytes), segs.size(j, bytes));
     }
     for (size_t j = 0; j < segs.count; ++j) {
       ctx.setStep("chain", static_cast<int>(position), n);
       ctx.waitRecv(left, tickets[j]);
       if (forwards) {
         ctx.setUnit("chain", position, -1, j);
-        right.postSend(base + segs.begin(j, bytes), segs.end(j, bytes) - segs.begin(j, bytes));
+        right.postSend(base + segs.begin(j, bytes), segs.size(j, bytes));
       }
     }
   }

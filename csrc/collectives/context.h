@@ -134,6 +134,8 @@ struct Segments {
   // [begin, end) of segment j within a chunk of `length` elements (may be empty).
   size_t begin(size_t j, size_t length) const { return std::min(length, j * per); }
   size_t end(size_t j, size_t length) const { return std::min(length, (j + 1) * per); }
+  // end - begin: the elements of segment j (0 past the chunk's end).
+  size_t size(size_t j, size_t length) const { return end(j, length) - begin(j, length); }
   size_t per;
   size_t count;
 };

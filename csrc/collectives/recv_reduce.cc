@@ -23,7 +23,7 @@ void recvReduce(Context& ctx, Link& from, char* dst, size_t count, DType dtype, 
   // posted again as soon as its segment was reduced (as the ring does).
   const size_t slots = std::min(segs.count, static_cast<size_t>(std::max(1, ctx.tunables.inflight)));
   auto slot = [&](size_t j) { return scratch + (j % slots) * segs.per * es; };
-  auto length = [&](size_t j) { return segs.end(j, count) - segs.begin(j, count); };
+  auto length = [&](size_t j) { return segs.size(j, count); };
   std::vector<uint64_t> tickets(segs.count);
   for (size_t j = 0; j < slots; ++j) tickets[j] = from.postRecv(slot(j), length(j) * es);
   for (size_t j = 0; j < segs.count; ++j) {

@@ -36,7 +36,7 @@ void reduceChain(Context& ctx, void* data, size_t count, DType dtype, ReduceOp o
   Link& left = ctx.link(ctx.left());
   Link& right = ctx.link(ctx.right());
   auto at = [&](char* base, size_t j) { return base + segs.begin(j, count) * es; };
-  auto elems = [&](size_t j) { return segs.end(j, count) - segs.begin(j, count); };
+  auto elems = [&](size_t j) { return segs.size(j, count); };
 
   std::vector<uint64_t> tickets(receives ? segs.count : 0);
   for (size_t j = 0; j < tickets.size(); ++j) tickets[j] = right.postRecv(at(partial, j), elems(j) * es);

@@ -50,7 +50,7 @@ void reduceScatterRing(Context& ctx, const void* in, void* out, size_t count, DT
   Link& left = ctx.link(ctx.left());
   auto mod = [n](int x) { return ((x % n) + n) % n; };
   auto offset = [&](int c, size_t j) { return (c * count + segs.begin(j, count)) * es; };
-  auto segLen = [&](size_t j) { return segs.end(j, count) - segs.begin(j, count); };
+  auto segLen = [&](size_t j) { return segs.size(j, count); };
 
   std::vector<uint64_t> tickets(units);
   std::vector<uint64_t> forwarded(units);  // send ticket of each unit's partial sum
