@@ -414,6 +414,19 @@ def test_cli_validate_on_rate_limited_hosts(tmp_path):
     assert json.loads(out.read_text())["meta"]["line_rate"] == "200mbit"
 
 
+def test_typed_values_drop_one_machines_terms():
+    # a fit of this machine, then a NIC typed on top: nothing of the shared-memory terms stays
+    fitted = P.with_(cores=2, wake=3e-6, cache_bytes=1e6, cache_speedup=2.0, mem_parallel=1.5, local_speedup=1.2,
+                     single_copy_bytes=65536.0, single_copy_alpha=5e-6)
+    nic = fitted.for_cluster(beta=1 / 50e9)
+    plain = Params(alpha=P.alpha, beta=1 / 50e9, gamma=P.gamma, wake=3e-6)
+    for op, algo in (("all_reduce", "ring"), ("all_reduce", "direct"), ("all_reduce", "tree"), ("all_gather", "bruck")):
+        assert predict(op, 1 << 20, 4, algo, nic) == pytest.approx(predict(op, 1 << 20, 4, algo, plain))
+    # the same beta without for_cluster keeps the machine's terms, and predicts otherwise
+    kept = fitted.with_(beta=1 / 50e9)
+    assert predict("all_reduce", 1 << 20, 4, "ring", kept) != pytest.approx(predict("all_reduce", 1 << 20, 4, "ring", plain))
+
+
 def test_auto_table_keeps_engine_limits():
     # P puts the direct/ring crossover at 666 B; with direct capped at 500 B the table switches there
     assert auto_table("all_reduce", 2, P, ["ring", "direct"], limits={"direct": 500}) == [(500, "direct"),

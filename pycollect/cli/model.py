@@ -92,8 +92,7 @@ def params_from_args(args) -> Params:
     if args.overlap is not None:
         changes["overlap"] = args.overlap
     if changes:
-        params = params.with_(cores=None, cache_bytes=None, cache_speedup=1.0, mem_parallel=None, local_speedup=1.0,
-                              single_copy_bytes=None, single_copy_alpha=0.0, source=f"{params.source} with {', '.join(sorted(changes))} given", **changes)
+        params = params.for_cluster(source=f"{params.source} with {', '.join(sorted(changes))} given", **changes)
     return params
 
 

@@ -39,10 +39,6 @@ def _segments(chunk: float, seg: int) -> Tuple[int, float]:
     return k, chunk / k
 
 
-def _log2ceil(p: int) -> int:
-    return max(0, math.ceil(math.log2(p))) if p > 1 else 0
-
-
 class Step(NamedTuple):
     """The costs of one step, from _unpack: per message, per byte moved, per byte
     reduced, per call, and the copies its busiest core makes."""

@@ -106,7 +106,7 @@ class Params:
             return 1
         per_core: Dict[int, int] = {}
         for r in working:
-            per_core[r % self.cores] = per_core.get(r % self.cores, 0) + 1
+            per_core[self.core(r)] = per_core.get(self.core(r), 0) + 1
         return max(per_core.values(), default=1)
 
     def core(self, rank: int) -> int:
@@ -137,7 +137,7 @@ class Params:
         """How many cores the `working` ranks occupy (rank r on core r mod cores); with a core
         per rank, one per rank."""
         working = list(working)
-        return len({r % self.cores for r in working}) if self.cores is not None else max(1, len(working))
+        return len({self.core(r) for r in working}) if self.cores is not None else max(1, len(working))
 
     def stretch(self, world_size: int) -> float:
         """The stretch of a step in which every rank works: ceil(p / cores) (see busiest)."""
@@ -183,6 +183,13 @@ class Params:
 
     def with_(self, **changes) -> "Params":
         return replace(self, **changes)
+
+    def for_cluster(self, **changes) -> "Params":
+        """These parameters without the terms of one shared-memory machine (cores, caches,
+        shared DRAM, copies within a core, reads from the sender's memory), with `changes`
+        on top: what typed values such as --beta 400gbit describe, a rank per core on a NIC."""
+        return replace(self, cores=None, cache_bytes=None, cache_speedup=1.0, mem_parallel=None,
+                       local_speedup=1.0, single_copy_bytes=None, single_copy_alpha=0.0, **changes)
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), sort_keys=True)
