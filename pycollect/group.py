@@ -195,9 +195,15 @@ class ProcessGroup:
         try:
             return cwork.device_done()
         except PyCollectError as e:
-            if not cwork.failed():
-                self.abort(str(e))
+            self.fail_late(cwork, e)
             return True
+
+    def fail_late(self, cwork, error: PyCollectError) -> None:
+        """A staged call whose copies back failed after it ended on the host fails the
+        group, as a failure during the call does: the peers learn of it, later calls
+        raise it (once: a call that failed by itself already failed the group)."""
+        if cwork.is_completed() and not cwork.failed():
+            self.abort(str(error))
 
     def group_rank(self, global_rank: int, what: str) -> int:
         try:

@@ -117,10 +117,8 @@ class Work:
                                          "wait(); it is still running")
 
     def _fail_group_on_late_error(self, error: PyCollectError) -> None:
-        """A staged call whose copies back failed after it ended on the host fails the group,
-        as a failure during the call does: the peers learn of it, later calls raise it."""
-        if self._staged and self._cwork.is_completed() and not self._cwork.failed():
-            self._group.abort(f"{error}")
+        if self._staged:  # only a staged call's copies can fail after it ended (ProcessGroup.fail_late)
+            self._group.fail_late(self._cwork, error)
 
     def _device_done(self) -> bool:
         """A staged call's result is in device memory; raises if its copies failed."""
