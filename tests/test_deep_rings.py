@@ -4,6 +4,7 @@ algorithms where their non-power-of-two handling matters most (halving-doubling 
 2 and 3 ranks away, the tree and Bruck run 3 steps with a partial last one). Checked
 against numpy, with all ranks bit-identical. Small segments force many pipelined units."""
 import hashlib
+import os
 
 import numpy as np
 import pytest
@@ -61,6 +62,34 @@ def case_deep_ring(ws: int):
         assert np.array_equal(b.numpy(), xs[ws - 2]), f"broadcast ws={ws}"
     pc.destroy_process_group(g)
     return digests
+
+
+def case_tree_lags(ws: int):
+    """The tree forwards segment j-D of the result after sending j up, D = inflight (at
+    most the segment count): D = 1, 2 and 3 with ~200 segments, and D = k (one segment)."""
+    r = pc.get_rank()
+    out = []
+    for inflight, count in (("1", 100003), ("2", 100003), ("3", 100003), ("4", 500)):
+        os.environ["PYCOLLECT_INFLIGHT"] = inflight
+        try:
+            g = pc.new_group(list(range(ws)))
+        finally:
+            del os.environ["PYCOLLECT_INFLIGHT"]
+        if g is pc.NON_GROUP_MEMBER:
+            continue
+        xs = _inputs(ws, count, count + int(inflight))
+        t = torch.from_numpy(xs[r].copy())
+        pc.all_reduce(t, group=g, algo="tree")
+        assert np.array_equal(t.numpy(), np.sum(np.stack(xs), axis=0)), f"tree inflight={inflight} ws={ws}"
+        out.append(inflight)
+        pc.destroy_process_group(g)
+    return out or None
+
+
+@pytest.mark.parametrize("ws", [3, 7])
+def test_tree_lags_match_numpy(pool, ws):
+    results = [res for res in pool.run(case_tree_lags, ws) if res is not None]
+    assert results == [["1", "2", "3", "4"]] * ws
 
 
 @pytest.mark.parametrize("ws", [5, 6, 7])
