@@ -22,14 +22,10 @@ Link::Link(std::unique_ptr<tcp::Link> tcp, Segment segment, int side, pid_t peer
 
 uint64_t Link::queueSend(const void* data, size_t bytes) {
   bool single = singleCopy_ && bytes >= kSingleCopyMinBytes;
-  sends_.push_back({static_cast<char*>(const_cast<void*>(data)), bytes, single, 0});
-  return sendsPosted_++;
+  return sends_.post({{static_cast<char*>(const_cast<void*>(data)), bytes}, single, 0});
 }
 
-uint64_t Link::queueRecv(void* data, size_t bytes) {
-  recvs_.push_back({static_cast<char*>(data), bytes, false, 0});
-  return recvsPosted_++;
-}
+uint64_t Link::queueRecv(void* data, size_t bytes) { return recvs_.post({static_cast<char*>(data), bytes}); }
 
 void Link::progress() {
   // The peer's cursors are noted before they are read to move bytes: a cursor the peer
@@ -52,7 +48,7 @@ void Link::progress() {
 bool Link::progressSend() {
   bool changed = false;
   while (handedOff_ < sends_.size()) {
-    Range& s = sends_[handedOff_];
+    SendRange& s = sends_[handedOff_];
     if (s.left == 0) {
       ++handedOff_;
       continue;
@@ -81,9 +77,9 @@ bool Link::progressSend() {
   }
   uint64_t acked = tx_.channel().acked.value.load(std::memory_order_acquire);
   while (handedOff_ > 0 && (!sends_.front().single || acked >= sends_.front().ackEnd)) {
-    sends_.pop_front();
+    sends_.retireFront();
     --handedOff_;
-    sendsCompleted(++sendsDone_);
+    sendsCompleted(sends_.doneCount());
   }
   return changed;
 }
@@ -96,13 +92,12 @@ bool Link::progressSend() {
 // memory. moved() counts the bytes left behind as work, so no wait sleeps on them.
 bool Link::progressRecv() {
   bool changed = false;
-  const uint64_t doneBefore = recvsDone_;
-  while (!recvs_.empty() && recvsDone_ == doneBefore) {
+  const uint64_t doneBefore = recvs_.doneCount();
+  while (!recvs_.empty() && recvs_.doneCount() == doneBefore) {
     Range& r = recvs_.front();
-    if (r.left == 0) {
-      recvs_.pop_front();
-      recvsCompleted(++recvsDone_);  // per ticket: the trace stamps each one
-      continue;
+    if (r.left == 0) {  // an empty receive
+      recvs_.advance(0);
+      break;
     }
     if (record_.bytes == 0) {
       if (rx_.available() < sizeof(RecordHeader)) break;  // records are published whole
@@ -118,13 +113,13 @@ bool Link::progressRecv() {
     }
     size_t n = std::min(record_.bytes, r.left);
     rx_.read(r.data, n);
-    r.data += n;
-    r.left -= n;
+    recvs_.advance(n);
     record_.bytes -= n;
     if (record_.bytes == 0) rx_.skip(recordPad_);
     rx_.consume();
     changed = true;  // tail moved: the sender may wait for room
   }
+  if (recvs_.doneCount() != doneBefore) recvsCompleted(recvs_.doneCount());
   return changed;
 }
 
@@ -132,30 +127,14 @@ bool Link::progressRecv() {
 // receive ranges, up to kSingleCopyChunk at a time, and acknowledges it.
 bool Link::readSingle() {
   struct iovec iov[kMaxIov];
-  size_t want = std::min(record_.bytes, kSingleCopyChunk), total = 0;
-  int n = 0;
-  for (auto it = recvs_.begin(); it != recvs_.end() && n < kMaxIov && total < want; ++it) {
-    if (it->left == 0) continue;
-    size_t take = std::min(it->left, want - total);
-    iov[n++] = {it->data, take};
-    total += take;
-  }
-  if (total == 0) return false;
+  int n = recvs_.gather(iov, kMaxIov, std::min(record_.bytes, kSingleCopyChunk));
+  if (n == 0) return false;
+  size_t total = 0;
+  for (int i = 0; i < n; ++i) total += iov[i].iov_len;
   ssize_t got = readPeer(peerPid_, iov, n, record_.address, total);
   if (got < 0) fail("process_vm_readv", static_cast<int>(-got));
   if (got == 0) fail("process_vm_readv", EFAULT);
-  size_t left = static_cast<size_t>(got);
-  while (left > 0) {
-    Range& r = recvs_.front();
-    size_t take = std::min(left, r.left);
-    r.data += take;
-    r.left -= take;
-    left -= take;
-    if (r.left == 0) {
-      recvs_.pop_front();
-      recvsCompleted(++recvsDone_);  // per ticket: the trace stamps each one
-    }
-  }
+  recvs_.advance(static_cast<size_t>(got));
   record_.address += got;
   record_.bytes -= got;
   auto& acked = rx_.channel().acked.value;
@@ -220,11 +199,9 @@ void Link::fail(const char* call, int err) const {
 }
 
 void Link::abort() {
-  sends_.clear();
-  recvs_.clear();
+  sends_.abandon();
+  recvs_.abandon();
   handedOff_ = 0;
-  sendsDone_ = sendsPosted_;
-  recvsDone_ = recvsPosted_;
   tcp_->abort();  // shuts the socket down: the peer's poll sees it at once
 }
 

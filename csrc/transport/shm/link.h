@@ -24,11 +24,11 @@
 #include <sys/uio.h>
 
 #include <cstdint>
-#include <deque>
 #include <memory>
 #include <string>
 
 #include "transport/link.h"
+#include "transport/range_queue.h"
 #include "transport/shm/ring.h"
 #include "transport/shm/segment.h"
 #include "transport/tcp/link.h"
@@ -55,8 +55,8 @@ class Link final : public pycollect::Link {
   int peer() const override { return tcp_->peer(); }
   int fd() const { return tcp_->fd(); }
 
-  bool sent(uint64_t ticket) const override { return sendsDone_ > ticket; }
-  bool received(uint64_t ticket) const override { return recvsDone_ > ticket; }
+  bool sent(uint64_t ticket) const override { return sends_.done(ticket); }
+  bool received(uint64_t ticket) const override { return recvs_.done(ticket); }
   bool sendPending() const override { return !sends_.empty(); }
   bool recvPending() const override { return !recvs_.empty(); }
   bool busy() const { return sendPending() || recvPending(); }
@@ -82,9 +82,7 @@ class Link final : public pycollect::Link {
   uint64_t queueRecv(void* data, size_t bytes) override;
 
  private:
-  struct Range {
-    char* data;
-    size_t left;
+  struct SendRange : Range {
     bool single;      // read by the peer from our memory
     uint64_t ackEnd;  // single: done once `acked` reaches this
   };
@@ -102,14 +100,12 @@ class Link final : public pycollect::Link {
   pid_t peerPid_;
   bool singleCopy_;
   Ring tx_, rx_;
-  std::deque<Range> sends_;
+  RangeQueue<SendRange> sends_;
   size_t handedOff_ = 0;     // leading sends_ fully written or posted as single-copy
   uint64_t singlePosted_ = 0;
-  std::deque<Range> recvs_;
+  RangeQueue<> recvs_;
   RecordHeader record_{0, 0};  // what is left of the record being received
   size_t recordPad_ = 0;
-  uint64_t sendsPosted_ = 0, sendsDone_ = 0;
-  uint64_t recvsPosted_ = 0, recvsDone_ = 0;
   uint64_t seenHead_ = 0, seenTail_ = 0, seenAcked_ = 0;  // the peer's cursors, noted as the last progress began
   std::string lost_;  // why the socket says the peer is gone
 };

@@ -16,78 +16,41 @@ Link::Link(Socket socket, int peer, double linkTimeoutSec)
     : socket_(std::move(socket)), peer_(peer), linkTimeoutSec_(linkTimeoutSec) {}
 
 uint64_t Link::queueSend(const void* data, size_t bytes) {
-  sends_.push_back({static_cast<char*>(const_cast<void*>(data)), bytes});
-  return sendsPosted_++;
+  return sends_.post({static_cast<char*>(const_cast<void*>(data)), bytes});
 }
 
-uint64_t Link::queueRecv(void* data, size_t bytes) {
-  recvs_.push_back({static_cast<char*>(data), bytes});
-  return recvsPosted_++;
-}
-
-int Link::fillIov(std::deque<Range>& q, struct iovec* iov, int max) {
-  int n = 0;
-  for (auto it = q.begin(); it != q.end() && n < max; ++it) {
-    if (it->left == 0) continue;
-    iov[n].iov_base = it->data;
-    iov[n].iov_len = it->left;
-    ++n;
-  }
-  return n;
-}
-
-// Retires `bytes` from the front of q; returns how many ranges completed.
-uint64_t Link::consume(std::deque<Range>& q, size_t bytes) {
-  uint64_t done = 0;
-  while (!q.empty()) {
-    Range& r = q.front();
-    size_t take = bytes < r.left ? bytes : r.left;
-    r.data += take;
-    r.left -= take;
-    bytes -= take;
-    if (r.left != 0) break;
-    q.pop_front();
-    ++done;
-  }
-  return done;
-}
+uint64_t Link::queueRecv(void* data, size_t bytes) { return recvs_.post({static_cast<char*>(data), bytes}); }
 
 void Link::progressSend() {
   struct iovec iov[kMaxIov];
   while (!sends_.empty()) {
-    int n = fillIov(sends_, iov, kMaxIov);
+    int n = sends_.gather(iov, kMaxIov);
     if (n == 0) {  // only empty ranges are queued
-      sendsDone_ += consume(sends_, 0);
-      sendsCompleted(sendsDone_);
+      sends_.advance(0);
+      sendsCompleted(sends_.doneCount());
       return;
     }
     IoResult r = socket_.sendv(iov, n);
     if (r.err == EAGAIN) return;
     if (r.err != 0) fail("send", r.err, false);
-    if (uint64_t done = consume(sends_, r.bytes)) {
-      sendsDone_ += done;
-      sendsCompleted(sendsDone_);
-    }
+    if (sends_.advance(r.bytes)) sendsCompleted(sends_.doneCount());
   }
 }
 
 void Link::progressRecv() {
   struct iovec iov[kMaxIov];
   while (!recvs_.empty()) {
-    int n = fillIov(recvs_, iov, kMaxIov);
+    int n = recvs_.gather(iov, kMaxIov);
     if (n == 0) {
-      recvsDone_ += consume(recvs_, 0);
-      recvsCompleted(recvsDone_);
+      recvs_.advance(0);
+      recvsCompleted(recvs_.doneCount());
       return;
     }
     IoResult r = socket_.recvv(iov, n);
     if (r.eof) fail("recv", 0, true);
     if (r.err == EAGAIN) return;
     if (r.err != 0) fail("recv", r.err, false);
-    if (uint64_t done = consume(recvs_, r.bytes)) {
-      recvsDone_ += done;
-      recvsCompleted(recvsDone_);
-    }
+    if (recvs_.advance(r.bytes)) recvsCompleted(recvs_.doneCount());
   }
 }
 
@@ -121,10 +84,8 @@ void Link::fail(const char* call, int err, bool eof) const {
 }
 
 void Link::abort() {
-  sends_.clear();
-  recvs_.clear();
-  sendsDone_ = sendsPosted_;
-  recvsDone_ = recvsPosted_;
+  sends_.abandon();
+  recvs_.abandon();
   socket_.shutdownBoth();
 }
 

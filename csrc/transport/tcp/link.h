@@ -6,10 +6,10 @@
 #include <sys/uio.h>
 
 #include <cstdint>
-#include <deque>
 
 #include "common/clock.h"
 #include "transport/link.h"
+#include "transport/range_queue.h"
 #include "transport/tcp/socket.h"
 
 namespace pycollect {
@@ -25,8 +25,8 @@ class Link final : public pycollect::Link {
   // For a transport that keeps this connection beside another channel (shm/link.h).
   Socket& socket() { return socket_; }
 
-  bool sent(uint64_t ticket) const override { return sendsDone_ > ticket; }
-  bool received(uint64_t ticket) const override { return recvsDone_ > ticket; }
+  bool sent(uint64_t ticket) const override { return sends_.done(ticket); }
+  bool received(uint64_t ticket) const override { return recvs_.done(ticket); }
   bool sendPending() const override { return !sends_.empty(); }
   bool recvPending() const override { return !recvs_.empty(); }
 
@@ -51,23 +51,15 @@ class Link final : public pycollect::Link {
   uint64_t queueRecv(void* data, size_t bytes) override;
 
  private:
-  struct Range {
-    char* data;
-    size_t left;
-  };
   [[noreturn]] void fail(const char* call, int err, bool eof) const;
-  static int fillIov(std::deque<Range>& q, struct iovec* iov, int max);
-  static uint64_t consume(std::deque<Range>& q, size_t bytes);
 
   Socket socket_;
   int peer_;
   double linkTimeoutSec_;
   bool suspect_ = false;  // the last check saw no acknowledgement for the timeout ...
   Clock::time_point lastCheck_{};  // ... at this time
-  std::deque<Range> sends_;
-  std::deque<Range> recvs_;
-  uint64_t sendsPosted_ = 0, sendsDone_ = 0;
-  uint64_t recvsPosted_ = 0, recvsDone_ = 0;
+  RangeQueue<> sends_;
+  RangeQueue<> recvs_;
 };
 
 }  // namespace tcp
