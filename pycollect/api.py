@@ -225,9 +225,11 @@ def all_reduce(tensor, op=ReduceOp.SUM, group=None, async_op: bool = False, algo
     """Reduce `tensor` across the group, in place, on every rank.
 
     `algo` (pc.Algo or its name: "auto", "ring", "direct", "halving_doubling", "tree")
-    overrides the group's choice (PYCOLLECT_ALGO, default "auto": direct for small messages
-    on small groups, ring otherwise). All ranks must pass the same value (else every rank
-    gets a MismatchError); an algorithm all_reduce does not have raises ValueError.
+    overrides the group's choice (PYCOLLECT_ALGO, default "auto": the algorithm the cost
+    model predicts fastest for this size and group size, from a table the group builds
+    once; `pycollect model --validate` shows its picks against measurement). All ranks must
+    pass the same value (else every rank gets a MismatchError); an algorithm all_reduce
+    does not have raises ValueError.
     """
     g = _group(group)
     op = to_reduce_op(op)
@@ -244,8 +246,8 @@ def all_gather_into_tensor(output_tensor, input_tensor, group=None, async_op: bo
     """output = concat of every rank's input, in rank order.
 
     `algo` (pc.Algo or its name: "auto", "ring", "bruck") overrides the group's choice
-    (PYCOLLECT_ALGO where it names an all-gather algorithm; "auto" is the ring). All ranks
-    must pass the same value.
+    (PYCOLLECT_ALGO where it names an all-gather algorithm; "auto": the cost model's pick,
+    as all_reduce's). All ranks must pass the same value.
     """
     g = _group(group)
     algo = Algo.for_call("all_gather", algo, g.algo, "all_gather_into_tensor")
