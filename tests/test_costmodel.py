@@ -394,6 +394,26 @@ def test_cli_validate_from_saved_samples(tmp_path):
     assert r.returncode == 2 and "not a `pycollect model --validate --json` file" in r.stderr
 
 
+def test_validate_plot_counts_each_panel(tmp_path):
+    """--validate --plot: one panel per group size, its title counting the points within
+    25 % (the CLI draws it for saved samples too); a PNG is written."""
+    from pycollect.cli.model_plot import validate_plot
+    from pycollect.costmodel.measure import Row
+
+    rows = [Row("all_reduce", "ring", p, n, 1e-3, 1e-3 * f) for p, f in ((2, 1.1), (3, 1.3), (4, 0.5))
+            for n in (65536, 1 << 20)] + [Row("all_gather", "bruck", 4, 65536, 1e-3, 0.8e-3)]
+    png = tmp_path / "err.png"
+    assert validate_plot(str(png), rows, "t") == {2: (2, 2), 3: (0, 2), 4: (1, 3)}
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    params = tmp_path / "p.json"
+    Params(alpha=3e-6, beta=1 / 6e9, gamma=1 / 12e9).save(str(params))
+    saved = tmp_path / "s.json"
+    saved.write_text(json.dumps({"samples": [["all_reduce", "ring", 65536, 2, 1e-4, 524288]]}))
+    r = _cli("--validate", "--from", str(saved), "--params", str(params), "--plot", str(tmp_path / "cli.png"))
+    assert r.returncode == 0, r.stderr
+    assert f"# wrote {tmp_path / 'cli.png'}" in r.stdout and (tmp_path / "cli.png").stat().st_size > 0
+
+
 @pytest.mark.slow
 def test_cli_validate_on_rate_limited_hosts(tmp_path):
     """--netns-hosts: one rank per namespace host behind a 200 Mbit/s cable, so a 1 MiB

@@ -16,8 +16,9 @@ from typing import List
 from ..benchmark.sizes import format_size, parse_size, size_list
 from ..costmodel import (DEFAULT_PATH, DEFAULT_SEGMENT_BYTES, FORMULAS, Params, bus_bandwidth, crossovers,
                          engine_choice, parse_rate, parse_time, predict)
+from .model_plot import LOOPBACK_TARGET, predict_plot, validate_plot
 
-TARGET = 0.25  # issue 14: predicted within 25 % of measured
+TARGET = LOOPBACK_TARGET
 CHOICE_TARGET = 0.10  # issue 14: the choice never more than 10 % slower than the fastest
 
 
@@ -52,7 +53,9 @@ def register(subparsers) -> None:
                    help="ranks: 2,3,4 or 8..4096 (doubling), 8..64+8 (adding 8), 8..4096*4 (x4); "
                         "default 8..4096 for --predict, 2,3,4 for --validate")
     p.add_argument("--algos", nargs="+", default=None, help="algorithms to compare (default: every one the model knows)")
-    p.add_argument("--plot", default=None, help="--predict: write a PNG (log axes) here")
+    p.add_argument("--plot", default=None,
+                   help="--predict: time and busbw per world size; --validate: each algorithm's error per size, "
+                        "one panel per group size, the targets shaded (a PNG)")
     p.add_argument("--json", default=None, help="--validate: also write the measured samples here (a --fit --from source)")
     add_param_arguments(p)
     p.set_defaults(func=run)
@@ -159,7 +162,7 @@ def _validate(args) -> int:
 
     params = params_from_args(args)
     if args.sources:
-        return _validate_saved(args.sources, params)
+        return _validate_saved(args.sources, params, args.plot)
     if args.quick:
         ops, worlds, sizes, block_s, repeats = ["all_reduce"], [2], [65536, 1 << 20], 0.002, 2
         algos = args.algos or ["ring", "direct"]
@@ -196,7 +199,7 @@ def _validate(args) -> int:
                        "samples": [[r.op, r.algo, r.nbytes, r.world_size, r.measured_s, DEFAULT_SEGMENT_BYTES]
                                    for r in rows]}, f, indent=1)
         print(f"# wrote {args.json}")
-    _summary(rows, params)
+    _summary(rows, params, args.plot, "links: " + (f"namespace hosts, {line_rate} cables" if line_rate else "loopback"))
     return 0
 
 
@@ -212,14 +215,18 @@ def _show(r, failure=None) -> None:
           f"{r.median_s * 1e6:>10.1f} {r.predicted_s * 1e6:>13.1f} {r.error * 100:>6.1f}%{flag}", flush=True)
 
 
-def _summary(rows, params) -> None:
+def _summary(rows, params, plot=None, measured="") -> None:
     bad = [r for r in rows if abs(r.error) > TARGET]
     print(f"# {len(rows) - len(bad)}/{len(rows)} rows within {TARGET * 100:.0f} %"
           + (f"; beyond: {len(bad)} (marked !)" if bad else ""))
     _choice_check(rows, params)
+    if plot and rows:
+        validate_plot(plot, rows, f"model vs measured ({measured}): {len(rows) - len(bad)} of {len(rows)} within "
+                                  f"{TARGET * 100:.0f} %; {params.describe()}")
+        print(f"# wrote {plot}")
 
 
-def _validate_saved(paths, params: Params) -> int:
+def _validate_saved(paths, params: Params, plot=None) -> int:
     """--validate --from: the table and checks for samples measured before (no ranks start)."""
     from ..costmodel.fit import samples_from_bench
     from ..costmodel.measure import Row
@@ -237,7 +244,7 @@ def _validate_saved(paths, params: Params) -> int:
     print(_HEADER)
     for r in rows:
         _show(r)
-    _summary(rows, params)
+    _summary(rows, params, plot, "samples of " + ", ".join(os.path.basename(p) for p in paths))
     return 0
 
 
@@ -284,36 +291,6 @@ def _predict(args) -> int:
     if not cross:
         print(f"# no crossover: {table and algos[table[0][1].index(min(table[0][1]))]} is best at every world size")
     if args.plot:
-        _plot(args.plot, args.op, nbytes, algos, table, cross, params)
+        predict_plot(args.plot, args.op, nbytes, algos, table, cross, params)
         print(f"# wrote {args.plot}")
     return 0
-
-
-def _plot(path: str, op: str, nbytes: int, algos, table, cross, params: Params) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    worlds = [p for p, _ in table]
-    fig, (ax_t, ax_b) = plt.subplots(1, 2, figsize=(11, 4.5))
-    for i, a in enumerate(algos):
-        times = [t[i] for _, t in table]
-        ax_t.plot(worlds, [t * 1e3 for t in times], "o-", label=a)
-        ax_b.plot(worlds, [bus_bandwidth(op, nbytes, p, t) / 1e9 for p, t in zip(worlds, times)], "o-", label=a)
-    for p, (before, after) in cross.items():
-        for ax in (ax_t, ax_b):
-            ax.axvline(p, color="gray", linestyle=":")
-        ax_t.annotate(f"{before}->{after}", (p, ax_t.get_ylim()[1]), rotation=90, va="top", fontsize=8)
-    for ax, label in ((ax_t, "predicted time (ms)"), (ax_b, "busbw (GB/s)")):
-        ax.set_xscale("log", base=2)
-        ax.set_yscale("log")
-        ax.set_xlabel("ranks")
-        ax.set_ylabel(label)
-        ax.grid(True, which="both", alpha=0.3)
-        ax.legend()
-    fig.suptitle(f"{op}, {format_size(nbytes)}: alpha {params.alpha * 1e6:.2g} us, "
-                 f"beta {1 / params.beta / 1e9:.3g} GB/s, gamma {1 / params.gamma / 1e9:.3g} GB/s")
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
