@@ -257,17 +257,10 @@ def all_gather_into_tensor(output_tensor, input_tensor, group=None, async_op: bo
     check_numel(o, i.numel * g.size, f"all_gather_into_tensor(output_tensor) for {g.size} ranks x {i.numel}")
     dc = device_call(g, (i, o), "all_gather_into_tensor")
     if dc is not None:
-        _ring_only_staged(algo, "all_gather_into_tensor")
-        return _run(g, lambda c, blk: c.all_gather_staged(i.address, o.address, i.numel, i.code, *dc, blk), (i, o),
-                    async_op)
+        return _run(g, lambda c, blk: c.all_gather_staged(i.address, o.address, i.numel, i.code, int(algo), *dc, blk),
+                    (i, o), async_op)
     return _run(g, lambda c, blk: c.all_gather(i.address, o.address, i.numel, i.code, int(algo), blk), (i, o),
                 async_op)
-
-
-def _ring_only_staged(algo: Algo, what: str) -> None:
-    if algo not in (Algo.AUTO, Algo.RING):
-        raise NotImplementedError(f"{what}(algo={algo.name.lower()}): CUDA tensors are all-gathered with the "
-                                  "ring only (the staging pipeline does not run Bruck yet)")
 
 
 def all_gather(tensor_list, tensor, group=None, async_op: bool = False, algo=None):
@@ -289,9 +282,8 @@ def all_gather(tensor_list, tensor, group=None, async_op: bool = False, algo=Non
             copy_into(t, flat[k * i.numel:(k + 1) * i.numel])
 
     if dc is not None:
-        _ring_only_staged(algo, "all_gather")
-        return _run(g, lambda c, blk: c.all_gather_staged(i.address, f.address, i.numel, i.code, *dc, blk), (i, f),
-                    async_op, finish)
+        return _run(g, lambda c, blk: c.all_gather_staged(i.address, f.address, i.numel, i.code, int(algo), *dc, blk),
+                    (i, f), async_op, finish)
     return _run(g, lambda c, blk: c.all_gather(i.address, f.address, i.numel, i.code, int(algo), blk), (i, f),
                 async_op, finish)
 
@@ -533,9 +525,11 @@ def all_reduce_coalesced(tensors, op=ReduceOp.SUM, group=None, async_op: bool = 
     return _run(g, lambda c, blk: c.all_reduce_coalesced(spans, bufs[0].code, int(op), int(algo), blk), bufs, async_op)
 
 
-def all_gather_coalesced(output_tensor_lists, input_tensor_list, group=None, async_op: bool = False):
-    """output_tensor_lists[r][i] = rank r's input_tensor_list[i], in one engine call."""
+def all_gather_coalesced(output_tensor_lists, input_tensor_list, group=None, async_op: bool = False, algo=None):
+    """output_tensor_lists[r][i] = rank r's input_tensor_list[i], in one engine call; `algo`
+    as all_gather_into_tensor's, chosen by the packed size."""
     g = _group(group)
+    algo = Algo.for_call("all_gather", algo, g.algo, "all_gather_coalesced")
     if (isinstance(input_tensor_list, (list, tuple)) and isinstance(output_tensor_lists, (list, tuple))
             and needs_host_staging(g, [*input_tensor_list, *(t for row in output_tensor_lists for t in row)],
                                    "all_gather_coalesced")):
@@ -544,7 +538,7 @@ def all_gather_coalesced(output_tensor_lists, input_tensor_list, group=None, asy
 
         def run(i, o):
             it = iter(o)
-            return all_gather_coalesced([[next(it) for _ in range(k)] for k in rows], i, group, async_op)
+            return all_gather_coalesced([[next(it) for _ in range(k)] for k in rows], i, group, async_op, algo)
 
         return through_host(list(input_tensor_list), flat_out, run)
     ins = _same_dtype_list(input_tensor_list, "all_gather_coalesced(input_tensor_list)", writable=False)
@@ -559,7 +553,8 @@ def all_gather_coalesced(output_tensor_lists, input_tensor_list, group=None, asy
             outs.append(o)
     i_spans = [(b.address, b.numel) for b in ins]
     o_spans = [(b.address, b.numel) for b in outs]
-    return _run(g, lambda c, blk: c.all_gather_coalesced(i_spans, o_spans, ins[0].code, blk), (*ins, *outs), async_op)
+    return _run(g, lambda c, blk: c.all_gather_coalesced(i_spans, o_spans, ins[0].code, int(algo), blk), (*ins, *outs),
+                async_op)
 
 
 _ALL_TO_ALL_TAG = -0x0A2A  # marks all-to-all traffic in the send/recv headers

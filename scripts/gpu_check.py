@@ -35,8 +35,10 @@ DTYPES = ["float32", "float64", "float16", "bfloat16", "int8", "uint8", "int32",
 TOL = {"float32": (1e-5, 1e-5), "float64": (1e-12, 1e-12), "float16": (1e-2, 2e-2), "bfloat16": (2e-2, 1e-1)}
 REDUCING = {"all_reduce": ["SUM", "PRODUCT", "MIN", "MAX", "AVG"], "reduce": ["SUM", "MAX"],
             "reduce_scatter_tensor": ["SUM", "MIN"], "all_reduce_coalesced": ["SUM"]}
-MOVING = ["broadcast", "all_gather_into_tensor", "all_gather", "gather", "scatter", "all_to_all", "send_recv"]
-SAME_EVERYWHERE = {"all_reduce", "broadcast", "all_gather_into_tensor", "all_gather", "all_reduce_coalesced"}
+MOVING = ["broadcast", "all_gather_into_tensor", "all_gather_bruck", "all_gather", "gather", "scatter", "all_to_all",
+          "send_recv"]
+SAME_EVERYWHERE = {"all_reduce", "broadcast", "all_gather_into_tensor", "all_gather_bruck", "all_gather",
+                   "all_reduce_coalesced"}
 
 
 def _counts(dry: bool):
@@ -110,9 +112,9 @@ def _pc_call(pc, torch, kind, xs, op, rank, n, dev):
     if kind == "broadcast":
         pc.broadcast(mine, 1)
         return [mine], [_wide(torch, xs[1])]
-    if kind == "all_gather_into_tensor":
+    if kind in ("all_gather_into_tensor", "all_gather_bruck"):
         out = torch.empty(n * count, dtype=mine.dtype, device=dev)
-        pc.all_gather_into_tensor(out, mine)
+        pc.all_gather_into_tensor(out, mine, algo="bruck" if kind == "all_gather_bruck" else None)
         return [out], [_wide(torch, torch.cat(xs))]
     if kind == "all_gather":
         outs = [torch.empty(count, dtype=mine.dtype, device=dev) for _ in range(n)]
@@ -155,7 +157,7 @@ def _gloo_call(torch, dist, kind, xs, op, rank, n, dev):
         if kind == "reduce" and rank != 0:
             return None
         return [mine / n if op == "AVG" else mine]
-    if kind == "all_gather_into_tensor":
+    if kind in ("all_gather_into_tensor", "all_gather_bruck"):
         out = torch.empty(n * count, dtype=mine.dtype, device=dev)
         (getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor)(out, mine)
         return [out]

@@ -232,7 +232,7 @@ def case_new_collective(kind: str, ws: int, seed: int = 0, counts=(0, 1, 13), dt
     """pc.<kind> on ranks [0, ws) against numpy and Gloo's dist.<kind>, every dtype x count
     (x op for the reductions); uneven sizes where the call allows them. Returns the
     digests of results every rank holds (checked bit-identical by the test). `algo`:
-    the all-reduce algorithm of all_reduce_coalesced (None: the group's)."""
+    the algorithm of all_reduce_coalesced or all_gather_coalesced (None: the group's)."""
     chosen = {} if algo is None else {"algo": algo}
     pair = paired_groups(ws)
     if pair is None:
@@ -354,12 +354,12 @@ def _new_all_reduce_coalesced(pg, gg, ws, r, dtype, count, op, seed, what, algo=
     return [digest(t) for t in mine], compared
 
 
-def _new_all_gather_coalesced(pg, gg, ws, r, dtype, count, op, seed, what):
+def _new_all_gather_coalesced(pg, gg, ws, r, dtype, count, op, seed, what, algo=None):
     sizes = (count, 3)
     inputs = [_all_inputs(dtype, n, ws, seed + i, False) for i, n in enumerate(sizes)]
     mine = [inp[r] for inp in inputs]
     ours = [[torch.full((n,), 7, dtype=dtype) for n in sizes] for _ in range(ws)]
-    pc.all_gather_coalesced(ours, mine, group=pg)
+    pc.all_gather_coalesced(ours, mine, group=pg, algo=algo)
     for k in range(ws):
         for i in range(len(sizes)):
             assert torch.equal(ours[k][i], inputs[i][k]), f"{what}: rank {k} tensor {i}"

@@ -78,14 +78,14 @@ def _run_kind(kind: str, g, inputs, op: str, engine: str):
         if engine == "gloo":
             dist.all_gather_into_tensor(out, x)
         else:
-            pc.all_gather_into_tensor(out, x, group=g)
+            pc.all_gather_into_tensor(out, x, group=g, algo=algo or None)
         return [out]
     if kind == "all_gather":
         outs = [torch.empty(count, dtype=x.dtype) for _ in range(n)]
         if engine == "gloo":
             dist.all_gather(outs, x)
         else:
-            pc.all_gather(outs, x, group=g)
+            pc.all_gather(outs, x, group=g, algo=algo or None)
         return outs
     if kind == "reduce_scatter_tensor":
         big = torch.cat([inputs[rank]] * n) + rank  # n chunks of `count`

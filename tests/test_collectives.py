@@ -32,9 +32,10 @@ def test_algorithm_matches_reference_and_gloo(pool4_each, kind, algo, ws):
 
 
 @pytest.mark.parametrize("ws", [1, 2, 3, 4])
-@pytest.mark.parametrize("algo", ["ring", "direct", "halving_doubling", "tree"])
-def test_all_reduce_coalesced_runs_each_algorithm(pool4, algo, ws):
-    results = [res for res in pool4.run(cc.case_new_collective, "all_reduce_coalesced", ws, 3, algo=algo)
+@pytest.mark.parametrize("kind, algo", [("all_reduce_coalesced", a) for a in ("ring", "direct", "halving_doubling", "tree")]
+                         + [("all_gather_coalesced", a) for a in ("ring", "bruck")])
+def test_coalesced_runs_each_algorithm(pool4, kind, algo, ws):
+    results = [res for res in pool4.run(cc.case_new_collective, kind, ws, 3, algo=algo)
                if res is not None]
     assert len(results) == ws and results[0]["cases"] > 0
     if ws > 1:

@@ -31,9 +31,9 @@ def staging_pool3():
 
 
 SAME_ON_EVERY_RANK = {"all_reduce", "broadcast", "all_gather_into_tensor", "all_gather", "all_reduce:halving_doubling",
-                      "all_reduce:tree"}
+                      "all_reduce:tree", "all_gather_into_tensor:bruck", "all_gather:bruck"}
 KINDS = ["all_reduce", "broadcast", "reduce", "all_gather_into_tensor", "all_gather", "reduce_scatter_tensor",
-         "reduce_scatter"]
+         "reduce_scatter", "all_gather_into_tensor:bruck"]
 
 
 @pytest.mark.parametrize("kind", KINDS)
@@ -51,7 +51,8 @@ def test_staging_matches_plain_and_gloo(staging_pool, kind, dtype, op):
 
 
 @pytest.mark.parametrize("kind", ["all_reduce", "all_gather_into_tensor", "reduce_scatter_tensor", "broadcast",
-                                  "all_reduce:halving_doubling", "all_reduce:tree"])
+                                  "all_reduce:halving_doubling", "all_reduce:tree", "all_gather_into_tensor:bruck",
+                                  "all_gather:bruck"])
 def test_staging_three_ranks_uneven(staging_pool3, kind):
     results = staging_pool3.run(sc.case_staging_matches, kind, torch.float32, "SUM", [1, 2, PER // 3 + 1, 7 * PER + 5],
                                 200)

@@ -242,11 +242,11 @@ void registerCommunicator(py::module_& m) {
           py::arg("tensors"), py::arg("dtype"), py::arg("op"), py::arg("algo") = 0, py::arg("blocking") = false, R())
       .def(
           "all_gather_coalesced",
-          [](Communicator& c, const Buffers& ins, const Buffers& outs, int dtype, bool blocking) {
+          [](Communicator& c, const Buffers& ins, const Buffers& outs, int dtype, int algo, bool blocking) {
             Blocking scope(blocking);
-            return c.allGatherCoalesced(spans(ins), spans(outs), checkedDType(dtype));
+            return c.allGatherCoalesced(spans(ins), spans(outs), checkedDType(dtype), checkedAlgo(algo));
           },
-          py::arg("ins"), py::arg("outs"), py::arg("dtype"), py::arg("blocking") = false, R())
+          py::arg("ins"), py::arg("outs"), py::arg("dtype"), py::arg("algo") = 0, py::arg("blocking") = false, R())
       // Device (CUDA) memory, staged through pinned host memory: `device` is the CUDA
       // ordinal, `stream` the caller's current stream (torch's cuda_stream).
       .def(
@@ -261,12 +261,13 @@ void registerCommunicator(py::module_& m) {
           py::arg("device"), py::arg("stream"), py::arg("blocking") = false, R())
       .def(
           "all_gather_staged",
-          [](Communicator& c, uintptr_t in, uintptr_t out, size_t count, int dtype, int device,
+          [](Communicator& c, uintptr_t in, uintptr_t out, size_t count, int dtype, int algo, int device,
              uintptr_t stream, bool blocking) {
             Blocking scope(blocking);
-            return c.allGatherStaged(ptr(in), ptr(out), count, checkedDType(dtype), DeviceCall{device, stream});
+            return c.allGatherStaged(ptr(in), ptr(out), count, checkedDType(dtype), checkedAlgo(algo),
+                                     DeviceCall{device, stream});
           },
-          py::arg("inp"), py::arg("out"), py::arg("count"), py::arg("dtype"), py::arg("device"),
+          py::arg("inp"), py::arg("out"), py::arg("count"), py::arg("dtype"), py::arg("algo"), py::arg("device"),
           py::arg("stream"), py::arg("blocking") = false, R())
       .def(
           "reduce_scatter_staged",

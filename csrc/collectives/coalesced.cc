@@ -8,7 +8,8 @@
 // wire for the many small tensors this is for (DDP's and torch's coalesced calls).
 //
 // Example, all-gather of [a (2 elements), b (3)] on 2 ranks: each rank packs a|b (5
-// elements), the ring gathers a0 b0 | a1 b1 (10), and outs = [a0, b0, a1, b1].
+// elements), the all-gather (ring or Bruck) gathers a0 b0 | a1 b1 (10), and
+// outs = [a0, b0, a1, b1].
 #include <cstring>
 
 #include "collectives/collectives.h"
@@ -50,13 +51,13 @@ void allreduceCoalesced(Context& ctx, const std::vector<Span>& tensors, DType dt
 }
 
 void allgatherCoalesced(Context& ctx, const std::vector<Span>& ins, const std::vector<Span>& outs,
-                        DType dtype) {
+                        DType dtype, Algo algo) {
   const size_t es = dtypeSize(dtype);
   const size_t total = totalCount(ins);
   std::vector<char> gathered(ctx.size * total * es);
   char* own = gathered.data() + ctx.rank * total * es;
   pack(ins, own, es);
-  allgatherRing(ctx, own, gathered.data(), total, dtype);  // in place
+  allgatherWith(algo, ctx, own, gathered.data(), total, dtype);  // in place
   unpack(gathered.data(), outs, es);
 }
 

@@ -59,12 +59,12 @@ void alltoallDirect(Context& ctx, const std::vector<Span>& ins, const std::vecto
                     DType dtype);
 
 // Many tensors of one dtype in one call: packed, run once, unpacked. `algo` is the
-// all-reduce that runs (any of allreduceWith's). outs of the all-gather: rank-major, so
-// outs[r * ins.size() + i] gets rank r's ins[i].
+// algorithm that runs (any of allreduceWith's, allgatherWith's). outs of the all-gather:
+// rank-major, so outs[r * ins.size() + i] gets rank r's ins[i].
 void allreduceCoalesced(Context& ctx, const std::vector<Span>& tensors, DType dtype, ReduceOp op,
                         Algo algo);
 void allgatherCoalesced(Context& ctx, const std::vector<Span>& ins, const std::vector<Span>& outs,
-                        DType dtype);
+                        DType dtype, Algo algo);
 
 // Receives the first send with `tag` to arrive from any rank (ctx.call describes the
 // expected message: kind kSend, dtype, count); returns the sender. recvSeq: the

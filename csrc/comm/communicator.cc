@@ -245,12 +245,8 @@ std::shared_ptr<Work> Communicator::allReduce(void* data, size_t count, DType dt
 
 std::shared_ptr<Work> Communicator::allGather(const void* in, void* out, size_t count, DType dtype,
                                               Algo algo) {
-  // kAuto: the cost model's table, looked up by the bytes every rank ends with (the ring
-  // without one); the header carries the algorithm that runs, as all-reduce's does.
-  Algo chosen = algo == Algo::kAuto
-                    ? lookupAuto(options_.allgatherAuto, count * dtypeSize(dtype) * size_, Algo::kRing)
-                    : algo;
-  checkAllgatherAlgo(chosen, "all_gather");
+  // The header carries the algorithm that runs, as all-reduce's does.
+  Algo chosen = chooseAllgather(algo, count * dtypeSize(dtype) * size_);
   WireHeader h = makeHeader(OpKind::kAllGather, dtype, ReduceOp::kSum, count, -1);
   h.algo = static_cast<uint8_t>(chosen);
   return enqueue(h, [=](Context& c) { allgatherWith(chosen, c, in, out, count, dtype); });
@@ -264,6 +260,13 @@ std::shared_ptr<Work> Communicator::reduceScatter(const void* in, void* out, siz
 
 Algo Communicator::chooseAlgo(Algo algo, size_t bytes) const {
   return algo == Algo::kAuto ? chooseAllreduce(options_, size_, bytes) : algo;
+}
+
+Algo Communicator::chooseAllgather(Algo algo, size_t outBytes) const {
+  // kAuto: the cost model's table (the ring without one).
+  Algo chosen = algo == Algo::kAuto ? lookupAuto(options_.allgatherAuto, outBytes, Algo::kRing) : algo;
+  checkAllgatherAlgo(chosen, "all_gather");
+  return chosen;
 }
 
 void Communicator::checkRoot(int root, const char* what) const {
@@ -350,7 +353,7 @@ std::shared_ptr<Work> Communicator::allReduceCoalesced(std::vector<Span> tensors
 }
 
 std::shared_ptr<Work> Communicator::allGatherCoalesced(std::vector<Span> ins, std::vector<Span> outs,
-                                                       DType dtype) {
+                                                       DType dtype, Algo algo) {
   checkSpans(outs, size_ * ins.size(), "all_gather_coalesced(outputs)");
   size_t total = 0;
   for (size_t i = 0; i < outs.size(); ++i) {
@@ -362,9 +365,11 @@ std::shared_ptr<Work> Communicator::allGatherCoalesced(std::vector<Span> ins, st
     }
   }
   for (const Span& s : ins) total += s.count;
+  Algo chosen = chooseAllgather(algo, total * dtypeSize(dtype) * size_);
   WireHeader h = makeHeader(OpKind::kAllGatherCoalesced, dtype, ReduceOp::kSum, total,
                             static_cast<int>(ins.size()));
-  return enqueue(h, [=](Context& c) { allgatherCoalesced(c, ins, outs, dtype); });
+  h.algo = static_cast<uint8_t>(chosen);
+  return enqueue(h, [=](Context& c) { allgatherCoalesced(c, ins, outs, dtype, chosen); });
 }
 
 std::shared_ptr<Work> Communicator::recvAny(void* data, size_t count, DType dtype, int tag,

@@ -112,7 +112,8 @@ class Communicator {
   // directMax*); kRing, kDirect, kHalvingDoubling or kTree forces one (another algorithm:
   // InvalidArgument).
   std::shared_ptr<Work> allReduce(void* data, size_t count, DType dtype, ReduceOp op, Algo algo);
-  // `algo`: kAuto (the ring), kRing or kBruck.
+  // `algo`: kAuto (options().allgatherAuto by the bytes each rank ends with, else the
+  // ring), kRing or kBruck.
   std::shared_ptr<Work> allGather(const void* in, void* out, size_t count, DType dtype, Algo algo);
   std::shared_ptr<Work> reduceScatter(const void* in, void* out, size_t count, DType dtype,
                                       ReduceOp op);
@@ -133,8 +134,9 @@ class Communicator {
   std::shared_ptr<Work> allReduceCoalesced(std::vector<Span> tensors, DType dtype, ReduceOp op,
                                            Algo algo);
   // outs: size() * ins.size() spans, rank-major (outs[r * ins.size() + i] = rank r's ins[i]).
+  // `algo` as allGather's, chosen by the packed bytes.
   std::shared_ptr<Work> allGatherCoalesced(std::vector<Span> ins, std::vector<Span> outs,
-                                           DType dtype);
+                                           DType dtype, Algo algo);
 
   // The same calls on device memory (CUDA tensors), staged through pinned host memory
   // (comm/staging.h). Raise before anything is sent if CUDA is missing or `call.device`
@@ -142,7 +144,7 @@ class Communicator {
   std::shared_ptr<Work> allReduceStaged(void* data, size_t count, DType dtype, ReduceOp op,
                                         Algo algo, DeviceCall call);
   std::shared_ptr<Work> allGatherStaged(const void* in, void* out, size_t count, DType dtype,
-                                        DeviceCall call);
+                                        Algo algo, DeviceCall call);
   std::shared_ptr<Work> reduceScatterStaged(const void* in, void* out, size_t count, DType dtype,
                                             ReduceOp op, DeviceCall call);
   std::shared_ptr<Work> broadcastStaged(void* data, size_t count, DType dtype, int root,
@@ -237,6 +239,9 @@ class Communicator {
   void checkRootList(const std::vector<Span>& spans, size_t own, int root, const char* what) const;
   // The algorithm kAuto stands for, for an all-reduce of `bytes`.
   Algo chooseAlgo(Algo algo, size_t bytes) const;
+  // An all-gather's algorithm (checked) for kAuto or a forced one; `outBytes`: what each
+  // rank ends with.
+  Algo chooseAllgather(Algo algo, size_t outBytes) const;
   void workerLoop();
   void failWith(const std::string& message);
   // The staging of device calls, made on first use for `device` (see *Staged).

@@ -207,11 +207,14 @@ std::shared_ptr<Work> Communicator::reduceStaged(void* data, size_t count, DType
 }
 
 std::shared_ptr<Work> Communicator::allGatherStaged(const void* in, void* out, size_t count, DType dtype,
-                                                    DeviceCall dc) {
+                                                    Algo algo, DeviceCall dc) {
   const size_t es = dtypeSize(dtype);
   const size_t n = size_;
   Cut cut(count, options_.staging.pieceBytes / es / n);
+  // The algorithm of the pieces, chosen on what one piece gathers (as all-reduce's).
+  Algo chosen = chooseAllgather(algo, cut.length(0) * es * n);
   WireHeader h = makeHeader(OpKind::kAllGather, dtype, ReduceOp::kSum, count, -1);
+  h.algo = static_cast<uint8_t>(chosen);
   const char* src = static_cast<const char*>(in);
   char* dst = static_cast<char*>(out);
   const size_t r = rank_;
@@ -221,7 +224,7 @@ std::shared_ptr<Work> Communicator::allGatherStaged(const void* in, void* out, s
     const size_t len = p.count, a = cut.begin(k), run = len * es;
     p.in = {{r * run, const_cast<char*>(src) + a * es, run}};
     for (size_t q = 0; q < n; ++q) p.out.push_back({q * run, dst + (q * count + a) * es, run});
-    p.run = [=](Context& c, char* slot) { allgatherRing(c, slot + r * run, slot, len, dtype); };
+    p.run = [=](Context& c, char* slot) { allgatherWith(chosen, c, slot + r * run, slot, len, dtype); };
     return p;
   };
   return enqueueStaged(h, cut.pieces(), n * cut.per * es, piece, dc);
