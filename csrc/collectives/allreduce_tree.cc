@@ -48,6 +48,7 @@
 
 #include "collectives/collectives.h"
 #include "collectives/peers.h"
+#include "collectives/recv_reduce.h"
 #include "reduce/reduce.h"
 
 namespace pycollect {
@@ -80,19 +81,17 @@ void allreduceTree(Context& ctx, void* data, size_t count, DType dtype, ReduceOp
   const size_t k = segs.count;
   auto segPtr = [&](size_t j) { return base + segs.begin(j, count) * es; };
   auto segLen = [&](size_t j) { return segs.size(j, count); };
-  // Each child's segments arrive in `slots` scratch slots of their own, posted ahead and
-  // posted again once reduced (as recvReduce does for one message).
-  const size_t slots = std::min(k, static_cast<size_t>(std::max(1, ctx.tunables.inflight)));
-  const size_t slotBytes = std::min(segs.per, count) * es;
-  char* scratch = children.empty() ? nullptr : ctx.scratch(children.size() * slots * slotBytes);
-  auto slot = [&](size_t c, size_t j) { return scratch + (c * slots + j % slots) * slotBytes; };
-  std::vector<std::vector<uint64_t>> fromChild(children.size(), std::vector<uint64_t>(k));
-  auto postFromChild = [&](size_t c, size_t j) {
-    ctx.setUnit("reduce", childStep[c], -1, static_cast<int64_t>(j));
-    fromChild[c][j] = ctx.link(children[c]).postRecv(slot(c, j), segLen(j) * es);
-  };
+  // Each child's partial result arrives segment by segment into scratch slots of its
+  // own, `slots` posted ahead and each posted again once reduced into our vector.
+  const size_t slots = postedAhead(ctx, k);
+  const size_t perChild = recvReduceScratch(ctx, count, dtype);
+  char* scratch = children.empty() ? nullptr : ctx.scratch(children.size() * perChild);
+  std::vector<SegmentedRecvReduce> fromChild;
+  fromChild.reserve(children.size());
   for (size_t c = 0; c < children.size(); ++c) {
-    for (size_t j = 0; j < slots; ++j) postFromChild(c, j);
+    const int step = childStep[c];
+    fromChild.emplace_back(ctx, ctx.link(children[c]), base, count, dtype, op, scratch + c * perChild,
+                           [&ctx, step](size_t j) { ctx.setUnit("reduce", step, -1, static_cast<int64_t>(j)); });
   }
   // The result's segments come down from the parent into our own vector.
   const int downStep = steps - 1 - parentStep;  // the broadcast mirrors the reduce
@@ -115,12 +114,9 @@ void allreduceTree(Context& ctx, void* data, size_t count, DType dtype, ReduceOp
   };
   for (size_t j = 0; j < k; ++j) {
     for (size_t c = 0; c < children.size(); ++c) {
-      Link& from = ctx.link(children[c]);
       ctx.setStep("reduce", childStep[c], steps);
       ctx.setUnit("reduce", childStep[c], -1, static_cast<int64_t>(j));
-      ctx.waitRecv(from, fromChild[c][j]);
-      reduce(segPtr(j), segPtr(j), slot(c, j), segLen(j), dtype, op);
-      if (j + slots < k) postFromChild(c, j + slots);
+      fromChild[c].reduce(j);
     }
     if (parent >= 0) {
       ctx.setUnit("reduce", parentStep, -1, static_cast<int64_t>(j));

@@ -1,37 +1,54 @@
 #include "collectives/recv_reduce.h"
 
 #include <algorithm>
-#include <vector>
+#include <utility>
 
 #include "reduce/reduce.h"
 
 namespace pycollect {
+namespace {
+
+Segments segmentsOf(const Context& ctx, size_t count, size_t es) {
+  return Segments(count, std::max<size_t>(1, ctx.tunables.segmentBytes / es));
+}
+
+}  // namespace
+
+size_t postedAhead(const Context& ctx, size_t segments) {
+  return std::min(segments, static_cast<size_t>(std::max(1, ctx.tunables.inflight)));
+}
 
 size_t recvReduceScratch(const Context& ctx, size_t count, DType dtype) {
   const size_t es = dtypeSize(dtype);
-  Segments segs(count, std::max<size_t>(1, ctx.tunables.segmentBytes / es));
-  const size_t slots = std::min(segs.count, static_cast<size_t>(std::max(1, ctx.tunables.inflight)));
-  return slots * segs.per * es;
+  Segments segs = segmentsOf(ctx, count, es);
+  return postedAhead(ctx, segs.count) * std::min(segs.per, count) * es;
+}
+
+SegmentedRecvReduce::SegmentedRecvReduce(Context& ctx, Link& from, char* dst, size_t count, DType dtype,
+                                         ReduceOp op, char* scratch, std::function<void(size_t)> beforePost)
+    : ctx_(ctx), from_(from), dst_(dst), count_(count), dtype_(dtype), op_(op), scratch_(scratch),
+      beforePost_(std::move(beforePost)), es_(dtypeSize(dtype)), segs_(segmentsOf(ctx, count, es_)),
+      slots_(postedAhead(ctx, segs_.count)), slotBytes_(std::min(segs_.per, count) * es_), tickets_(segs_.count) {
+  for (size_t j = 0; j < slots_; ++j) post(j);
+}
+
+void SegmentedRecvReduce::post(size_t j) {
+  if (beforePost_) beforePost_(j);
+  tickets_[j] = from_.postRecv(slot(j), segs_.size(j, count_) * es_);
+}
+
+void SegmentedRecvReduce::reduce(size_t j) {
+  char* out = dst_ + segs_.begin(j, count_) * es_;
+  ctx_.waitRecv(from_, tickets_[j]);
+  pycollect::reduce(out, out, slot(j), segs_.size(j, count_), dtype_, op_);
+  if (j + slots_ < segs_.count) post(j + slots_);
 }
 
 void recvReduce(Context& ctx, Link& from, char* dst, size_t count, DType dtype, ReduceOp op,
                 char* scratch) {
   if (count == 0) return;
-  const size_t es = dtypeSize(dtype);
-  Segments segs(count, std::max<size_t>(1, ctx.tunables.segmentBytes / es));
-  // `slots` segments are posted ahead, each into its own slot of scratch; a slot is
-  // posted again as soon as its segment was reduced (as the ring does).
-  const size_t slots = std::min(segs.count, static_cast<size_t>(std::max(1, ctx.tunables.inflight)));
-  auto slot = [&](size_t j) { return scratch + (j % slots) * segs.per * es; };
-  auto length = [&](size_t j) { return segs.size(j, count); };
-  std::vector<uint64_t> tickets(segs.count);
-  for (size_t j = 0; j < slots; ++j) tickets[j] = from.postRecv(slot(j), length(j) * es);
-  for (size_t j = 0; j < segs.count; ++j) {
-    char* out = dst + segs.begin(j, count) * es;
-    ctx.waitRecv(from, tickets[j]);
-    reduce(out, out, slot(j), length(j), dtype, op);
-    if (j + slots < segs.count) tickets[j + slots] = from.postRecv(slot(j), length(j + slots) * es);
-  }
+  SegmentedRecvReduce r(ctx, from, dst, count, dtype, op, scratch);
+  for (size_t j = 0; j < r.segments(); ++j) r.reduce(j);
 }
 
 }  // namespace pycollect
