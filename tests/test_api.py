@@ -73,7 +73,9 @@ def case_forced_algorithms():
     for name, call in (("bad", lambda: pc.all_reduce(torch.ones(1), algo="bruck")),
                        ("bad_gather", lambda: pc.all_gather_into_tensor(torch.empty(4 * pc.get_world_size()),
                                                                         torch.ones(4), algo="tree")),
-                       ("bad_coalesced", lambda: pc.all_reduce_coalesced([torch.ones(1)], algo=pc.Algo.BRUCK))):
+                       ("bad_coalesced", lambda: pc.all_reduce_coalesced([torch.ones(1)], algo=pc.Algo.BRUCK)),
+                       ("bad_gather_coalesced", lambda: pc.all_gather_coalesced(
+                           [[torch.empty(1)] for _ in range(pc.get_world_size())], [torch.ones(1)], algo="tree"))):
         try:
             call()
             out[name] = "no error"
@@ -320,6 +322,10 @@ def case_mismatch(kind_on_rank1: str):
             n = pc.get_world_size()
             pc.all_gather_into_tensor(torch.empty(100 * n), torch.ones(100), group=g,
                                       algo="bruck" if r == 1 else "ring")
+        elif kind_on_rank1 == "algo_bruck_coalesced":
+            n = pc.get_world_size()
+            pc.all_gather_coalesced([[torch.empty(100)] for _ in range(n)], [torch.ones(100)], group=g,
+                                    algo="bruck" if r == 1 else "ring")
         elif r == 1 and kind_on_rank1 == "reduce":
             pc.reduce(torch.ones(100), dst=0, group=g)
         elif kind_on_rank1 == "gather_size":  # rank 1 sends 7 elements, the root expects 100
@@ -403,6 +409,7 @@ def test_algorithm_override(pool4):
         assert "'tree' is not an algorithm of all_gather_into_tensor" in out["bad_gather"]
         assert "bruck" in out["bad_gather"]
         assert "'bruck' is not an algorithm of all_reduce_coalesced" in out["bad_coalesced"]
+        assert "'tree' is not an algorithm of all_gather_coalesced" in out["bad_gather_coalesced"]
         assert out["after"] == [float(WORLD)] * 5
 
 
@@ -486,14 +493,16 @@ def test_call_before_init_raises():
         pc.get_rank()
 
 
-@pytest.mark.parametrize("kind", ["all_gather", "count", "algo", "algo_hd", "algo_tree", "algo_bruck", "reduce",
-                                  "gather_size"])
+@pytest.mark.parametrize("kind", ["all_gather", "count", "algo", "algo_hd", "algo_tree", "algo_bruck",
+                                  "algo_bruck_coalesced", "reduce", "gather_size"])
 def test_mismatched_calls_fail_on_every_rank(pool4, kind):
     results = pool4.run(case_mismatch, kind, timeout=60)
     other = {"all_gather": "all_gather(count=50", "count": "all_reduce(count=99", "algo": "direct)",
              "algo_hd": "halving_doubling)", "algo_tree": "tree)", "algo_bruck": "bruck)",
+             "algo_bruck_coalesced": "bruck)",
              "reduce": "reduce(count=100, float32, SUM, root=0)", "gather_size": "gather(count=7"}[kind]
-    mine = {"gather_size": "gather(count=100", "algo_bruck": "all_gather(count=100"}.get(kind, "all_reduce(count=100")
+    mine = {"gather_size": "gather(count=100", "algo_bruck": "all_gather(count=100",
+            "algo_bruck_coalesced": "ring)"}.get(kind, "all_reduce(count=100")
     for r, ((name, msg), elapsed, later) in enumerate(results):
         assert name in ("MismatchError",), f"rank {r}: {name}: {msg}"
         assert mine in msg and other in msg, f"rank {r}: {msg}"

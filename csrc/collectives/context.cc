@@ -26,7 +26,7 @@ std::string describeCall(const WireHeader& h) {
   }
   auto algo = static_cast<Algo>(h.algo);
   const bool chooses = kind == OpKind::kAllReduce || kind == OpKind::kAllReduceCoalesced ||
-                       kind == OpKind::kAllGather;
+                       kind == OpKind::kAllGather || kind == OpKind::kAllGatherCoalesced;
   if (chooses && algo != Algo::kAuto) s += std::string(", ") + algoName(algo);
   s += ")";
   return s;
