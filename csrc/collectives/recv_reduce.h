@@ -25,8 +25,6 @@ class SegmentedRecvReduce {
   SegmentedRecvReduce(Context& ctx, Link& from, char* dst, size_t count, DType dtype, ReduceOp op,
                       char* scratch, std::function<void(size_t)> beforePost = {});
   size_t segments() const { return segs_.count; }
-  // Segments posted ahead: min(segments, tunables.inflight).
-  size_t slots() const { return slots_; }
   // Waits for segment j (segments arrive in order, so j is the next one), reduces it
   // into dst and posts segment j + slots.
   void reduce(size_t j);

@@ -18,7 +18,6 @@ from ..costmodel import (DEFAULT_PATH, DEFAULT_SEGMENT_BYTES, FORMULAS, Params, 
                          engine_choice, parse_rate, parse_time, predict)
 from .model_plot import LOOPBACK_TARGET, predict_plot, validate_plot
 
-TARGET = LOOPBACK_TARGET
 CHOICE_TARGET = 0.10  # issue 14: the choice never more than 10 % slower than the fastest
 
 
@@ -210,19 +209,19 @@ def _show(r, failure=None) -> None:
     if failure:
         print(f"{r.op:>14} {r.algo:>16} {r.world_size:>2} {format_size(r.nbytes):>6}  FAILED: {failure}", flush=True)
         return
-    flag = "  !" if abs(r.error) > TARGET else ""
+    flag = "  !" if abs(r.error) > LOOPBACK_TARGET else ""
     print(f"{r.op:>14} {r.algo:>16} {r.world_size:>2} {format_size(r.nbytes):>6} {r.measured_s * 1e6:>12.1f} "
           f"{r.median_s * 1e6:>10.1f} {r.predicted_s * 1e6:>13.1f} {r.error * 100:>6.1f}%{flag}", flush=True)
 
 
 def _summary(rows, params, plot=None, measured="") -> None:
-    bad = [r for r in rows if abs(r.error) > TARGET]
-    print(f"# {len(rows) - len(bad)}/{len(rows)} rows within {TARGET * 100:.0f} %"
+    bad = [r for r in rows if abs(r.error) > LOOPBACK_TARGET]
+    print(f"# {len(rows) - len(bad)}/{len(rows)} rows within {LOOPBACK_TARGET * 100:.0f} %"
           + (f"; beyond: {len(bad)} (marked !)" if bad else ""))
     _choice_check(rows, params)
     if plot and rows:
         validate_plot(plot, rows, f"model vs measured ({measured}): {len(rows) - len(bad)} of {len(rows)} within "
-                                  f"{TARGET * 100:.0f} %; {params.describe()}")
+                                  f"{LOOPBACK_TARGET * 100:.0f} %; {params.describe()}")
         print(f"# wrote {plot}")
 
 

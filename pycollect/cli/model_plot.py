@@ -65,7 +65,8 @@ def validate_plot(path: str, rows, title: str) -> Dict[int, Tuple[int, int]]:
     worst = max((abs(r.error) for r in rows), default=0.0)
     lim = min(1.0, max(0.35, worst * 1.1))
     colors = plt.get_cmap("tab10")
-    fig, axes = plt.subplots(1, len(worlds), figsize=(4.6 * len(worlds) + 2.4, 4.6), sharey=True, squeeze=False)
+    width = 4.6 * len(worlds) + 2.4  # inches: the panels and the legend beside them
+    fig, axes = plt.subplots(1, len(worlds), figsize=(width, 4.6), sharey=True, squeeze=False)
     counts: Dict[int, Tuple[int, int]] = {}
     for ax, p in zip(axes[0], worlds):
         ax.axhspan(-LOOPBACK_TARGET * 100, LOOPBACK_TARGET * 100, color="tab:green", alpha=0.12)
@@ -97,7 +98,6 @@ def validate_plot(path: str, rows, title: str) -> Dict[int, Tuple[int, int]]:
     axes[0][0].set_ylabel("predicted / measured - 1 (%)")
     handles, labels = axes[0][-1].get_legend_handles_labels()
     fig.legend(handles, labels, loc="center right", fontsize=8, frameon=False)
-    width = 4.6 * len(worlds) + 2.4
     fig.suptitle("\n".join(textwrap.wrap(title, int(width * 15))), fontsize=9)
     fig.tight_layout(rect=(0, 0, 1 - 2.2 / width, 1))
     fig.savefig(path, dpi=100)
