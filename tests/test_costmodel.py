@@ -394,6 +394,44 @@ def test_cli_validate_from_saved_samples(tmp_path):
     assert r.returncode == 2 and "not a `pycollect model --validate --json` file" in r.stderr
 
 
+def test_validate_spreads_launches_in_rounds(monkeypatch):
+    """validate measures the whole grid once per round (a point's launches minutes apart,
+    not back to back), keeps each point's fastest over the rounds, and reports a size that
+    fails in any round as failed, with no row measured for it. No ranks start: the
+    measurement is replaced by one whose speed drifts from launch to launch."""
+    from pycollect.costmodel import measure
+
+    calls, seen = [], []
+
+    def fake(op, algos, p, sizes, **kw):
+        calls.append((op, p, tuple(sizes)))
+        launch = seen[-1][0]  # the round on_launch announced last
+        if op == "all_gather" and p == 3 and launch == 1 and 1024 in sizes:
+            raise RuntimeError("rank 2 died\nPeerLostError: gone")
+        slow = (3.0, 1.0, 2.0)[launch]  # the middle launch of every point is the fastest
+        return {a: [(n, slow * n * p * 1e-9, 2 * slow * n * p * 1e-9) for n in sizes] for a in algos}
+
+    monkeypatch.setattr(measure, "measure_algos", fake)
+    rows, failures = [], []
+    cases = [("all_reduce", "ring"), ("all_reduce", "direct"), ("all_gather", "ring")]
+
+    def on_row(row, failure):
+        (failures if failure else rows).append((row, failure))
+
+    out = measure.validate(P, cases, [2, 3], [1024, 4096], launches=3, on_row=on_row,
+                           on_launch=lambda k, n, op, p: seen.append((k, op, p)))
+    grid = [("all_reduce", 2), ("all_reduce", 3), ("all_gather", 2), ("all_gather", 3)]
+    assert seen == [(k,) + g for k in range(3) for g in grid]  # rounds over the grid
+    assert [r for r, _ in rows] == out
+    assert {(r.op, r.algo, r.world_size, r.nbytes) for r in out} == {
+        (op, a, p, n) for op, a in cases for p in (2, 3) for n in (1024, 4096)} - {("all_gather", "ring", 3, 1024)}
+    for r in out:  # the fastest launch's figures, best and median
+        assert r.measured_s == pytest.approx(r.nbytes * r.world_size * 1e-9)
+        assert r.median_s == pytest.approx(2 * r.nbytes * r.world_size * 1e-9)
+    assert [(f.op, f.world_size, f.nbytes, why) for f, why in failures] == [("all_gather", 3, 1024, "PeerLostError: gone")]
+    assert calls[-1] == ("all_gather", 3, (4096,))  # the failed size is not measured again
+
+
 def test_validate_plot_counts_each_panel(tmp_path):
     """--validate --plot: one panel per group size, its title counting the points within
     25 % (the CLI draws it for saved samples too); a PNG is written."""

@@ -11,6 +11,7 @@ import json
 import os
 import re
 import sys
+import time
 from typing import List
 
 from ..benchmark.sizes import format_size, parse_size, size_list
@@ -41,8 +42,8 @@ def register(subparsers) -> None:
     p.add_argument("--repeats", type=int, default=7,
                    help="--validate: blocks per algorithm and size, interleaved (default 7); the fastest is compared")
     p.add_argument("--launches", type=int, default=5,
-                   help="--validate: sets of ranks started one after another per op and group size; each point "
-                        "keeps its fastest (default 5)")
+                   help="--validate: rounds over the whole grid, one set of ranks per op and group size in "
+                        "each; each point keeps its fastest (default 5)")
     p.add_argument("--netns-hosts", action="store_true",
                    help="--validate: one rank per network-namespace host (root; a steady, rate-limited link)")
     p.add_argument("--line-rate", default="1gbit", help="--validate --netns-hosts: each cable's rate (tc syntax)")
@@ -178,7 +179,7 @@ def _validate(args) -> int:
     if launches < 1 or repeats < 1 or block_s <= 0:
         raise ValueError("--launches and --repeats must be >= 1 and --block-ms > 0")
     print(f"# model: {params.describe()}")
-    print(f"# measured: per point the fastest of {launches} launch(es) x {repeats} interleaved blocks of "
+    print(f"# measured: per point the fastest of {launches} launch(es) (rounds over the grid) x {repeats} interleaved blocks of "
           f"~{block_s * 1e3:g} ms (ranks pinned to cores); load {os.getloadavg()[0]:.2f}")
     for (op, a), why in sorted(refused.items()):
         if why and (op, a) in cases:
@@ -189,8 +190,14 @@ def _validate(args) -> int:
     line_rate = args.line_rate if args.netns_hosts else None
     if line_rate:
         print(f"# links: one rank per network-namespace host, {line_rate} cables each way")
+    started = time.monotonic()
+
+    def progress(launch, rounds, op, p):
+        if rounds > 1:  # rows appear in the last round; say where the earlier ones are
+            print(f"# round {launch + 1}/{rounds}: {op} at {p} ranks ({time.monotonic() - started:.0f} s)", flush=True)
+
     rows = validate(params, cases, worlds, sizes, block_s, repeats, on_row=_show, line_rate=line_rate,
-                    launches=launches)
+                    launches=launches, on_launch=progress)
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"meta": {"validate": True, "load": os.getloadavg(), "cores": os.cpu_count(),

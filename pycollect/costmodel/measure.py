@@ -210,53 +210,59 @@ def measure_algos(op: str, algos: Sequence[str], world_size: int, sizes: Sequenc
     return out
 
 
-def _fastest_of(launches: int, measure_once) -> Dict[str, List[Tuple[int, float, float]]]:
-    """measure_once() `launches` times; per algorithm and size the fastest best and median."""
-    out: Dict[Tuple[str, int], Tuple[float, float]] = {}
-    for _ in range(launches):
-        for a, got in measure_once().items():
-            for nb, best, median in got:
-                old = out.get((a, nb))
-                out[(a, nb)] = (best, median) if old is None else (min(old[0], best), min(old[1], median))
-    merged: Dict[str, List[Tuple[int, float, float]]] = {}
-    for (a, nb), (best, median) in sorted(out.items()):
-        merged.setdefault(a, []).append((nb, best, median))
-    return merged
+def _keep_fastest(best: Dict[Tuple[str, int], Tuple[float, float]], got: Dict[str, List[Tuple[int, float, float]]]) -> None:
+    """Fold one launch's {algo: [(bytes, best, median)]} into `best`: per point the fastest."""
+    for a, rows in got.items():
+        for nb, fast, median in rows:
+            old = best.get((a, nb))
+            best[(a, nb)] = (fast, median) if old is None else (min(old[0], fast), min(old[1], median))
 
 
 def validate(params: Params, cases: Sequence[Tuple[str, str]], world_sizes: Sequence[int], sizes: Sequence[int],
              block_s: float = 0.01, repeats: int = 7, on_row=None, line_rate: Optional[str] = None,
-             launches: int = 1) -> List[Row]:
+             launches: int = 1, on_launch=None) -> List[Row]:
     """Predicted vs measured for each (op, algo) in `cases` at each world size (on
     network-namespace hosts with `line_rate` cables when given, else on loopback). The
-    algorithms of one op are measured together, interleaved (measure_algos), by
-    `launches` sets of ranks one after the other, each point keeping its fastest: on a
-    shared virtual machine a whole set of processes can run 2-5x slower than the next
-    (the same point, consecutive runs), while the fastest of five launches repeats (two
-    such measurements agreed within 25 % at 136 of 144 points; of three, at 122-130)."""
+    algorithms of one op are measured together, interleaved (measure_algos), by one set of
+    ranks per op and world size; the whole grid is measured `launches` times, in rounds,
+    and each point keeps its fastest. Rounds, not launches back to back: on a shared
+    virtual machine the speed drifts over tens of seconds (a whole set of processes can
+    run 2x slower than the next, for a minute), so the launches of one point are spread
+    over the whole measurement. Two measurements of 5 back-to-back launches agreed within
+    25 % at 130-141 of 144 points; the fastest of the two, pairwise, at 143-144.
+    on_row(row, failure) as each point's last launch ends; on_launch(round, rounds, op, p)
+    before each launch (progress)."""
+    groups = [(op, p) for op in dict.fromkeys(op for op, _ in cases) for p in world_sizes]
+    best: Dict[Tuple[str, int], Dict[Tuple[str, int], Tuple[float, float]]] = {g: {} for g in groups}
+    failed: Dict[Tuple[str, int], set] = {g: set() for g in groups}  # sizes that failed: not retried
     rows = []
-    ops = list(dict.fromkeys(op for op, _ in cases))
-    for op in ops:
-        algos = [a for o, a in cases if o == op]
-        for p in world_sizes:
+    for launch in range(launches):
+        for op, p in groups:
+            algos = [a for o, a in cases if o == op]
+            todo = [s for s in sizes if s not in failed[(op, p)]]
             kw = dict(block_s=block_s, repeats=repeats, line_rate=line_rate)
+            if on_launch:
+                on_launch(launch, launches, op, p)
             try:
-                measured = _fastest_of(launches, lambda: measure_algos(op, algos, p, sizes, **kw))
+                _keep_fastest(best[(op, p)], measure_algos(op, algos, p, todo, **kw) if todo else {})
             except RuntimeError:  # size by size, so that one size's failure costs only its rows
-                measured = {a: [] for a in algos}
-                for size in sizes:
+                for size in todo:
                     try:
-                        for a, got in measure_algos(op, algos, p, [size], **kw).items():
-                            measured[a] += got
-                    except RuntimeError as e:
+                        _keep_fastest(best[(op, p)], measure_algos(op, algos, p, [size], **kw))
+                    except RuntimeError as e:  # a point that fails once is reported failed, not measured
+                        failed[(op, p)].add(size)
+                        for a in algos:
+                            best[(op, p)].pop((a, size), None)
                         for a in algos:
                             if on_row:
                                 on_row(Row(op, a, p, size, float("nan"), float("nan")),
                                        failure=str(e).strip().splitlines()[-1])
-            for a in algos:
-                for nbytes, best, median in measured[a]:
-                    row = Row(op, a, p, nbytes, best, predict(op, nbytes, p, a, params), median)
-                    rows.append(row)
-                    if on_row:
-                        on_row(row, failure=None)
+            if launch < launches - 1:
+                continue
+            order = {a: i for i, a in enumerate(algos)}
+            for (a, nbytes), (fast, median) in sorted(best[(op, p)].items(), key=lambda kv: (order[kv[0][0]], kv[0][1])):
+                row = Row(op, a, p, nbytes, fast, predict(op, nbytes, p, a, params), median)
+                rows.append(row)
+                if on_row:
+                    on_row(row, failure=None)
     return rows
