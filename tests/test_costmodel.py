@@ -74,6 +74,21 @@ def test_shared_cores_stretch_costs():
     assert predict("all_reduce", 1000, 2, "direct", shared) == pytest.approx(predict("all_reduce", 1000, 2, "direct", P))
 
 
+def test_wake_where_a_working_rank_shares_its_core():
+    """A message costs `wake` more when its receiver shares a core with any rank of the
+    call, working or only waiting; with a core per rank, never."""
+    shared = P.with_(cores=2)  # 0 and 2 on core 0, 1 on core 1
+    assert not shared.shares_core([1], 3) and shared.shares_core([2], 3) and shared.shares_core([0, 1], 3)
+    assert not shared.shares_core([0, 1], 2) and not P.shares_core([0, 1, 2], 3)
+    # chain, 3 ranks, one segment: header + 2 hops, each a message (1 us) + 1000 B (1 us).
+    # Receivers 1 and 2 sit on different cores (nothing stretched), but rank 2 shares core 0
+    # with the waiting root: the header's and both hops' messages pay the wake (3 x 5 us).
+    assert predict("broadcast", 1000, 3, "chain", shared) == pytest.approx(1e-6 + 2 * 2e-6)
+    woken = shared.with_(wake=5e-6)
+    assert predict("broadcast", 1000, 3, "chain", woken) == pytest.approx(1e-6 + 2 * 2e-6 + 3 * 5e-6)
+    assert predict("broadcast", 1000, 2, "chain", woken) == pytest.approx(1e-6 + 2e-6)  # a core each
+
+
 def test_only_the_working_ranks_share_a_core():
     shared = P.with_(cores=2)  # ranks pinned round-robin: 0 and 2 on core 0, 1 and 3 on core 1
     # tree, p = 4, n = 1000: header (all 4 work: 2 per core) 2 us; distance 1: parents 0 and 2

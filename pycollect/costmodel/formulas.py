@@ -6,10 +6,11 @@ alpha per message, beta per byte on the wire, gamma per byte reduced (params.py)
 Every collective pays `overhead` once per call and, except where the payload rides
 behind the header (direct), one alpha for the header exchange with its neighbours
 (csrc/collectives/context.h). With p ranks on fewer cores, a step's costs are stretched
-by the number of its working ranks (those that copy or reduce) on the busiest core, and
-its messages cost `wake` more when that is over 1 (Params.busiest, Params.message_at):
-ceil(p / cores) in the ring's steps, where every rank works, but often 1 in a tree's,
-where few do. Where the
+by the number of its working ranks (those that copy or reduce) on the busiest core
+(Params.busiest): ceil(p / cores) in the ring's steps, where every rank works, but often
+1 in a tree's, where few do. Its messages cost `wake` more when a working rank shares its
+core with any other rank of the call, working or waiting (Params.shares_core,
+Params.message_at). Where the
 buffer per rank stays in the CPU caches, beta and gamma are divided by cache_speedup, and
 where it does not, the busy cores share the DRAM's bandwidth (Params.per_byte; shared
 memory only: its "wire" is a memory copy). A message of at least single_copy_bytes costs
@@ -86,13 +87,14 @@ def _unpack(P: Params, p: int, working_set: float, transfers=None, all_pairs: bo
     if P.cores is None:
         f = P.per_byte(working_set)
         copies = float(max(0, p - 1)) if all_pairs else 1.0
-        return Step(P.message_at(1), P.beta * f * copies, P.gamma * f, P.overhead, copies)
+        return Step(P.message_at(1, False), P.beta * f * copies, P.gamma * f, P.overhead, copies)
     transfers = [] if all_pairs else _ring(p) if transfers is None else list(transfers())
     receivers = range(p) if all_pairs else sorted({dst for dst, _ in transfers})
     busiest = P.busiest(receivers)
     f = P.per_byte(working_set * P.stretch(p), P.cores_busy(receivers))
     copies = P.copies_all_pairs(p) if all_pairs else P.copies(transfers)
-    return Step(P.message_at(busiest), P.beta * f * copies, P.gamma * f * busiest, P.overhead, copies)
+    return Step(P.message_at(busiest, P.shares_core(receivers, p)), P.beta * f * copies, P.gamma * f * busiest,
+                P.overhead, copies)
 
 
 def allreduce_ring(n: float, p: int, P: Params, seg: int = DEFAULT_SEGMENT_BYTES) -> float:

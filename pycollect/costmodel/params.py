@@ -13,8 +13,10 @@ overlap: 1 when a rank's transfers and its reductions run at the same time (a NI
   through the segment); the fit tries 0, 1/2 and 1 and keeps the best.
 cores: CPU cores the ranks share (None: every rank has its own). With p ranks on c < p
   cores, every per-byte and per-message cost is stretched by ceil(p / c) (Params.stretch),
-wake: ... and every message costs `wake` more: a rank waiting for it has to be scheduled
-  back onto a core another rank holds (fitted; 0 when cores is None).
+wake: ... and a message to a rank that shares its core with another rank of the call
+  costs `wake` more: the receiver, waiting on a core that another rank (working, or
+  waiting and spinning) also holds, has to be scheduled back in (Params.shares_core;
+  fitted; 0 when cores is None).
 cache_bytes, cache_speedup: on shared memory the "wire" is a memory copy, so a call whose
   buffer per rank (its working set, Params.per_byte) stays in the CPU caches moves and
   reduces its bytes `cache_speedup` times faster than one that goes to DRAM: at most
@@ -109,6 +111,14 @@ class Params:
             per_core[self.core(r)] = per_core.get(self.core(r), 0) + 1
         return max(per_core.values(), default=1)
 
+    def shares_core(self, working: Iterable[int], world_size: int) -> bool:
+        """Whether a `working` rank shares its core with another rank of the call (working,
+        or waiting for a message: a rank that waits spins on its core, then sleeps), so a
+        message may find its receiver off the core: the step's messages cost `wake` more."""
+        if self.cores is None or world_size <= self.cores:
+            return False
+        return any(len(range(self.core(r), world_size, self.cores)) > 1 for r in working)
+
     def core(self, rank: int) -> int:
         """The core of `rank`: rank mod cores (pinned round-robin); its own with cores None."""
         return rank if self.cores is None else rank % self.cores
@@ -173,13 +183,14 @@ class Params:
     def message(self, world_size: int) -> float:
         """Seconds per message in a step where every rank of `world_size` works (see
         message_at)."""
-        return self.message_at(self.busiest(range(world_size)))
+        ranks = range(world_size)
+        return self.message_at(self.busiest(ranks), self.shares_core(ranks, world_size))
 
-    def message_at(self, busiest: int) -> float:
+    def message_at(self, busiest: int, shared: bool) -> float:
         """Seconds per message in a step whose busiest core carries `busiest` working
-        ranks: alpha stretched by it, plus `wake` when ranks share that core (a rank
-        waiting for the message must be scheduled back in)."""
-        return self.alpha * busiest + (self.wake if busiest > 1 else 0.0)
+        ranks: alpha stretched by it, plus `wake` when a working rank `shared` its core
+        with another rank of the call (the receiver must be scheduled back in)."""
+        return self.alpha * busiest + (self.wake if shared else 0.0)
 
     def with_(self, **changes) -> "Params":
         return replace(self, **changes)
