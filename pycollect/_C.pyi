@@ -34,6 +34,7 @@ class CommOptions:
     secret: bytes  # empty: no challenge-response in the handshake
     transport: str  # "auto", "tcp" or "shm" (PYCOLLECT_TRANSPORT)
     host_tag: str  # part of the host identity that decides shared memory
+    shm_single_copy_bytes: int  # shared memory: sends of at least this are read from the sender
     staging_bytes: int  # CUDA tensors: bytes per staged piece
     staging_slots: int  # pinned slots a group's staging keeps (>= 2)
     trace: bool  # PYCOLLECT_TRACE: record engine events for every call

@@ -14,7 +14,7 @@ from . import _C
 from .costmodel import DEFAULT_SEGMENT_BYTES, ENGINE_ALGOS, Params, auto_table
 from .errors import (CollectiveTimeoutError, DeviceError, GroupFailedError, MismatchError, PeerLostError,
                      PyCollectError)
-from .options import Options, default_spin_us
+from .options import Options, default_single_copy_bytes, default_spin_us
 from .types import Algo, TraceEvent
 from .work import Work
 
@@ -27,12 +27,12 @@ _ROOT_CAUSES = {"MismatchError": MismatchError, "CollectiveTimeoutError": Collec
 def _comm_options(timeout: datetime.timedelta, options: Options, size: int) -> "_C.CommOptions":
     o = _C.CommOptions()
     o.timeout = timeout.total_seconds()
-    if options.spin_us is not None:
-        o.spin_us = options.spin_us
-    else:  # torchrun says how many ranks share this host; else assume the whole group does
-        o.spin_us = default_spin_us(min(size, int(os.environ.get("LOCAL_WORLD_SIZE") or size)))
+    # torchrun says how many ranks share this host; else assume the whole group does
+    local = min(size, int(os.environ.get("LOCAL_WORLD_SIZE") or size))
+    o.spin_us = default_spin_us(local) if options.spin_us is None else options.spin_us
+    o.shm_single_copy_bytes = default_single_copy_bytes(local)
     for name in ("segment_bytes", "inflight", "direct_max_bytes", "socket_buffer", "link_timeout", "secret",
-                 "transport", "host_tag", "staging_bytes"):
+                 "transport", "host_tag", "staging_bytes", "shm_single_copy_bytes"):
         value = getattr(options, name)
         if value is not None:
             setattr(o, name, value)

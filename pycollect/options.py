@@ -20,6 +20,7 @@
 | PYCOLLECT_STAGING_BYTES     | CUDA tensors: bytes per staged piece (> 0)            | engine's (4 MiB)  |
 | PYCOLLECT_BLOCKING_WAIT     | 1: wait() on a CUDA call blocks the host until the result is in device memory and raises its errors (as TORCH_NCCL_BLOCKING_WAIT); 0: it makes the current stream wait | 0 |
 | PYCOLLECT_MODEL             | cost-model parameters (JSON of `pycollect model --fit`) behind "auto"; rank 0's are used by all | built-in defaults |
+| PYCOLLECT_SHM_SINGLE_COPY_BYTES | shared memory: sends of at least this many bytes are read from the sender's memory (one copy), smaller ones go through the ring (two, on two cores) (> 0) | 1 MiB when this host's ranks fit its cores, else 64 KiB |
 | PYCOLLECT_HOST_TAG          | appended to this rank's host identity: ranks with different tags never share memory (tests, or hosts that share a boot id) | none |
 | PYCOLLECT_TRACE             | 1: record engine events for every call (pc.take_trace, docs/traces.md); 0: only inside pc.tracing() | 0 |
 """
@@ -30,6 +31,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Mapping, Optional
 
+from .costmodel.params import SHM_SINGLE_COPY_BYTES, SHM_SINGLE_COPY_BYTES_FIT
 from .types import Algo
 
 DEFAULT_TIMEOUT = datetime.timedelta(minutes=30)  # as torch.distributed's default
@@ -43,6 +45,7 @@ _INTEGERS = {
     "PYCOLLECT_SOCKET_BUFFER": ("socket_buffer", 0),
     "PYCOLLECT_SPIN_US": ("spin_us", 0),
     "PYCOLLECT_STAGING_BYTES": ("staging_bytes", 1),
+    "PYCOLLECT_SHM_SINGLE_COPY_BYTES": ("shm_single_copy_bytes", 1),
 }
 KNOWN = frozenset(_INTEGERS) | {"PYCOLLECT_ALGO", "PYCOLLECT_SOCKET_IFNAME", "PYCOLLECT_LINK_TIMEOUT",
                                  "PYCOLLECT_SECRET", "PYCOLLECT_SECRET_FILE", "PYCOLLECT_TRANSPORT",
@@ -67,6 +70,7 @@ class Options:
     transport: Optional[str] = None  # auto, tcp or shm; None: the engine's (auto)
     host_tag: Optional[str] = None
     staging_bytes: Optional[int] = None  # CUDA tensors: bytes per staged piece
+    shm_single_copy_bytes: Optional[int] = None  # None: default_single_copy_bytes
     trace: bool = False  # record engine events for every call
     model: Optional[str] = None  # PYCOLLECT_MODEL: a parameters file of pycollect.costmodel
     blocking_wait: bool = False  # PYCOLLECT_BLOCKING_WAIT: wait() on CUDA calls blocks the host
@@ -137,14 +141,29 @@ class Options:
 DEFAULT_SPIN_US = 50
 
 
-def default_spin_us(local_ranks: int) -> int:
-    """Spinning pays when each rank of this host has a core to spin on; when ranks outnumber
-    cores (4 ranks on 2 cores), a spinning rank steals the very core its peer needs."""
+def ranks_fit_cores(local_ranks: int) -> bool:
+    """Whether each of this host's `local_ranks` can have a core of its own (this process's
+    CPU affinity, else the machine's count)."""
     try:
         cores = len(os.sched_getaffinity(0))
     except (AttributeError, OSError):
         cores = os.cpu_count() or 1
-    return DEFAULT_SPIN_US if local_ranks <= cores else 0
+    return local_ranks <= cores
+
+
+def default_spin_us(local_ranks: int) -> int:
+    """Spinning pays when each rank of this host has a core to spin on; when ranks outnumber
+    cores (4 ranks on 2 cores), a spinning rank steals the very core its peer needs."""
+    return DEFAULT_SPIN_US if ranks_fit_cores(local_ranks) else 0
+
+
+def default_single_copy_bytes(local_ranks: int) -> int:
+    """Shared memory's single-copy threshold (csrc/transport/shm/link.h explains it): through
+    the ring two cores copy one message (the sender in, the receiver out), which is faster
+    while every rank has a core, so only messages longer than a ring segment (512 KiB) are
+    read from the sender; where ranks outnumber cores that second copy takes a core another
+    rank needs, so every message from 64 KiB is."""
+    return SHM_SINGLE_COPY_BYTES_FIT if ranks_fit_cores(local_ranks) else SHM_SINGLE_COPY_BYTES
 
 
 def _secret(env: Mapping[str, str]) -> Optional[bytes]:

@@ -138,6 +138,13 @@ def test_reads_from_the_sender_cost_more_by_hand():
     shared = reads.with_(cores=2)
     assert (predict("all_reduce", 1000, 4, "direct", shared)
             == pytest.approx(predict("all_reduce", 1000, 4, "direct", shared.with_(single_copy_alpha=0.0)) + 30e-6))
+    # where each rank has a core (2 ranks on 2 cores) the engine reads only from 1 MiB
+    # (the ring carries the rest on both cores): 1000 B direct at 2 pays no read, 1 MiB one
+    assert shared.single_copy_from(2) == 1 << 20 and shared.single_copy_from(3) == 1000.0
+    assert reads.single_copy_from(2) == 1000.0  # cores unknown: as given
+    for n, extra in ((1000, 0.0), (1 << 20, 5e-6)):
+        assert (predict("all_reduce", n, 2, "direct", shared)
+                == pytest.approx(predict("all_reduce", n, 2, "direct", shared.with_(single_copy_alpha=0.0)) + extra))
     with pytest.raises(ValueError, match="single_copy_bytes"):
         P.with_(single_copy_bytes=0)
     with pytest.raises(ValueError, match="single_copy_alpha"):

@@ -114,10 +114,12 @@ def test_default_links_are_shared_memory_and_unnamed(pool4):
         assert ok
 
 
-@pytest.mark.parametrize("env", [{}, {"PYCOLLECT_SEGMENT_BYTES": "16384"}], ids=["single-copy", "ring-only"])
+@pytest.mark.parametrize("env", [{"PYCOLLECT_SHM_SINGLE_COPY_BYTES": "65536"}, {"PYCOLLECT_SEGMENT_BYTES": "16384"}],
+                         ids=["single-copy", "ring-only"])
 def test_mixed_group_shares_memory_within_a_host_and_tcp_across(pool4, env):
-    """ring-only: 16 KiB segments stay below the single-copy threshold, so every byte
-    goes through the rings (the path of a kernel that refuses process_vm_readv)."""
+    """single-copy: every segment of 64 KiB or more is read from the sender's memory;
+    ring-only: 16 KiB segments stay below the threshold, so every byte goes through the
+    rings (the path of a kernel that refuses process_vm_readv)."""
     results = pool4.run(case_mixed_group, env)
     for r, (info, bad) in enumerate(results):
         same = {0: 1, 1: 0, 2: 3, 3: 2}[r]
@@ -154,3 +156,26 @@ def test_transport_option_is_checked():
     assert Options.from_env({}).transport is None
     with pytest.raises(ValueError, match="PYCOLLECT_TRANSPORT='udp' must be one of auto, tcp, shm"):
         Options.from_env({"PYCOLLECT_TRANSPORT": "udp"})
+
+
+def test_single_copy_threshold_follows_the_cores(monkeypatch):
+    """Shared memory reads messages from the sender's memory from 1 MiB where this host's
+    ranks each have a core, from 64 KiB where they outnumber the cores; the variable
+    overrides both and must be > 0."""
+    import datetime
+
+    from pycollect.group import _comm_options
+    from pycollect.options import Options, default_single_copy_bytes
+
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1, 2, 3})
+    monkeypatch.delenv("LOCAL_WORLD_SIZE", raising=False)
+    assert default_single_copy_bytes(4) == 1 << 20 and default_single_copy_bytes(5) == 64 << 10
+    td = datetime.timedelta(seconds=5)
+    assert _comm_options(td, Options(), 4).shm_single_copy_bytes == 1 << 20
+    assert _comm_options(td, Options(), 8).shm_single_copy_bytes == 64 << 10
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "2")  # 8 ranks, 2 on this host
+    assert _comm_options(td, Options(), 8).shm_single_copy_bytes == 1 << 20
+    chosen = Options.from_env({"PYCOLLECT_SHM_SINGLE_COPY_BYTES": "4096"})
+    assert _comm_options(td, chosen, 8).shm_single_copy_bytes == 4096
+    with pytest.raises(ValueError, match="PYCOLLECT_SHM_SINGLE_COPY_BYTES='0' must be >= 1"):
+        Options.from_env({"PYCOLLECT_SHM_SINGLE_COPY_BYTES": "0"})

@@ -102,6 +102,12 @@ void registerCommunicator(py::module_& m) {
             else throw InvalidArgument("transport must be auto, tcp or shm, got '" + v + "'");
           })
       .def_readwrite("host_tag", &CommOptions::hostTag)
+      .def_property(
+          "shm_single_copy_bytes", [](const CommOptions& o) { return o.shmSingleCopyBytes; },
+          [](CommOptions& o, size_t v) {
+            if (v == 0) throw InvalidArgument("shm_single_copy_bytes must be > 0");
+            o.shmSingleCopyBytes = v;
+          })
       .def_readwrite("trace", &CommOptions::trace)
       .def_property(
           "staging_bytes", [](const CommOptions& o) { return o.staging.pieceBytes; },

@@ -57,6 +57,7 @@ Communicator::Communicator(int rank, int size, CommOptions options)
   to.secret = options_.secret;
   to.linkTimeoutSec = options_.linkTimeoutSec > 0 ? options_.linkTimeoutSec : kDefaultLinkTimeoutSec;
   to.hostTag = options_.hostTag;
+  to.shmSingleCopyBytes = options_.shmSingleCopyBytes;
   transport_ = makeTransport(options_.transport, to);
 }
 

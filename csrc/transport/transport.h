@@ -33,6 +33,9 @@ struct TransportOptions {
   std::string secret;         // shared by every rank, never sent; empty: none (handshake)
   double linkTimeoutSec = 60.0;  // a link whose peer stops answering fails after this
   std::string hostTag;        // PYCOLLECT_HOST_TAG: part of the host identity (shm/upgrade.h)
+  // Shared memory: sends of at least this many bytes are read from the sender's memory
+  // (one copy, shm/link.h); smaller ones go through the ring (two copies, pipelined).
+  size_t shmSingleCopyBytes = 64 << 10;  // PYCOLLECT_SHM_SINGLE_COPY_BYTES
 };
 
 // Where a rank can be reached; the Python layer publishes it in the store.

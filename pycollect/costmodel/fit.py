@@ -38,7 +38,7 @@ _PING = "ping_pong"
 def _time(s: Sample, params: Params) -> float:
     op, algo, nbytes, p, _, seg = s
     if op == _PING:  # one round trip of nbytes between two ranks: two messages, two calls each way
-        return 2 * (params.overhead + params.message(2) + params.read_cost(nbytes) + nbytes * params.beta
+        return 2 * (params.overhead + params.message(2) + params.read_cost(nbytes, 2) + nbytes * params.beta
                     * params.stretch(2) * params.per_byte(nbytes, params.cores_busy([1])))  # one rank copies at a time
     return predict(op, nbytes, p, algo, params, seg)
 

@@ -13,9 +13,9 @@ core with any other rank of the call, working or waiting (Params.shares_core,
 Params.message_at). Where the
 buffer per rank stays in the CPU caches, beta and gamma are divided by cache_speedup, and
 where it does not, the busy cores share the DRAM's bandwidth (Params.per_byte; shared
-memory only: its "wire" is a memory copy). A message of at least single_copy_bytes costs
-single_copy_alpha more per copy (shared memory reads it from the sender's memory:
-Params.read_cost; _move).
+memory only: its "wire" is a memory copy). A message that shared memory reads from the
+sender's memory (at least Params.single_copy_from(p) bytes) costs single_copy_alpha more
+per copy (Params.read_cost; _move).
 
 Pipelined ring steps (see _ring_reduce_scatter): a chunk of c bytes is cut into
 k = ceil(c / S) segments of s = c / k bytes; moving one is L = alpha + s*beta and
@@ -50,10 +50,10 @@ class Step(NamedTuple):
     copies: float
 
 
-def _move(P: Params, a: float, b: float, copies: float, m: float) -> float:
-    """One message of m bytes in a step (a, b, copies: its Step's fields): its
-    alpha, its bytes, and the fixed cost of each single-copy read the busiest core makes."""
-    return a + m * b + copies * P.read_cost(m)
+def _move(P: Params, a: float, b: float, copies: float, m: float, p: int) -> float:
+    """One message of m bytes in a step of a p-rank call (a, b, copies: its Step's fields):
+    its alpha, its bytes, and the fixed cost of each single-copy read the busiest core makes."""
+    return a + m * b + copies * P.read_cost(m, p)
 
 
 def _ring_reduce_scatter(chunk: float, p: int, P: Params, step: Step, seg: int):
@@ -62,7 +62,7 @@ def _ring_reduce_scatter(chunk: float, p: int, P: Params, step: Step, seg: int):
     a, b, g, _, c = step
     ov = P.overlap
     k, s = _segments(chunk, seg)
-    link, red = _move(P, a, b, c, s), s * g
+    link, red = _move(P, a, b, c, s, p), s * g
     unit = max(link, red) + (1 - ov) * min(link, red)
     return max((p - 1) * k * unit, (p - 1) * (link + red) + (k - 1) * unit), link, k, unit
 
@@ -116,7 +116,7 @@ def allreduce_direct(n: float, p: int, P: Params, seg: int = DEFAULT_SEGMENT_BYT
     a, b, g, o, c = _unpack(P, p, n, all_pairs=True)
     if p == 1:
         return o
-    return o + _move(P, a, b, c, n) + p * n * g
+    return o + _move(P, a, b, c, n, p) + p * n * g
 
 
 def allreduce_halving_doubling(n: float, p: int, P: Params, seg: int = DEFAULT_SEGMENT_BYTES) -> float:
@@ -141,12 +141,12 @@ def allreduce_halving_doubling(n: float, p: int, P: Params, seg: int = DEFAULT_S
     m = pp // 2
     while m >= 1:
         am, bm, gm, _, cm = _unpack(P, p, n, lambda: [(s[v], s[v ^ m]) for s in [survivors()] for v in range(pp)])
-        t += 2 * _move(P, am, bm, cm, m / pp * n) + m / pp * n * gm
+        t += 2 * _move(P, am, bm, cm, m / pp * n, p) + m / pp * n * gm
         m //= 2
     if r > 0:
         af, bf, gf, _, cf = _unpack(P, p, n, lambda: [(q, q - 1) for q in range(1, 2 * r, 2)])
         au, bu, _, _, cu = _unpack(P, p, n, lambda: [(q, q + 1) for q in range(0, 2 * r, 2)])
-        t += (_move(P, af, bf, cf, n) + n * gf) + _move(P, au, bu, cu, n)
+        t += (_move(P, af, bf, cf, n, p) + n * gf) + _move(P, au, bu, cu, n, p)
     return t
 
 
@@ -171,8 +171,8 @@ def allreduce_tree(n: float, p: int, P: Params, seg: int = DEFAULT_SEGMENT_BYTES
     while d < p:
         ar, br, gr, _, cr = _unpack(P, p, n, lambda: [(q, q + d) for q in range(0, p - d, 2 * d)])
         ab, bb, _, _, cb = _unpack(P, p, n, lambda: [(q + d, q) for q in range(0, p - d, 2 * d)])
-        up += _move(P, ar, br, cr, s) + s * gr
-        down += _move(P, ab, bb, cb, s)
+        up += _move(P, ar, br, cr, s, p) + s * gr
+        down += _move(P, ab, bb, cb, s, p)
         d *= 2
     return t + up + down + (k - 1) * max(up, down)
 
@@ -186,7 +186,7 @@ def allgather_ring(N: float, p: int, P: Params, seg: int = DEFAULT_SEGMENT_BYTES
     if p == 1:
         return o
     k, s = _segments(N / p, seg)
-    return o + a + (p - 1) * k * _move(P, a, b, c, s) + (1 - P.overlap) * N / p * g
+    return o + a + (p - 1) * k * _move(P, a, b, c, s, p) + (1 - P.overlap) * N / p * g
 
 
 def allgather_bruck(N: float, p: int, P: Params, seg: int = DEFAULT_SEGMENT_BYTES) -> float:
@@ -200,11 +200,11 @@ def allgather_bruck(N: float, p: int, P: Params, seg: int = DEFAULT_SEGMENT_BYTE
     if p == 1:
         return o
     k, s = _segments(N / p, seg)
-    t = o + a + k * _move(P, a, b, c, s) + (1 - P.overlap) * N / p * g
+    t = o + a + k * _move(P, a, b, c, s, p) + (1 - P.overlap) * N / p * g
     d = 2
     while d < p:  # the round of distance d: every rank receives min(d, p - d) blocks from rank + d
         ad, bd, _, _, cd = _unpack(P, p, N, lambda: [(q, (q + d) % p) for q in range(p)])
-        t += _move(P, ad, bd, cd, min(d, p - d) * N / p)
+        t += _move(P, ad, bd, cd, min(d, p - d) * N / p, p)
         d *= 2
     return t
 
@@ -225,7 +225,7 @@ def broadcast_chain(n: float, p: int, P: Params, seg: int = DEFAULT_SEGMENT_BYTE
     if p == 1:
         return o
     k, s = _segments(n, seg)
-    return o + a + (p - 2 + k) * _move(P, a, b, c, s)
+    return o + a + (p - 2 + k) * _move(P, a, b, c, s, p)
 
 
 Formula = Callable[..., float]

@@ -34,7 +34,8 @@ local_speedup: a copy between two ranks pinned to the same core runs this much f
   neighbours sit on different cores. 1 (the default): no difference. Fitted here:
   1.03-1.05 (1.4-1.6 before the shared-memory receive fix).
 single_copy_bytes, single_copy_alpha: shared memory moves a message of at least
-  single_copy_bytes (64 KiB: csrc/transport/shm/link.h kSingleCopyMinBytes) by one read
+  single_copy_bytes (64 KiB where ranks outnumber cores, 1 MiB where not:
+  Params.single_copy_from, csrc/transport/shm/link.h) by one read
   of the sender's memory (process_vm_readv, then an acknowledgement the sender waits
   for), and a smaller one through the ring in the segment (two copies, one per side, in
   the caches). Each such read costs single_copy_alpha more than a message through the
@@ -54,8 +55,11 @@ from typing import Dict, Iterable, Optional, Tuple
 # PYCOLLECT_MODEL is not set.
 DEFAULT_PATH = os.path.join(os.path.expanduser("~"), ".cache", "pycollect", "model.json")
 # Shared memory reads messages of at least this many bytes from the sender's memory
-# (csrc/transport/shm/link.h kSingleCopyMinBytes): Params.single_copy_bytes.
+# (csrc/transport/shm/link.h; pycollect/options.py): Params.single_copy_bytes ...
 SHM_SINGLE_COPY_BYTES = 64 * 1024
+# ... where the ranks outnumber the cores; where each rank has a core of its own, from
+# 1 MiB (longer than a ring segment): pycollect/options.py default_single_copy_bytes.
+SHM_SINGLE_COPY_BYTES_FIT = 1 << 20
 
 
 @dataclass(frozen=True)
@@ -172,11 +176,21 @@ class Params:
         shared = 1.0 if self.mem_parallel is None or self.cores is None else max(1.0, cores_busy / self.mem_parallel)
         return fast + (1.0 - fast) * dram + (shared - 1.0) * dram
 
-    def read_cost(self, message_bytes: float) -> float:
-        """What one copy of a `message_bytes` message costs beyond alpha and its bytes:
-        single_copy_alpha where shared memory reads it from the sender's memory (at least
-        single_copy_bytes), else 0."""
-        if self.single_copy_bytes is None or message_bytes < self.single_copy_bytes:
+    def single_copy_from(self, world_size: int) -> Optional[float]:
+        """The shortest message shared memory reads from the sender's memory in a call of
+        `world_size` ranks (None: none): single_copy_bytes where the ranks outnumber the
+        `cores`, at least SHM_SINGLE_COPY_BYTES_FIT where each has a core of its own (the
+        engine's default, pycollect/options.py default_single_copy_bytes)."""
+        if self.single_copy_bytes is None or self.cores is None or world_size > self.cores:
+            return self.single_copy_bytes
+        return max(self.single_copy_bytes, SHM_SINGLE_COPY_BYTES_FIT)
+
+    def read_cost(self, message_bytes: float, world_size: int) -> float:
+        """What one copy of a `message_bytes` message in a `world_size`-rank call costs
+        beyond alpha and its bytes: single_copy_alpha where shared memory reads it from the
+        sender's memory (Params.single_copy_from), else 0."""
+        shortest = self.single_copy_from(world_size)
+        if shortest is None or message_bytes < shortest:
             return 0.0
         return self.single_copy_alpha
 

@@ -14,14 +14,14 @@ constexpr int kMaxIov = 16;
 size_t padOf(size_t bytes) { return (16 - bytes % 16) % 16; }
 }  // namespace
 
-Link::Link(std::unique_ptr<tcp::Link> tcp, Segment segment, int side, pid_t peerPid, bool singleCopy)
+Link::Link(std::unique_ptr<tcp::Link> tcp, Segment segment, int side, pid_t peerPid, size_t singleCopyBytes)
     : tcp_(std::move(tcp)), segment_(std::move(segment)),
       header_(static_cast<Header*>(segment_.data())), side_(side), peerPid_(peerPid),
-      singleCopy_(singleCopy), tx_(segment_.data(), kRingBytes, side),
+      singleCopyBytes_(singleCopyBytes), tx_(segment_.data(), kRingBytes, side),
       rx_(segment_.data(), kRingBytes, 1 - side) {}
 
 uint64_t Link::queueSend(const void* data, size_t bytes) {
-  bool single = singleCopy_ && bytes >= kSingleCopyMinBytes;
+  bool single = bytes >= singleCopyBytes_;
   return sends_.post({{static_cast<char*>(const_cast<void*>(data)), bytes}, single, 0});
 }
 

@@ -6,10 +6,20 @@
 // {bytes, address}: address 0 means the bytes follow in the ring (copied in by
 // the sender, out by the receiver); otherwise the receiver copies `bytes` straight
 // from that address in the sender's memory (cma.h: one copy instead of two) and
-// then advances the direction's `acked` cursor. Ranges of at least
-// kSingleCopyMinBytes go that way where the probe allowed it. Send tickets
-// complete in order: a ring range once written, a single-copy one once acked (so
-// its memory stays valid until the peer has read it).
+// then advances the direction's `acked` cursor. Ranges of at least the link's
+// singleCopyBytes (TransportOptions::shmSingleCopyBytes) go that way where the probe
+// allowed it. Send tickets complete in order: a ring range once written, a
+// single-copy one once acked (so its memory stays valid until the peer has read it).
+//
+// Which is faster depends on the cores. Through the ring the sender copies in while
+// the receiver copies out, two cores on one message; a read is one copy, by the
+// receiver alone, plus the kernel pinning the sender's pages and the acknowledgement
+// the sender waits for. With a core per rank the ring wins: on a 2-core machine, 2
+// ranks, a 1 MiB broadcast took 45 us through the ring and 98 us by reads, a 64 MiB
+// all-reduce 12.2 ms and 15.1 ms. Where ranks outnumber cores the second copy takes a
+// core another rank needs, and the ring's times became bimodal (a 3-rank 4 MiB chain
+// broadcast: 0.33 ms at best, 2.2 ms typical, against 0.54 ms by reads). So the group
+// picks the threshold by that (pycollect/options.py, default_single_copy_bytes).
 //
 // Waiting. A rank with nothing to do spins briefly on the peer's cursors
 // (Transport::waitReady), then sets its `sleeping` flag and blocks in poll on the
@@ -23,6 +33,7 @@
 #include <sys/types.h>
 #include <sys/uio.h>
 
+#include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -38,7 +49,7 @@ namespace shm {
 
 constexpr size_t kRingBytes = 2 << 20;            // per direction
 constexpr size_t kRecordBytes = 128 << 10;        // largest ring record's payload
-constexpr size_t kSingleCopyMinBytes = 64 << 10;  // smallest range read from the sender's memory
+constexpr size_t kNoSingleCopy = SIZE_MAX;  // a Link's singleCopyBytes where the peer cannot read us
 constexpr size_t kSingleCopyChunk = 1 << 20;      // bytes per process_vm_readv, then acked
 
 struct RecordHeader {
@@ -49,8 +60,9 @@ static_assert(sizeof(RecordHeader) == 16, "records are 16-byte aligned");
 
 class Link final : public pycollect::Link {
  public:
-  // `side`: 0 for the lower rank. `singleCopy`: the peer can read our memory.
-  Link(std::unique_ptr<tcp::Link> tcp, Segment segment, int side, pid_t peerPid, bool singleCopy);
+  // `side`: 0 for the lower rank. Sends of at least `singleCopyBytes` are read by the
+  // peer from our memory (kNoSingleCopy: none, the peer cannot read it).
+  Link(std::unique_ptr<tcp::Link> tcp, Segment segment, int side, pid_t peerPid, size_t singleCopyBytes);
 
   int peer() const override { return tcp_->peer(); }
   int fd() const { return tcp_->fd(); }
@@ -98,7 +110,7 @@ class Link final : public pycollect::Link {
   Header* header_;
   int side_;
   pid_t peerPid_;
-  bool singleCopy_;
+  size_t singleCopyBytes_;
   Ring tx_, rx_;
   RangeQueue<SendRange> sends_;
   size_t handedOff_ = 0;     // leading sends_ fully written or posted as single-copy

@@ -24,7 +24,8 @@ std::vector<pycollect::Link*> Transport::connect(const std::vector<Endpoint>& pe
   for (size_t p = 0; p < plan.size(); ++p) {
     if (!plan[p].chosen) continue;
     shm_.push_back(std::make_unique<Link>(tcp_.detach(static_cast<int>(p)), std::move(plan[p].segment),
-                                          plan[p].side, plan[p].peerPid, plan[p].singleCopy));
+                                          plan[p].side, plan[p].peerPid,
+                                          plan[p].singleCopy ? options_.shmSingleCopyBytes : kNoSingleCopy));
     links[p] = shm_.back().get();
     isShm_[p] = true;
   }
