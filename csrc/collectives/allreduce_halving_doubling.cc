@@ -43,6 +43,7 @@
 // min(beta, gamma)*min(m, s) rather than alpha + m*(beta + gamma): with segments
 // the gamma terms above shrink to one segment's worth per step when gamma <= beta.
 // Plus, as every algorithm, one header exchange (about one alpha) before the first step.
+#include <algorithm>
 #include <cstring>
 
 #include "collectives/collectives.h"
@@ -75,13 +76,23 @@ void allreduceHalvingDoubling(Context& ctx, void* data, size_t count, DType dtyp
   const size_t es = dtypeSize(dtype);
   char* base = static_cast<char*>(data);
   const size_t bytes = count * es;
+  // Every send goes in pipelining segments, the units the receiver reduces (recvReduce).
+  // On shared memory a segment then goes through the ring where each rank has a core,
+  // where a whole half-vector would be read from our memory (transport/shm/link.h says
+  // which is faster when).
+  const Segments segs(count, std::max<size_t>(1, ctx.tunables.segmentBytes / es));
+  auto sendRange = [&](Link& l, size_t from, size_t elems) {
+    for (size_t j = 0; j < segs.count && segs.size(j, elems) > 0; ++j) {
+      l.postSend(base + (from + segs.begin(j, elems)) * es, segs.size(j, elems) * es);
+    }
+  };
 
   // Fold: the even rank's vector goes up; it then waits for the result (unfold).
   if (folded) {
     Link& pair = ctx.link(rank ^ 1);
     ctx.setStep("fold", 0, 1);
     if (vrank < 0) {
-      pair.postSend(base, bytes);
+      sendRange(pair, 0, count);
       // The result arrives only after the odd rank received all of our vector, so our
       // send of `base` has left before the receive writes into it.
       uint64_t t = pair.postRecv(base, bytes);
@@ -100,7 +111,7 @@ void allreduceHalvingDoubling(Context& ctx, void* data, size_t count, DType dtyp
   auto first = [&](int lo) { return blocks.offset(lo); };
   auto length = [&](int lo, int hi) { return blocks.offset(hi) - blocks.offset(lo); };
   auto sendBlocks = [&](Link& l, int lo, int hi) {
-    if (length(lo, hi) > 0) l.postSend(base + first(lo) * es, length(lo, hi) * es);
+    sendRange(l, first(lo), length(lo, hi));
   };
 
   // Reduce-scatter by recursive halving: distance p'/2 first.
@@ -140,7 +151,7 @@ void allreduceHalvingDoubling(Context& ctx, void* data, size_t count, DType dtyp
   // Unfold: the result goes back down to the even rank that sat out.
   if (folded) {
     ctx.setStep("unfold", 0, 1);
-    ctx.link(rank ^ 1).postSend(base, bytes);
+    sendRange(ctx.link(rank ^ 1), 0, count);
   }
   ctx.drainSends();
 }
