@@ -28,7 +28,7 @@ from ._buffers import (
     empty_like_flat,
 )
 from ._device import device_call, needs_host_staging, through_host
-from .errors import NotInitializedError
+from .errors import GroupFailedError, NotInitializedError
 from .group import NON_GROUP_MEMBER, ProcessGroup
 from .options import to_timedelta
 from .rendezvous import listen_address, rendezvous
@@ -601,11 +601,18 @@ def all_to_all_single(output, input, output_split_sizes=None, input_split_sizes=
                          f"{out_len[r]}")
     flat_in, flat_out = input.reshape(-1), output.reshape(-1)
     works = []
-    for k in range(1, n):  # peers in ring order, so everyone starts with a different partner
-        dst, src = (r + k) % n, (r - k) % n
-        works.append(isend(flat_in[in_off[dst]:in_off[dst] + in_len[dst]], g.ranks[dst], g, _ALL_TO_ALL_TAG))
-        works.append(irecv(flat_out[out_off[src]:out_off[src] + out_len[src]], g.ranks[src], g,
-                           _ALL_TO_ALL_TAG))
+    try:
+        for k in range(1, n):  # peers in ring order, so everyone starts with a different partner
+            dst, src = (r + k) % n, (r - k) % n
+            works.append(isend(flat_in[in_off[dst]:in_off[dst] + in_len[dst]], g.ranks[dst], g, _ALL_TO_ALL_TAG))
+            works.append(irecv(flat_out[out_off[src]:out_off[src] + out_len[src]], g.ranks[src], g,
+                               _ALL_TO_ALL_TAG))
+    except GroupFailedError:
+        # A transfer of this call posted earlier failed the group while the rest were being
+        # posted (a receive that found the sizes disagree): raise its own error, as wait()
+        # would (WorkList.wait: the root cause), not the later post's "failed earlier".
+        WorkList(works).wait()
+        raise
     copy_into(flat_out[out_off[r]:out_off[r] + out_len[r]], flat_in[in_off[r]:in_off[r] + in_len[r]])
     result = WorkList(works)
     if async_op:
