@@ -54,7 +54,7 @@ void allgatherBruck(Context& ctx, const void* in, void* out, size_t count, DType
     if (copyOwn) std::memmove(base + r * chunkBytes, src, chunkBytes);
     return;
   }
-  Segments segs(count, std::max<size_t>(1, ctx.tunables.segmentBytes / es));
+  Segments segs = pipelineSegments(ctx, count, es);
   auto segOffset = [&](size_t j) { return segs.begin(j, count) * es; };
   auto segBytes = [&](size_t j) { return segs.size(j, count) * es; };
 

@@ -33,7 +33,7 @@ void allgatherRing(Context& ctx, const void* in, void* out, size_t count, DType 
     if (copyOwn) std::memmove(base + r * chunkBytes, src, chunkBytes);
     return;
   }
-  Segments segs(count, std::max<size_t>(1, ctx.tunables.segmentBytes / es));
+  Segments segs = pipelineSegments(ctx, count, es);
   const size_t nseg = segs.count;
   const int steps = n - 1;
   const size_t units = steps * nseg;

@@ -80,7 +80,7 @@ void allreduceHalvingDoubling(Context& ctx, void* data, size_t count, DType dtyp
   // On shared memory a segment then goes through the ring where each rank has a core,
   // where a whole half-vector would be read from our memory (transport/shm/link.h says
   // which is faster when).
-  const Segments segs(count, std::max<size_t>(1, ctx.tunables.segmentBytes / es));
+  const Segments segs = pipelineSegments(ctx, count, es);
   auto sendRange = [&](Link& l, size_t from, size_t elems) {
     for (size_t j = 0; j < segs.count && segs.size(j, elems) > 0; ++j) {
       l.postSend(base + (from + segs.begin(j, elems)) * es, segs.size(j, elems) * es);

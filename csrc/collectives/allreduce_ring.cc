@@ -41,7 +41,7 @@ void allreduceRing(Context& ctx, void* data, size_t count, DType dtype, ReduceOp
   const size_t es = dtypeSize(dtype);
   char* base = static_cast<char*>(data);
   Chunks chunks(count, n);
-  Segments segs(chunks.length(0), std::max<size_t>(1, ctx.tunables.segmentBytes / es));
+  Segments segs = pipelineSegments(ctx, chunks.length(0), es);
   const size_t nseg = segs.count;
   const int steps = n - 1;
   const size_t units = static_cast<size_t>(steps) * nseg;

@@ -77,7 +77,7 @@ void allreduceTree(Context& ctx, void* data, size_t count, DType dtype, ReduceOp
 
   const size_t es = dtypeSize(dtype);
   char* base = static_cast<char*>(data);
-  Segments segs(count, std::max<size_t>(1, ctx.tunables.segmentBytes / es));
+  Segments segs = pipelineSegments(ctx, count, es);
   const size_t k = segs.count;
   auto segPtr = [&](size_t j) { return base + segs.begin(j, count) * es; };
   auto segLen = [&](size_t j) { return segs.size(j, count); };

@@ -8,6 +8,7 @@
 // MismatchError naming both calls before any payload is read.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <functional>
 #include <string>
@@ -139,5 +140,11 @@ struct Segments {
   size_t per;
   size_t count;
 };
+
+// The pipelining segments of a chunk of at most `maxChunk` elements of `elementSize`
+// bytes: tunables.segmentBytes each (at least one element).
+inline Segments pipelineSegments(const Context& ctx, size_t maxChunk, size_t elementSize) {
+  return Segments(maxChunk, std::max<size_t>(1, ctx.tunables.segmentBytes / elementSize));
+}
 
 }  // namespace pycollect

@@ -6,13 +6,6 @@
 #include "reduce/reduce.h"
 
 namespace pycollect {
-namespace {
-
-Segments segmentsOf(const Context& ctx, size_t count, size_t es) {
-  return Segments(count, std::max<size_t>(1, ctx.tunables.segmentBytes / es));
-}
-
-}  // namespace
 
 size_t postedAhead(const Context& ctx, size_t segments) {
   return std::min(segments, static_cast<size_t>(std::max(1, ctx.tunables.inflight)));
@@ -20,14 +13,14 @@ size_t postedAhead(const Context& ctx, size_t segments) {
 
 size_t recvReduceScratch(const Context& ctx, size_t count, DType dtype) {
   const size_t es = dtypeSize(dtype);
-  Segments segs = segmentsOf(ctx, count, es);
+  Segments segs = pipelineSegments(ctx, count, es);
   return postedAhead(ctx, segs.count) * std::min(segs.per, count) * es;
 }
 
 SegmentedRecvReduce::SegmentedRecvReduce(Context& ctx, Link& from, char* dst, size_t count, DType dtype,
                                          ReduceOp op, char* scratch, std::function<void(size_t)> beforePost)
     : ctx_(ctx), from_(from), dst_(dst), count_(count), dtype_(dtype), op_(op), scratch_(scratch),
-      beforePost_(std::move(beforePost)), es_(dtypeSize(dtype)), segs_(segmentsOf(ctx, count, es_)),
+      beforePost_(std::move(beforePost)), es_(dtypeSize(dtype)), segs_(pipelineSegments(ctx, count, es_)),
       slots_(postedAhead(ctx, segs_.count)), slotBytes_(std::min(segs_.per, count) * es_), tickets_(segs_.count) {
   for (size_t j = 0; j < slots_; ++j) post(j);
 }

@@ -32,7 +32,7 @@ void reduceChain(Context& ctx, void* data, size_t count, DType dtype, ReduceOp o
   const size_t es = dtypeSize(dtype);
   char* mine = static_cast<char*>(data);
   char* partial = receives ? ctx.scratch(count * es) : nullptr;
-  Segments segs(count, std::max<size_t>(1, ctx.tunables.segmentBytes / es));
+  Segments segs = pipelineSegments(ctx, count, es);
   Link& left = ctx.link(ctx.left());
   Link& right = ctx.link(ctx.right());
   auto at = [&](char* base, size_t j) { return base + segs.begin(j, count) * es; };

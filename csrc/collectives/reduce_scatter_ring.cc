@@ -36,7 +36,7 @@ void reduceScatterRing(Context& ctx, const void* in, void* out, size_t count, DT
     if (out != in) std::memmove(out, in, count * es);
     return;
   }
-  Segments segs(count, std::max<size_t>(1, ctx.tunables.segmentBytes / es));
+  Segments segs = pipelineSegments(ctx, count, es);
   const size_t nseg = segs.count;
   const int steps = n - 1;
   const size_t units = steps * nseg;
