@@ -64,9 +64,11 @@ def case_deep_ring(ws: int):
     return digests
 
 
-def case_tree_lags(ws: int):
+def case_receive_windows(ws: int):
     """The tree forwards segment j-D of the result after sending j up, D = inflight (at
-    most the segment count): D = 1, 2 and 3 with ~200 segments, and D = k (one segment)."""
+    most the segment count): D = 1, 2 and 3 with ~200 segments, and D = k (one segment).
+    The ring's reduce-scatter receives take D scratch slots, reused segment by segment
+    as its all-gather receives go past them: the same D, the same sizes."""
     r = pc.get_rank()
     out = []
     for inflight, count in (("1", 100003), ("2", 100003), ("3", 100003), ("4", 500)):
@@ -78,17 +80,18 @@ def case_tree_lags(ws: int):
         if g is pc.NON_GROUP_MEMBER:
             continue
         xs = _inputs(ws, count, count + int(inflight))
-        t = torch.from_numpy(xs[r].copy())
-        pc.all_reduce(t, group=g, algo="tree")
-        assert np.array_equal(t.numpy(), np.sum(np.stack(xs), axis=0)), f"tree inflight={inflight} ws={ws}"
+        for algo in ("tree", "ring"):
+            t = torch.from_numpy(xs[r].copy())
+            pc.all_reduce(t, group=g, algo=algo)
+            assert np.array_equal(t.numpy(), np.sum(np.stack(xs), axis=0)), f"{algo} inflight={inflight} ws={ws}"
         out.append(inflight)
         pc.destroy_process_group(g)
     return out or None
 
 
 @pytest.mark.parametrize("ws", [3, 7])
-def test_tree_lags_match_numpy(pool, ws):
-    results = [res for res in pool.run(case_tree_lags, ws) if res is not None]
+def test_receive_windows_match_numpy(pool, ws):
+    results = [res for res in pool.run(case_receive_windows, ws) if res is not None]
     assert results == [["1", "2", "3", "4"]] * ws
 
 

@@ -119,6 +119,22 @@ def test_every_send_meets_its_receive_in_order(request, pool_name, size, op):
         assert sends[link] == recvs[link], f"link {link[0]} -> {link[1]}"
 
 
+@pytest.mark.parametrize("size", [2, 3])
+def test_ring_all_reduce_goes_in_blocks_of_two_segments(pool3, size):
+    """allreduce_ring.cc sends every stage (reduce-scatter steps, then all-gather steps)
+    of a block of two segments before the next block's first: with 6 (2 ranks) and 4
+    (3 ranks) segments per chunk, not each stage for the whole chunk in turn."""
+    count = 1_400_003
+    nseg = _nseg(math.ceil(count / size))
+    assert nseg > 2
+    want = [(j, t) for b in range(0, nseg, 2) for t in range(2 * (size - 1)) for j in range(b, min(nseg, b + 2))]
+    for rank, _, events in _gather(pool3, size, "all_reduce", count):
+        for kind in ("send_posted", "recv_posted"):
+            got = [(e.segment, (e.phase == "all-gather") * (size - 1) + e.step)
+                   for e in _payload(events) if e.type == kind]
+            assert got == want, f"rank {rank} {kind}"
+
+
 @pytest.mark.parametrize("op", ["all_reduce", "broadcast"])
 def test_timestamps_ordered_and_posted_before_done(pool3, op):
     spans_total = 0
