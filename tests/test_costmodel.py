@@ -41,6 +41,13 @@ def test_halving_doubling_and_tree_by_hand():
     # p = 6: p' = 4, r = 2, n = 4000: fold (1 + 4 + 8) + 2 log2(4) alpha (4) + 3/4 n (beta 3 + gamma 6 + beta 3)
     # + unfold (1 + 4) + header 1 = 13 + 4 + 12 + 5 + 1 = 35 us
     assert predict("all_reduce", 4000, 6, "halving_doubling", P) == pytest.approx(35e-6)
+    # its messages go in segments, an alpha each: segments of 1000 B make the fold and unfold
+    # 4 messages each, the halving/doubling rounds' 2000 and 1000 B 2 and 1: with the header
+    # 1 + 4 + (2 + 1) * 2 + 4 = 15 alphas instead of 7, 43 us
+    assert predict("all_reduce", 4000, 6, "halving_doubling", P, segment_bytes=1000) == pytest.approx(43e-6)
+    # at 2 ranks it is the ring's exchange without the pipelining overlap: n = 8000 in 1000 B
+    # segments, 4 each way: header 1 + 8 (1 + 1) + 4000 gamma (8) = 25 us, the ring's 25 at overlap 0
+    assert predict("all_reduce", 8000, 2, "halving_doubling", P, segment_bytes=1000) == pytest.approx(25e-6)
     # p = 5: ceil(log2 5) = 3 rounds each way: 3 (1 + 4 + 8) + 3 (1 + 4) + header 1 = 55 us
     assert predict("all_reduce", 4000, 5, "tree", P) == pytest.approx(55e-6)
     # the tree pipelined: p = 2, n = 8000 in segments of 2000 B (k = 4): a segment up costs R = 1 + 2 + 4 us,

@@ -98,8 +98,9 @@ def _unpack(P: Params, p: int, working_set: float, transfers=None, all_pairs: bo
 
 
 def allreduce_ring(n: float, p: int, P: Params, seg: int = DEFAULT_SEGMENT_BYTES) -> float:
-    """allreduce_ring.cc: header round, reduce-scatter then all-gather over chunks of n/p.
-    The all-gather's (p-1)k forwards (L each) follow the reduce-scatter on the link; its
+    """allreduce_ring.cc: header round, then each segment of the n/p chunks through the
+    p-1 reduce-scatter and p-1 all-gather steps, a block of two segments at a time. A rank
+    spends U on each of its (p-1)k reduce-scatter units and L on each all-gather one; the
     last segment needs p-1 more hops after the last reduce."""
     step = _unpack(P, p, n)
     a, o = step.alpha, step.overhead
@@ -122,7 +123,8 @@ def allreduce_direct(n: float, p: int, P: Params, seg: int = DEFAULT_SEGMENT_BYT
 def allreduce_halving_doubling(n: float, p: int, P: Params, seg: int = DEFAULT_SEGMENT_BYTES) -> float:
     """Rabenseifner: fold the r = p - p' extra ranks in (one whole-vector exchange and
     reduce), recursive halving reduce-scatter and doubling all-gather over p' = 2^floor(log2 p)
-    ranks (log2 p' rounds each, (p'-1)/p' n bytes each), then send the r folded ranks the result."""
+    ranks (log2 p' rounds each, (p'-1)/p' n bytes each), then send the r folded ranks the result.
+    Each message goes in ceil(m / S) segments, one alpha each."""
     first = _unpack(P, p, n)
     a, o = first.alpha, first.overhead
     if p == 1:
@@ -137,16 +139,22 @@ def allreduce_halving_doubling(n: float, p: int, P: Params, seg: int = DEFAULT_S
     def survivors():
         return [q for q in range(p) if q >= 2 * r or q % 2 == 1]
 
+    # Every message goes in pipelining segments (sendRange): each costs its alpha, and
+    # where shared memory reads it from the sender, its read.
+    def segmented(a, b, c, m):
+        k, sz = _segments(m, seg)
+        return k * _move(P, a, b, c, sz, p)
+
     t = o + a
     m = pp // 2
     while m >= 1:
         am, bm, gm, _, cm = _unpack(P, p, n, lambda: [(s[v], s[v ^ m]) for s in [survivors()] for v in range(pp)])
-        t += 2 * _move(P, am, bm, cm, m / pp * n, p) + m / pp * n * gm
+        t += 2 * segmented(am, bm, cm, m / pp * n) + m / pp * n * gm
         m //= 2
     if r > 0:
         af, bf, gf, _, cf = _unpack(P, p, n, lambda: [(q, q - 1) for q in range(1, 2 * r, 2)])
         au, bu, _, _, cu = _unpack(P, p, n, lambda: [(q, q + 1) for q in range(0, 2 * r, 2)])
-        t += (_move(P, af, bf, cf, n, p) + n * gf) + _move(P, au, bu, cu, n, p)
+        t += (segmented(af, bf, cf, n) + n * gf) + segmented(au, bu, cu, n)
     return t
 
 
