@@ -178,6 +178,11 @@ def test_cache_term_by_hand():
     assert predict("all_reduce", 1000, 4, "direct", cached) == pytest.approx(6.5e-6)
     assert predict("all_reduce", 2000, 4, "direct", cached) == pytest.approx(17.5e-6)
     assert predict("all_reduce", 4000, 4, "direct", cached) == pytest.approx(predict("all_reduce", 4000, 4, "direct", P))
+    # the ring all-reduce forwards a block of two segments per chunk while it is in cache: n = 16000
+    # at 2 ranks in 250 B segments (k = 32), block 2 * 250 * 2 = 1000 B, so L = 1 + 0.125 us, but
+    # the reductions work on the whole vector, R = 0.5 us: 32 (L + R + L) + header 1 = 89 us, not 97
+    assert predict("all_reduce", 16000, 2, "ring", cached, segment_bytes=250) == pytest.approx(89e-6)
+    assert predict("all_reduce", 16000, 2, "ring", P, segment_bytes=250) == pytest.approx(97e-6)
     # the working set of all-gather is the whole output: N = 3000 is between 1000 and 4000
     assert cached.per_byte(3000) < 1 and predict("all_gather", 3000, 3, "ring", cached) < 7e-6
     with pytest.raises(ValueError, match="cache_speedup"):

@@ -32,6 +32,7 @@ from typing import Callable, Dict, NamedTuple, Tuple
 from .params import Params
 
 DEFAULT_SEGMENT_BYTES = 512 * 1024  # csrc/collectives/context.h Tunables::segmentBytes
+RING_BLOCK_SEGMENTS = 2  # csrc/collectives/allreduce_ring.cc kBlockSegments
 
 
 def _segments(chunk: float, seg: int) -> Tuple[int, float]:
@@ -101,11 +102,17 @@ def allreduce_ring(n: float, p: int, P: Params, seg: int = DEFAULT_SEGMENT_BYTES
     """allreduce_ring.cc: header round, then each segment of the n/p chunks through the
     p-1 reduce-scatter and p-1 all-gather steps, a block of two segments at a time. A rank
     spends U on each of its (p-1)k reduce-scatter units and L on each all-gather one; the
-    last segment needs p-1 more hops after the last reduce."""
+    last segment needs p-1 more hops after the last reduce. Since a block's segments are
+    forwarded while still in cache, L's beta is that of a block's working set (two
+    segments of each chunk), where the reductions (gamma) read and write the vector."""
     step = _unpack(P, p, n)
     a, o = step.alpha, step.overhead
     if p == 1:
         return o
+    # A segment is forwarded while still in cache: the copies work on a block of segments
+    # per chunk (beta at that working set), the reductions on the whole vector.
+    s = _segments(n / p, seg)[1]
+    step = step._replace(beta=_unpack(P, p, min(n, RING_BLOCK_SEGMENTS * s * p)).beta)
     rs, link, k, unit = _ring_reduce_scatter(n / p, p, P, step, seg)
     return o + a + max(rs + (p - 1) * link, (p - 1) * k * (unit + link))
 
