@@ -52,6 +52,35 @@ namespace pycollect {
 
 constexpr size_t kBlockSegments = 2;  // see above
 
+namespace {
+
+// The link order: unit u is (segment, stage); blocks of `block` segments, each through
+// every stage before the next block (the last block may be narrower).
+struct BlockOrder {
+  struct Unit {
+    size_t segment;
+    int stage;
+  };
+  BlockOrder(size_t segments, int stages, size_t block)
+      : segments(segments), stages(stages), block(std::max<size_t>(1, std::min(block, segments))) {}
+  size_t size() const { return segments * stages; }
+  Unit operator[](size_t u) const {
+    const size_t first = u / (block * stages) * block, width = std::min(block, segments - first);
+    const size_t i = u - first * stages;
+    return {first + i % width, static_cast<int>(i / width)};
+  }
+  // The u of unit (j, t).
+  size_t position(size_t j, int t) const {
+    const size_t first = j / block * block, width = std::min(block, segments - first);
+    return first * stages + t * width + (j - first);
+  }
+  size_t segments;
+  int stages;
+  size_t block;
+};
+
+}  // namespace
+
 void allreduceRing(Context& ctx, void* data, size_t count, DType dtype, ReduceOp op) {
   const int n = ctx.size;
   const int r = ctx.rank;
@@ -67,7 +96,6 @@ void allreduceRing(Context& ctx, void* data, size_t count, DType dtype, ReduceOp
   const size_t nseg = segs.count;
   const int steps = n - 1;
   const int stages = 2 * steps;  // of each segment: reduce-scatter steps, then all-gather steps
-  const size_t units = nseg * stages;
   const size_t slots = static_cast<size_t>(std::max(1, ctx.tunables.inflight));
   char* scratch = ctx.scratch(slots * segs.per * es);
   Link& right = ctx.link(ctx.right());
@@ -83,17 +111,8 @@ void allreduceRing(Context& ctx, void* data, size_t count, DType dtype, ReduceOp
   auto segLen = [&](int c, size_t j) { return segs.size(j, chunks.length(c)); };
   auto slot = [&](size_t i) { return scratch + (i % slots) * segs.per * es; };
 
-  struct Unit {
-    size_t segment;
-    int stage;
-  };
-  std::vector<Unit> order;  // the link order, as above
-  order.reserve(units);
-  for (size_t b = 0; b < nseg; b += kBlockSegments)
-    for (int t = 0; t < stages; ++t)
-      for (size_t j = b; j < std::min(nseg, b + kBlockSegments); ++j) order.push_back({j, t});
-  std::vector<size_t> position(units);  // of unit (j, t) in `order`, at j * stages + t
-  for (size_t u = 0; u < units; ++u) position[order[u].segment * stages + order[u].stage] = u;
+  const BlockOrder order(nseg, stages, kBlockSegments);  // the link order, as above
+  const size_t units = order.size();
 
   // Receives are posted in link order, the reduce-scatter ones only while a scratch slot
   // is free; they are consumed in that order too, so the i-th takes slot i. An all-gather
@@ -117,7 +136,7 @@ void allreduceRing(Context& ctx, void* data, size_t count, DType dtype, ReduceOp
   auto postSends = [&] {
     for (; sent < units; ++sent) {
       const auto [j, t] = order[sent];
-      if (t > 0 && position[j * stages + t - 1] >= received) break;
+      if (t > 0 && order.position(j, t - 1) >= received) break;
       const int c = t == 0 ? r : recvChunk(t - 1);
       ctx.setUnit(phase(t), step(t), c, j);
       right.postSend(segPtr(c, j), segLen(c, j) * es);
