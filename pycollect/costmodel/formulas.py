@@ -109,9 +109,7 @@ def allreduce_ring(n: float, p: int, P: Params, seg: int = DEFAULT_SEGMENT_BYTES
     a, o = step.alpha, step.overhead
     if p == 1:
         return o
-    # A segment is forwarded while still in cache: the copies work on a block of segments
-    # per chunk (beta at that working set), the reductions on the whole vector.
-    s = _segments(n / p, seg)[1]
+    s = _segments(n / p, seg)[1]  # beta at a block's working set (above)
     step = step._replace(beta=_unpack(P, p, min(n, RING_BLOCK_SEGMENTS * s * p)).beta)
     rs, link, k, unit = _ring_reduce_scatter(n / p, p, P, step, seg)
     return o + a + max(rs + (p - 1) * link, (p - 1) * k * (unit + link))
