@@ -61,7 +61,7 @@ struct CommOptions {
   double linkTimeoutSec = 0;  // PYCOLLECT_LINK_TIMEOUT; 0: kDefaultLinkTimeoutSec
   TransportKind transport = TransportKind::kAuto;  // PYCOLLECT_TRANSPORT
   std::string hostTag;                             // PYCOLLECT_HOST_TAG
-  size_t shmSingleCopyBytes = 64 << 10;            // PYCOLLECT_SHM_SINGLE_COPY_BYTES
+  size_t shmSingleCopyBytes = kDefaultShmSingleCopyBytes;  // PYCOLLECT_SHM_SINGLE_COPY_BYTES
   StagingOptions staging;                          // device buffers (PYCOLLECT_STAGING_BYTES)
   bool trace = false;                              // PYCOLLECT_TRACE: trace every call
 };

@@ -25,6 +25,10 @@ enum class TransportKind : uint8_t {
   kAuto = 2,
 };
 
+// Shared memory's single-copy threshold where nothing sets it (the Python layer always
+// does: pycollect/options.py default_single_copy_bytes).
+constexpr size_t kDefaultShmSingleCopyBytes = 64 << 10;
+
 struct TransportOptions {
   int rank = 0;
   int size = 1;
@@ -35,7 +39,7 @@ struct TransportOptions {
   std::string hostTag;        // PYCOLLECT_HOST_TAG: part of the host identity (shm/upgrade.h)
   // Shared memory: sends of at least this many bytes are read from the sender's memory
   // (one copy, shm/link.h); smaller ones go through the ring (two copies, pipelined).
-  size_t shmSingleCopyBytes = 64 << 10;  // PYCOLLECT_SHM_SINGLE_COPY_BYTES
+  size_t shmSingleCopyBytes = kDefaultShmSingleCopyBytes;  // PYCOLLECT_SHM_SINGLE_COPY_BYTES
 };
 
 // Where a rank can be reached; the Python layer publishes it in the store.
