@@ -57,6 +57,13 @@ def _move(P: Params, a: float, b: float, copies: float, m: float, p: int) -> flo
     return a + m * b + copies * P.read_cost(m, p)
 
 
+def _segmented(P: Params, a: float, b: float, copies: float, m: float, p: int, seg: int) -> float:
+    """A message of m bytes sent in pipelining segments (k = ceil(m / seg) messages of m/k
+    bytes, as csrc Segments cuts it), one after the other: k times _move."""
+    k, s = _segments(m, seg)
+    return k * _move(P, a, b, copies, s, p)
+
+
 def _ring_reduce_scatter(chunk: float, p: int, P: Params, step: Step, seg: int):
     """(time, L, k, U): the reduce-scatter phase of allreduce_ring.cc (its first loop), for
     a ring step unpacked by _unpack."""
@@ -146,20 +153,16 @@ def allreduce_halving_doubling(n: float, p: int, P: Params, seg: int = DEFAULT_S
 
     # Every message goes in pipelining segments (sendRange): each costs its alpha, and
     # where shared memory reads it from the sender, its read.
-    def segmented(a, b, c, m):
-        k, sz = _segments(m, seg)
-        return k * _move(P, a, b, c, sz, p)
-
     t = o + a
     m = pp // 2
     while m >= 1:
         am, bm, gm, _, cm = _unpack(P, p, n, lambda: [(s[v], s[v ^ m]) for s in [survivors()] for v in range(pp)])
-        t += 2 * segmented(am, bm, cm, m / pp * n) + m / pp * n * gm
+        t += 2 * _segmented(P, am, bm, cm, m / pp * n, p, seg) + m / pp * n * gm
         m //= 2
     if r > 0:
         af, bf, gf, _, cf = _unpack(P, p, n, lambda: [(q, q - 1) for q in range(1, 2 * r, 2)])
         au, bu, _, _, cu = _unpack(P, p, n, lambda: [(q, q + 1) for q in range(0, 2 * r, 2)])
-        t += (segmented(af, bf, cf, n) + n * gf) + segmented(au, bu, cu, n)
+        t += (_segmented(P, af, bf, cf, n, p, seg) + n * gf) + _segmented(P, au, bu, cu, n, p, seg)
     return t
 
 
@@ -198,8 +201,7 @@ def allgather_ring(N: float, p: int, P: Params, seg: int = DEFAULT_SEGMENT_BYTES
     a, b, g, o, c = _unpack(P, p, N)
     if p == 1:
         return o
-    k, s = _segments(N / p, seg)
-    return o + a + (p - 1) * k * _move(P, a, b, c, s, p) + (1 - P.overlap) * N / p * g
+    return o + a + (p - 1) * _segmented(P, a, b, c, N / p, p, seg) + (1 - P.overlap) * N / p * g
 
 
 def allgather_bruck(N: float, p: int, P: Params, seg: int = DEFAULT_SEGMENT_BYTES) -> float:
@@ -212,8 +214,7 @@ def allgather_bruck(N: float, p: int, P: Params, seg: int = DEFAULT_SEGMENT_BYTE
     a, b, g, o, c = _unpack(P, p, N)
     if p == 1:
         return o
-    k, s = _segments(N / p, seg)
-    t = o + a + k * _move(P, a, b, c, s, p) + (1 - P.overlap) * N / p * g
+    t = o + a + _segmented(P, a, b, c, N / p, p, seg) + (1 - P.overlap) * N / p * g
     d = 2
     while d < p:  # the round of distance d: every rank receives min(d, p - d) blocks from rank + d
         ad, bd, _, _, cd = _unpack(P, p, N, lambda: [(q, (q + d) % p) for q in range(p)])
