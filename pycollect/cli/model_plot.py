@@ -98,7 +98,7 @@ def validate_plot(path: str, rows, title: str) -> Dict[int, Tuple[int, int]]:
     axes[0][0].set_ylabel("predicted / measured - 1 (%)")
     handles, labels = axes[0][-1].get_legend_handles_labels()
     fig.legend(handles, labels, loc="center right", fontsize=8, frameon=False)
-    fig.suptitle("\n".join(textwrap.wrap(title, int(width * 15))), fontsize=9)
+    fig.suptitle("\n".join(textwrap.wrap(title, int(width * 12))), fontsize=9)  # ~12 characters an inch
     fig.tight_layout(rect=(0, 0, 1 - 2.2 / width, 1))
     fig.savefig(path, dpi=100)
     plt.close(fig)
