@@ -230,9 +230,52 @@ def test_fit_recovers_synthetic_parameters(overlap):
     true = Params(alpha=12e-6, beta=1 / 3e9, gamma=1 / 5e9, overhead=25e-6, overlap=overlap, cores=2, wake=40e-6)
     got, err = fit(_synthetic(true), cores=2)
     assert err < 1e-6
-    assert got.overlap == overlap
-    for name in ("alpha", "beta", "gamma", "overhead", "wake"):
-        assert getattr(got, name) == pytest.approx(getattr(true, name), rel=1e-4), name
+    # 2 ranks have a core each, 3 and 4 share them: a set of parameters each, both the truth
+    # (wake is a cost of shared cores only, so the 2-rank set has none to find)
+    assert got.at(2) is got and got.at(3) is got.at(4) is got.crowded
+    for params, names in ((got, ("alpha", "beta", "gamma", "overhead")),
+                          (got.crowded, ("alpha", "beta", "gamma", "overhead", "wake"))):
+        assert params.overlap == overlap
+        for name in names:
+            assert getattr(params, name) == pytest.approx(getattr(true, name), rel=1e-4), name
+
+
+def test_fit_gives_crowded_ranks_their_own_parameters(tmp_path):
+    # ranks with a core each move bytes at one speed; time-sliced ones at another
+    own = Params(alpha=2e-6, beta=1 / 16e9, gamma=1 / 10e9, overhead=6e-6, cores=2)
+    crowded = Params(alpha=1e-6, beta=1 / 8e9, gamma=1 / 8e9, overhead=25e-6, cores=2, wake=5e-6)
+    true = own.with_(crowded=crowded)
+    samples = _synthetic(true)
+    assert all(s[4] == predict(s[0], s[2], 2, s[1], own) for s in samples if s[3] == 2)
+    assert all(s[4] == predict(s[0], s[2], s[3], s[1], crowded) for s in samples if s[3] > 2)
+    got, err = fit(samples, cores=2)
+    assert err < 1e-6
+    for name in ("alpha", "beta", "gamma", "overhead"):
+        assert getattr(got, name) == pytest.approx(getattr(own, name), rel=1e-4), name
+        assert getattr(got.crowded, name) == pytest.approx(getattr(crowded, name), rel=1e-4), name
+    assert got.crowded.wake == pytest.approx(5e-6, rel=1e-4)
+    # one set for both fits them worse: the split is what explains them
+    assert fit(samples, cores=2, crowded=False)[1] > 100 * err
+    # where every sample is of one kind, one set
+    assert fit([s for s in samples if s[3] > 2], cores=2)[0].crowded is None
+    # saved and loaded whole; the description names both
+    got.save(str(tmp_path / "m.json"))
+    back = Params.load(str(tmp_path / "m.json"))
+    assert back.crowded.with_(source="") == got.crowded.with_(source="")
+    assert predict("all_reduce", 1 << 20, 4, "tree", back) == predict("all_reduce", 1 << 20, 4, "tree", got)
+    assert "where ranks outnumber the cores: alpha 1.00 us, wake 5.0 us" in back.describe()
+    # a NIC typed on top describes a cluster: no crowded set stays
+    assert got.for_cluster(beta=1 / 50e9).crowded is None
+
+
+def test_crowded_parameters_must_fit_their_cores():
+    crowded = Params(cores=2)
+    with pytest.raises(ValueError, match="crowded.*needs cores set"):
+        Params(crowded=crowded)
+    with pytest.raises(ValueError, match=r"the same \(4 here, 2 in crowded\)"):
+        Params(cores=4, crowded=crowded)
+    with pytest.raises(ValueError, match="without a crowded set of its own"):
+        Params(cores=2, crowded=crowded.with_(crowded=crowded))
 
 
 def test_fit_finds_a_cache_term():

@@ -46,12 +46,13 @@ def _check(nbytes, world_size) -> None:
 def predict(op: str, nbytes: float, world_size: int, algo: str, params: Params,
             segment_bytes: int = DEFAULT_SEGMENT_BYTES) -> float:
     """Seconds for one call. nbytes: the buffer per rank (all_reduce, broadcast) or the
-    total gathered / scattered bytes (all_gather, reduce_scatter), as nccl-tests counts."""
+    total gathered / scattered bytes (all_gather, reduce_scatter), as nccl-tests counts.
+    Where the ranks outnumber the cores, with the parameters fitted for that (Params.at)."""
     f = _formula(op, algo)
     _check(nbytes, world_size)
     if segment_bytes < 1:
         raise ValueError(f"segment_bytes must be >= 1, got {segment_bytes!r}")
-    return f(float(nbytes), world_size, params, segment_bytes)
+    return f(float(nbytes), world_size, params.at(world_size), segment_bytes)
 
 
 def bus_bandwidth(op: str, nbytes: float, world_size: int, seconds: float) -> float:

@@ -12,6 +12,9 @@ octaves: where the caches stop helping), with `cache_speedup` fitted (>= 1) for 
 `local_speedup` is fitted (>= 1) where `cores` is given, which is not fitted.
 `single_copy_bytes` is tried as None and 64 KiB (shared memory's threshold), with
 `single_copy_alpha` fitted (>= 0) for the latter.
+Where `cores` is given and the samples have calls with at most that many ranks and
+calls with more, each regime gets a set of its own, fitted on its own samples: the
+first is the result, the second its `crowded` (Params.at).
 
     fit(samples, cores=2) -> (Params, rms relative error)
     samples_from_bench(json_dict) -> samples (the shape `pycollect bench --json` writes)
@@ -38,6 +41,7 @@ _PING = "ping_pong"
 def _time(s: Sample, params: Params) -> float:
     op, algo, nbytes, p, _, seg = s
     if op == _PING:  # one round trip of nbytes between two ranks: two messages, two calls each way
+        params = params.at(2)
         return 2 * (params.overhead + params.message(2) + params.read_cost(nbytes, 2) + nbytes * params.beta
                     * params.stretch(2) * params.per_byte(nbytes, params.cores_busy([1])))  # one rank copies at a time
     return predict(op, nbytes, p, algo, params, seg)
@@ -110,23 +114,41 @@ def fit(samples: Iterable[Sample], cores: Optional[int] = None, fixed: Optional[
         start: Optional[Params] = None, overlaps: Sequence[float] = (0.0, 0.5, 1.0),
         cache_sizes: Sequence[Optional[float]] = CACHE_SIZES,
         mem_sharing: Sequence[bool] = (False, True),
-        single_copy: Sequence[Optional[float]] = (None, float(SHM_SINGLE_COPY_BYTES))) -> Tuple[Params, float]:
+        single_copy: Sequence[Optional[float]] = (None, float(SHM_SINGLE_COPY_BYTES)),
+        crowded: bool = True) -> Tuple[Params, float]:
     """The parameters that best explain `samples` (least squared log error) and their rms
     relative error. `cache_sizes`: the cache_bytes to try ((None,): no cache term);
     `mem_sharing`: fit without and with mem_parallel (only where cores is given: the
     cores' sharing of DRAM is a term of one machine); `single_copy`: the
-    single_copy_bytes to try ((None,): every message costs alpha)."""
+    single_copy_bytes to try ((None,): every message costs alpha). `crowded`: with cores
+    given, fit the calls whose ranks outnumber them apart (where there are calls of both
+    kinds)."""
     samples = [tuple(s) if len(s) == 6 else tuple(s) + (DEFAULT_SEGMENT_BYTES,) for s in samples]
     if not samples:
         raise ValueError("fit: no samples (run `pycollect bench --json` or the probe first)")
     bad = [s for s in samples if not s[4] > 0]
     if bad:
         raise ValueError(f"fit: measured times must be > 0, got {bad[0]}")
+    terms = dict(cores=cores, fixed=fixed, start=start, overlaps=overlaps, cache_sizes=cache_sizes,
+                 mem_sharing=mem_sharing, single_copy=single_copy)
+    if crowded and cores is not None:
+        own = [s for s in samples if s[3] <= cores]
+        more = [s for s in samples if s[3] > cores]
+        if own and more:
+            params = _fit_one(own, **terms).with_(crowded=_fit_one(more, **terms))
+            return params, rms(samples, params)
+    params = _fit_one(samples, **terms)
+    return params, rms(samples, params)
+
+
+def _fit_one(samples: Sequence[Sample], cores, fixed, start, overlaps, cache_sizes, mem_sharing,
+             single_copy) -> Params:
+    """fit() of one set of parameters: each combination of the terms tried, solved by _solve."""
     best = None
     shares = [m for m in mem_sharing if cores is not None or not m]
     grid = ((o, c, m, r) for o in overlaps for c in cache_sizes for m in shares for r in single_copy)
     for ov, cache, share, reads in grid:
-        p0 = (start or Params()).with_(overlap=ov, cores=cores, cache_bytes=cache,
+        p0 = (start or Params()).with_(overlap=ov, cores=cores, crowded=None, cache_bytes=cache,
                                        cache_speedup=1.5 if cache else 1.0,
                                        mem_parallel=1.5 if share else None, single_copy_bytes=reads,
                                        single_copy_alpha=2e-6 if reads else 0.0, source="fit")
@@ -134,7 +156,7 @@ def fit(samples: Iterable[Sample], cores: Optional[int] = None, fixed: Optional[
         cost = _log_cost(samples, p)
         if best is None or cost < best[1] * (1 - 1e-9):  # a tie keeps the simpler (earlier) model
             best = (p, cost)
-    return best[0], rms(samples, best[0])
+    return best[0]
 
 
 def samples_from_bench(data: dict) -> List[Sample]:
