@@ -89,15 +89,22 @@ def test_wake_where_a_working_rank_shares_its_core():
     assert not shared.shares_core([0, 1], 2) and not P.shares_core([0, 1, 2], 3)
     # chain, 3 ranks, one segment: header + 2 hops, each a message (1 us) + 1000 B (1 us).
     # Receivers 1 and 2 sit on different cores (nothing stretched), but rank 2 shares core 0
-    # with the waiting root: the header's and both hops' messages pay the wake (3 x 5 us).
+    # with the waiting root: the header's and the second hop's messages pay the wake (2 x 5 us);
+    # the first hop's receiver, rank 1, has core 1 to itself.
     assert predict("broadcast", 1000, 3, "chain", shared) == pytest.approx(1e-6 + 2 * 2e-6)
     woken = shared.with_(wake=5e-6)
-    assert predict("broadcast", 1000, 3, "chain", woken) == pytest.approx(1e-6 + 2 * 2e-6 + 3 * 5e-6)
+    assert predict("broadcast", 1000, 3, "chain", woken) == pytest.approx(1e-6 + 2 * 2e-6 + 2 * 5e-6)
     assert predict("broadcast", 1000, 2, "chain", woken) == pytest.approx(1e-6 + 2e-6)  # a core each
 
 
 def test_only_the_working_ranks_share_a_core():
     shared = P.with_(cores=2)  # ranks pinned round-robin: 0 and 2 on core 0, 1 and 3 on core 1
+    # chain, p = 4, 3000 B in 3 segments of 1000: header (receivers 1 and 3 on core 1) 2 us;
+    # the first segment's 3 hops one receiver at a time, 2 us each; the other 2 segments one
+    # segment time apart, in which core 1 receives twice: 2 x (2 + 2) us. 16 us.
+    assert predict("broadcast", 3000, 4, "chain", shared, segment_bytes=1000) == pytest.approx(16e-6)
+    # with a core per rank nothing is stretched: (p - 2 + k) = 5 segment times of 2 us + header
+    assert predict("broadcast", 3000, 4, "chain", P, segment_bytes=1000) == pytest.approx(11e-6)
     # tree, p = 4, n = 1000: header (all 4 work: 2 per core) 2 us; distance 1: parents 0 and 2
     # reduce on one core (2 x (1 + 1 + 2) = 8 us), children 1 and 3 receive on one core
     # (2 x (1 + 1) = 4 us); distance 2: only rank 0 reduces (4 us), only rank 2 receives (2 us): 20 us

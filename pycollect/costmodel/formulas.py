@@ -233,13 +233,19 @@ def reduce_scatter_ring(N: float, p: int, P: Params, seg: int = DEFAULT_SEGMENT_
 
 
 def broadcast_chain(n: float, p: int, P: Params, seg: int = DEFAULT_SEGMENT_BYTES) -> float:
-    """broadcast_chain.cc: k segments down a chain of p-1 links, one behind the other:
-    (p - 2 + k) segment times. The p-1 receivers work (root 0, as the benchmark's)."""
+    """broadcast_chain.cc: k segments down a chain of p-1 links, one behind the other (root
+    0, as the benchmark's). The first segment's p-1 hops run one at a time, each costing
+    what its one receiver pays (rank q from q-1); the k-1 behind it arrive one segment
+    time apart, a time in which all p-1 receivers work (stretched on shared cores)."""
     a, b, g, o, c = _unpack(P, p, n, lambda: [(q, q - 1) for q in range(1, p)])
     if p == 1:
         return o
     k, s = _segments(n, seg)
-    return o + a + (p - 2 + k) * _move(P, a, b, c, s, p)
+    fill = 0.0
+    for q in range(1, p):
+        aq, bq, _, _, cq = _unpack(P, p, n, lambda: [(q, q - 1)])
+        fill += _move(P, aq, bq, cq, s, p)
+    return o + a + fill + (k - 1) * _move(P, a, b, c, s, p)
 
 
 Formula = Callable[..., float]
