@@ -468,12 +468,17 @@ def test_cli_validate_from_saved_samples(tmp_path):
                for p in (2, 3, 4) for n in (65536, 4 << 20)]
     exact, doubled = tmp_path / "exact.json", tmp_path / "doubled.json"
     exact.write_text(json.dumps({"samples": samples}))
-    doubled.write_text(json.dumps({"samples": [s[:4] + [2 * s[4], s[5]] for s in samples]}))
+    doubled.write_text(json.dumps({"samples": [s[:4] + [2 * s[4], s[5]] for s in samples],
+                                   "second_launch": [0.4, 0.1] + [None] * (len(samples) - 2)}))
     r = _cli("--validate", "--from", str(exact), "--params", str(params))
     assert r.returncode == 0, r.stderr
     assert f"# {len(samples)}/{len(samples)} rows within 25 %" in r.stdout
+    assert "# launches:" not in r.stdout and "~" not in r.stdout  # one launch each: no spread to tell
     r = _cli("--validate", "--from", str(doubled), "--params", str(params))
     assert f"# 0/{len(samples)} rows within 25 %" in r.stdout and r.stdout.count("-50.0%") == len(samples)
+    # the saved launches: the first row's next-fastest launch was 40 % slower, marked and counted
+    assert "+40%" in r.stdout and "+10%" in r.stdout and r.stdout.count("  !  ~") == 1
+    assert f"# launches: at 1 of {len(samples)} rows (marked ~)" in r.stdout and "1 of them are beyond it" in r.stdout
     r = _cli("--validate", "--from", str(params))
     assert r.returncode == 2 and "not a `pycollect model --validate --json` file" in r.stderr
 
@@ -509,9 +514,10 @@ def test_validate_spreads_launches_in_rounds(monkeypatch):
     assert [r for r, _ in rows] == out
     assert {(r.op, r.algo, r.world_size, r.nbytes) for r in out} == {
         (op, a, p, n) for op, a in cases for p in (2, 3) for n in (1024, 4096)} - {("all_gather", "ring", 3, 1024)}
-    for r in out:  # the fastest launch's figures, best and median
+    for r in out:  # the fastest launch's figures, best and median; the next fastest was 2x slower
         assert r.measured_s == pytest.approx(r.nbytes * r.world_size * 1e-9)
         assert r.median_s == pytest.approx(2 * r.nbytes * r.world_size * 1e-9)
+        assert r.second_launch == pytest.approx(1.0)
     assert [(f.op, f.world_size, f.nbytes, why) for f, why in failures] == [("all_gather", 3, 1024, "PeerLostError: gone")]
     assert calls[-1] == ("all_gather", 3, (4096,))  # the failed size is not measured again
 

@@ -8,6 +8,7 @@
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 import sys
@@ -203,28 +204,37 @@ def _validate(args) -> int:
             json.dump({"meta": {"validate": True, "load": os.getloadavg(), "cores": os.cpu_count(),
                                 "line_rate": line_rate},
                        "samples": [[r.op, r.algo, r.nbytes, r.world_size, r.measured_s, DEFAULT_SEGMENT_BYTES]
-                                   for r in rows]}, f, indent=1)
+                                   for r in rows],
+                       "second_launch": [None if math.isnan(r.second_launch) else r.second_launch for r in rows]},
+                      f, indent=1)
         print(f"# wrote {args.json}")
     _summary(rows, params, args.plot, "links: " + (f"namespace hosts, {line_rate} cables" if line_rate else "loopback"))
     return 0
 
 
-_HEADER = f"{'op':>14} {'algo':>16} {'p':>2} {'size':>6} {'measured us':>12} {'median us':>10} {'predicted us':>13} {'error':>7}"
+_HEADER = (f"{'op':>14} {'algo':>16} {'p':>2} {'size':>6} {'measured us':>12} {'median us':>10} {'2nd best':>8} "
+           f"{'predicted us':>13} {'error':>7}")
 
 
 def _show(r, failure=None) -> None:
     if failure:
         print(f"{r.op:>14} {r.algo:>16} {r.world_size:>2} {format_size(r.nbytes):>6}  FAILED: {failure}", flush=True)
         return
-    flag = "  !" if abs(r.error) > LOOPBACK_TARGET else ""
+    flag = ("  !" if abs(r.error) > LOOPBACK_TARGET else "") + ("  ~" if r.second_launch > LOOPBACK_TARGET else "")
+    spread = "-" if math.isnan(r.second_launch) else f"+{r.second_launch * 100:.0f}%"
     print(f"{r.op:>14} {r.algo:>16} {r.world_size:>2} {format_size(r.nbytes):>6} {r.measured_s * 1e6:>12.1f} "
-          f"{r.median_s * 1e6:>10.1f} {r.predicted_s * 1e6:>13.1f} {r.error * 100:>6.1f}%{flag}", flush=True)
+          f"{r.median_s * 1e6:>10.1f} {spread:>8} {r.predicted_s * 1e6:>13.1f} {r.error * 100:>6.1f}%{flag}", flush=True)
 
 
 def _summary(rows, params, plot=None, measured="") -> None:
     bad = [r for r in rows if abs(r.error) > LOOPBACK_TARGET]
     print(f"# {len(rows) - len(bad)}/{len(rows)} rows within {LOOPBACK_TARGET * 100:.0f} %"
           + (f"; beyond: {len(bad)} (marked !)" if bad else ""))
+    if any(not math.isnan(r.second_launch) for r in rows):
+        noisy = [r for r in rows if r.second_launch > LOOPBACK_TARGET]
+        print(f"# launches: at {len(noisy)} of {len(rows)} rows (marked ~) no other launch came within "
+              f"{LOOPBACK_TARGET * 100:.0f} % of the fastest (column '2nd best'): one launch's figure, as uncertain as "
+              f"the target; {sum(1 for r in noisy if r in bad)} of them are beyond it")
     _choice_check(rows, params)
     if plot and rows:
         validate_plot(plot, rows, f"model vs measured ({measured}): {len(rows) - len(bad)} of {len(rows)} within "
@@ -243,8 +253,10 @@ def _validate_saved(paths, params: Params, plot=None) -> int:
             data = json.load(f)
         if "samples" not in data:
             raise ValueError(f"{path}: not a `pycollect model --validate --json` file (no samples)")
-        for op, algo, nbytes, p, seconds, seg in samples_from_bench(data):
-            rows.append(Row(op, algo, p, int(nbytes), seconds, predict(op, nbytes, p, algo, params, seg)))
+        spreads = data.get("second_launch") or [None] * len(data["samples"])
+        for (op, algo, nbytes, p, seconds, seg), spread in zip(samples_from_bench(data), spreads):
+            rows.append(Row(op, algo, p, int(nbytes), seconds, predict(op, nbytes, p, algo, params, seg),
+                            second_launch=float("nan") if spread is None else spread))
     print(f"# model: {params.describe()}")
     print(f"# measured: {len(rows)} samples from {', '.join(paths)} (not measured again)")
     print(_HEADER)

@@ -127,6 +127,10 @@ class Row:
     measured_s: float   # the fastest block's time per call
     predicted_s: float
     median_s: float = float("nan")  # the median block's: how far the machine's noise reaches
+    # The second-fastest launch's fastest block over the fastest launch's, - 1: how closely
+    # another launch reproduced `measured_s` (nan with one launch). Where it exceeds the
+    # model's target, the measured figure itself is that uncertain.
+    second_launch: float = float("nan")
 
     @property
     def error(self) -> float:
@@ -210,12 +214,17 @@ def measure_algos(op: str, algos: Sequence[str], world_size: int, sizes: Sequenc
     return out
 
 
-def _keep_fastest(best: Dict[Tuple[str, int], Tuple[float, float]], got: Dict[str, List[Tuple[int, float, float]]]) -> None:
-    """Fold one launch's {algo: [(bytes, best, median)]} into `best`: per point the fastest."""
+def _keep_fastest(best: Dict[Tuple[str, int], Tuple[float, float, float]],
+                  got: Dict[str, List[Tuple[int, float, float]]]) -> None:
+    """Fold one launch's {algo: [(bytes, best, median)]} into `best`: per point the fastest
+    best and median, and the second-fastest launch's best (inf until a second launch)."""
     for a, rows in got.items():
         for nb, fast, median in rows:
             old = best.get((a, nb))
-            best[(a, nb)] = (fast, median) if old is None else (min(old[0], fast), min(old[1], median))
+            if old is None:
+                best[(a, nb)] = (fast, median, float("inf"))
+            else:
+                best[(a, nb)] = (min(old[0], fast), min(old[1], median), sorted((old[0], old[2], fast))[1])
 
 
 def validate(params: Params, cases: Sequence[Tuple[str, str]], world_sizes: Sequence[int], sizes: Sequence[int],
@@ -229,11 +238,12 @@ def validate(params: Params, cases: Sequence[Tuple[str, str]], world_sizes: Sequ
     virtual machine the speed drifts over tens of seconds (a whole set of processes can
     run 2x slower than the next, for a minute), so the launches of one point are spread
     over the whole measurement. Two measurements of 5 back-to-back launches agreed within
-    25 % at 130-141 of 144 points; the fastest of the two, pairwise, at 143-144.
+    25 % at 130-141 of 144 points; the fastest of the two, pairwise, at 143-144. Each row
+    also says how closely another launch reproduced its figure (Row.second_launch).
     on_row(row, failure) as each point's last launch ends; on_launch(round, rounds, op, p)
     before each launch (progress)."""
     groups = [(op, p) for op in dict.fromkeys(op for op, _ in cases) for p in world_sizes]
-    best: Dict[Tuple[str, int], Dict[Tuple[str, int], Tuple[float, float]]] = {g: {} for g in groups}
+    best: Dict[Tuple[str, int], Dict[Tuple[str, int], Tuple[float, float, float]]] = {g: {} for g in groups}
     failed: Dict[Tuple[str, int], set] = {g: set() for g in groups}  # sizes that failed: not retried
     rows = []
     for launch in range(launches):
@@ -260,8 +270,10 @@ def validate(params: Params, cases: Sequence[Tuple[str, str]], world_sizes: Sequ
             if launch < launches - 1:
                 continue
             order = {a: i for i, a in enumerate(algos)}
-            for (a, nbytes), (fast, median) in sorted(best[(op, p)].items(), key=lambda kv: (order[kv[0][0]], kv[0][1])):
-                row = Row(op, a, p, nbytes, fast, predict(op, nbytes, p, a, params), median)
+            for (a, nbytes), (fast, median, second) in sorted(best[(op, p)].items(),
+                                                              key=lambda kv: (order[kv[0][0]], kv[0][1])):
+                again = second / fast - 1 if second < float("inf") else float("nan")
+                row = Row(op, a, p, nbytes, fast, predict(op, nbytes, p, a, params), median, again)
                 rows.append(row)
                 if on_row:
                     on_row(row, failure=None)
