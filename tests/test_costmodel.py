@@ -179,18 +179,19 @@ def test_busy_cores_share_dram():
 
 def test_cache_term_by_hand():
     cached = P.with_(cache_bytes=1000.0, cache_speedup=2.0)
-    # factor on beta and gamma: 1/2 up to 1000 B, 1 from 4000 B on, log-linear between (3/4 at 2000 B)
-    assert [cached.per_byte(w) for w in (500, 1000, 2000, 4000, 1e9)] == pytest.approx([0.5, 0.5, 0.75, 1.0, 1.0])
-    # direct at 1000 B / 4 ranks: 1 us + (3 us + 8 us) / 2 = 6.5 us; at 2000 B: 1 + (6 + 16) * 3/4 = 17.5 us
+    # factor on beta and gamma: 1/2 up to 1000 B, 1 from 8000 B on, log-linear between (2/3 at 2000 B)
+    assert [cached.per_byte(w) for w in (500, 1000, 2000, 4000, 8000, 1e9)] == pytest.approx(
+        [0.5, 0.5, 2 / 3, 5 / 6, 1.0, 1.0])
+    # direct at 1000 B / 4 ranks: 1 us + (3 us + 8 us) / 2 = 6.5 us; at 2000 B: 1 + (6 + 16) * 2/3 us
     assert predict("all_reduce", 1000, 4, "direct", cached) == pytest.approx(6.5e-6)
-    assert predict("all_reduce", 2000, 4, "direct", cached) == pytest.approx(17.5e-6)
-    assert predict("all_reduce", 4000, 4, "direct", cached) == pytest.approx(predict("all_reduce", 4000, 4, "direct", P))
+    assert predict("all_reduce", 2000, 4, "direct", cached) == pytest.approx(1e-6 + 22e-6 * 2 / 3)
+    assert predict("all_reduce", 8000, 4, "direct", cached) == pytest.approx(predict("all_reduce", 8000, 4, "direct", P))
     # the ring all-reduce forwards a block of two segments per chunk while it is in cache: n = 16000
     # at 2 ranks in 250 B segments (k = 32), block 2 * 250 * 2 = 1000 B, so L = 1 + 0.125 us, but
     # the reductions work on the whole vector, R = 0.5 us: 32 (L + R + L) + header 1 = 89 us, not 97
     assert predict("all_reduce", 16000, 2, "ring", cached, segment_bytes=250) == pytest.approx(89e-6)
     assert predict("all_reduce", 16000, 2, "ring", P, segment_bytes=250) == pytest.approx(97e-6)
-    # the working set of all-gather is the whole output: N = 3000 is between 1000 and 4000
+    # the working set of all-gather is the whole output: N = 3000 is between 1000 and 8000
     assert cached.per_byte(3000) < 1 and predict("all_gather", 3000, 3, "ring", cached) < 7e-6
     with pytest.raises(ValueError, match="cache_speedup"):
         P.with_(cache_bytes=1000.0, cache_speedup=0.5)
@@ -295,8 +296,11 @@ def test_fit_finds_a_cache_term():
                 samples.append((op, algo, float(n), p, predict(op, n, p, algo, true)))
     got, err = fit(samples, cores=2)
     assert err < 1e-3
-    assert got.cache_bytes == true.cache_bytes
-    assert got.cache_speedup == pytest.approx(1.6, rel=1e-3)
+    assert got.cache_bytes == got.crowded.cache_bytes == true.cache_bytes
+    # At 2 ranks these three algorithms keep both cores busy in every step, so the DRAM's
+    # sharing and beta trade off there (any pair with the same product fits): the cache's
+    # speedup is pinned down only where ranks outnumber the cores.
+    assert got.crowded.cache_speedup == pytest.approx(1.6, rel=1e-3)
     # without the term the same points fit worse: the term is what explains them
     assert fit(samples, cores=2, cache_sizes=(None,))[1] > 10 * err
 

@@ -20,8 +20,9 @@ wake: ... and a message to a rank that shares its core with another rank of the 
 cache_bytes, cache_speedup: on shared memory the "wire" is a memory copy, so a call whose
   buffer per rank (its working set, Params.per_byte) stays in the CPU caches moves and
   reduces its bytes `cache_speedup` times faster than one that goes to DRAM: at most
-  cache_bytes the per-byte costs are divided by cache_speedup, from 4 x cache_bytes on
-  they are beta and gamma as given, and in between the factor moves log-linearly. None
+  cache_bytes the per-byte costs are divided by cache_speedup, from CACHE_FADE x
+  cache_bytes on they are beta and gamma as given, and in between the factor moves
+  log-linearly. None
   (the default, and for typed parameters): one speed for every size, as on a NIC.
 mem_parallel: what the cores' copies to and from DRAM share: k cores copying at once
   each run at min(1, mem_parallel / k) of one core's speed alone (the memory bus, not the
@@ -68,6 +69,11 @@ SHM_SINGLE_COPY_BYTES = 64 * 1024
 # ... where the ranks outnumber the cores; where each rank has a core of its own, from
 # 1 MiB (longer than a ring segment): pycollect/options.py default_single_copy_bytes.
 SHM_SINGLE_COPY_BYTES_FIT = 1 << 20
+# The caches help less and less from cache_bytes to CACHE_FADE x cache_bytes of buffers per
+# core (Params.dram_fraction). Chosen over 20 fit/check pairs of five measurements of the
+# 2-core development machine (each fitted at 4 MiB: the fade ends at its 32 MiB L3), points
+# within 25 % of 2880: 2631, 2626, 2666, 2683, 2644, 2619 with 2, 4, 6, 8, 11, 16.
+CACHE_FADE = 8
 
 
 @dataclass(frozen=True)
@@ -181,13 +187,13 @@ class Params:
 
     def dram_fraction(self, working_set: float) -> float:
         """How much of a call whose buffer per rank is `working_set` bytes goes to DRAM:
-        0 up to cache_bytes, 1 from 4 x cache_bytes on (and always without a cache term),
-        log-linear in between."""
-        if self.cache_bytes is None or working_set >= 4 * self.cache_bytes:
+        0 up to cache_bytes, 1 from CACHE_FADE x cache_bytes on (and always without a
+        cache term), log-linear in between."""
+        if self.cache_bytes is None or working_set >= CACHE_FADE * self.cache_bytes:
             return 1.0
         if working_set <= self.cache_bytes:
             return 0.0
-        return math.log2(working_set / self.cache_bytes) / 2
+        return math.log2(working_set / self.cache_bytes) / math.log2(CACHE_FADE)
 
     def per_byte(self, working_set: float, cores_busy: int = 1) -> float:
         """The factor on beta and gamma for a call whose buffer per rank is `working_set`
