@@ -485,6 +485,10 @@ def test_cli_validate_from_saved_samples(tmp_path):
     assert f"# launches: at 1 of {len(samples)} rows (marked ~)" in r.stdout and "1 of them are beyond it" in r.stdout
     r = _cli("--validate", "--from", str(params))
     assert r.returncode == 2 and "not a `pycollect model --validate --json` file" in r.stderr
+    short = tmp_path / "short.json"
+    short.write_text(json.dumps({"samples": samples, "second_launch": [0.1]}))
+    r = _cli("--validate", "--from", str(short), "--params", str(params))
+    assert r.returncode == 2 and f"1 second_launch entries for {len(samples)} samples" in r.stderr
 
 
 def test_validate_spreads_launches_in_rounds(monkeypatch):

@@ -254,6 +254,8 @@ def _validate_saved(paths, params: Params, plot=None) -> int:
         if "samples" not in data:
             raise ValueError(f"{path}: not a `pycollect model --validate --json` file (no samples)")
         spreads = data.get("second_launch") or [None] * len(data["samples"])
+        if len(spreads) != len(data["samples"]):  # zip would drop rows without a word
+            raise ValueError(f"{path}: {len(spreads)} second_launch entries for {len(data['samples'])} samples")
         for (op, algo, nbytes, p, seconds, seg), spread in zip(samples_from_bench(data), spreads):
             rows.append(Row(op, algo, p, int(nbytes), seconds, predict(op, nbytes, p, algo, params, seg),
                             second_launch=float("nan") if spread is None else spread))
