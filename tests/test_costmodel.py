@@ -491,6 +491,33 @@ def test_cli_validate_from_saved_samples(tmp_path):
     assert r.returncode == 2 and f"1 second_launch entries for {len(samples)} samples" in r.stderr
 
 
+def test_cli_compare_two_measurements(tmp_path):
+    """--compare: the first file read as a prediction of the second, point by point. Times
+    1.2x apart agree within 25 %; 1.3x apart do not (the first is 30 % off), but a prediction
+    could still be within 25 % of both; 1.7x apart, none can. Points in one file only are left
+    out and counted; a wrong number of files or no shared point is a clear error."""
+    base = [["all_reduce", a, n, p, 1e-4 * p * n / 65536, 524288]
+            for a in ("ring", "tree") for p in (2, 3) for n in (65536, 1 << 20)]
+    factor = [1.2, 1 / 1.2, 1.3, 1.7, 1.0, 1.0, 1.0, 1.0]
+    first, second = tmp_path / "first.json", tmp_path / "second.json"
+    first.write_text(json.dumps({"samples": [s[:4] + [s[4] * f, s[5]] for s, f in zip(base, factor)]}))
+    second.write_text(json.dumps({"samples": base + [["broadcast", "chain", 65536, 2, 1e-5, 524288]],
+                                  "second_launch": [0.1] * (len(base) + 1)}))
+    plot = tmp_path / "cmp.png"
+    r = _cli("--compare", "--from", str(first), str(second), "--plot", str(plot))
+    assert r.returncode == 0, r.stderr
+    assert f"# second.json against first.json: {len(base)} points in both; 1 in one only, left out" in r.stdout
+    assert "# the two agree within 25 % at 6 of 8 points" in r.stdout and "at 1 they are more than 1.667x apart" in r.stdout
+    assert r.stdout.count("  !") == 2 and "30.0%  !" in r.stdout and "70.0%  !" in r.stdout and "-16.7%" in r.stdout
+    assert plot.stat().st_size > 10000
+    r = _cli("--compare", "--from", str(first))
+    assert r.returncode == 2 and "--compare needs --from with two files (given 1)" in r.stderr
+    other = tmp_path / "other.json"
+    other.write_text(json.dumps({"samples": [["all_gather", "ring", 65536, 4, 1e-4, 524288]]}))
+    r = _cli("--compare", "--from", str(first), str(other))
+    assert r.returncode == 2 and "share no (op, algorithm, ranks, size) point" in r.stderr
+
+
 def test_validate_spreads_launches_in_rounds(monkeypatch):
     """validate measures the whole grid once per round (a point's launches minutes apart,
     not back to back), keeps each point's fastest over the rounds, and reports a size that

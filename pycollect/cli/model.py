@@ -3,6 +3,7 @@
     pycollect model --fit --probe                          quick ping-pong + reduce-kernel probe
     pycollect model --fit --from bench/results/*.json      least squares on benchmark runs
     pycollect model --validate [--quick]                   predicted vs measured, 2-4 ranks
+    pycollect model --compare --from A.json B.json         two measurements, point by point: the floor
     pycollect model --predict -o all_reduce -s 1G -g 8..4096 --alpha 5us --beta 400gbit --plot p.png
 """
 from __future__ import annotations
@@ -30,10 +31,13 @@ def register(subparsers) -> None:
     mode.add_argument("--fit", action="store_true", help="fit alpha, beta, gamma and write them to --out")
     mode.add_argument("--validate", action="store_true", help="benchmark each algorithm, print predicted vs measured")
     mode.add_argument("--predict", action="store_true", help="predicted time and busbw per world size")
+    mode.add_argument("--compare", action="store_true",
+                      help="two `--validate --json` files, point by point: how closely the machine repeats itself, "
+                           "the floor under the model's error")
     p.add_argument("--from", dest="sources", nargs="+", default=[], metavar="JSON",
                    help="--fit: `pycollect bench --json` files (all-reduce runs need --algo); --validate: the "
                         "samples of earlier `--validate --json` runs, checked against the parameters without "
-                        "measuring again")
+                        "measuring again; --compare: the two files to compare")
     p.add_argument("--probe", action="store_true", help="--fit: a quick 2-rank probe instead of files")
     p.add_argument("--out", default=DEFAULT_PATH, help=f"--fit: where to write (default {DEFAULT_PATH})")
     p.add_argument("--quick", action="store_true", help="--validate: 2 ranks, all-reduce ring/direct, 2 sizes")
@@ -56,7 +60,7 @@ def register(subparsers) -> None:
     p.add_argument("--algos", nargs="+", default=None, help="algorithms to compare (default: every one the model knows)")
     p.add_argument("--plot", default=None,
                    help="--predict: time and busbw per world size; --validate: each algorithm's error per size, "
-                        "one panel per group size, the targets shaded (a PNG)")
+                        "one panel per group size, the targets shaded (a PNG); --compare: the same for the two files")
     p.add_argument("--json", default=None, help="--validate: also write the measured samples here (a --fit --from source)")
     add_param_arguments(p)
     p.set_defaults(func=run)
@@ -127,6 +131,8 @@ def run(args) -> int:
             return _fit(args)
         if args.validate:
             return _validate(args)
+        if args.compare:
+            return _compare(args.sources, args.plot)
         return _predict(args)
     except (ValueError, NotImplementedError) as e:
         print(f"pycollect model: {e}", file=sys.stderr)
@@ -244,27 +250,69 @@ def _summary(rows, params, plot=None, measured="") -> None:
 
 def _validate_saved(paths, params: Params, plot=None) -> int:
     """--validate --from: the table and checks for samples measured before (no ranks start)."""
-    from ..costmodel.fit import samples_from_bench
     from ..costmodel.measure import Row
 
-    rows = []
-    for path in paths:
-        with open(path) as f:
-            data = json.load(f)
-        if "samples" not in data:
-            raise ValueError(f"{path}: not a `pycollect model --validate --json` file (no samples)")
-        spreads = data.get("second_launch") or [None] * len(data["samples"])
-        if len(spreads) != len(data["samples"]):  # zip would drop rows without a word
-            raise ValueError(f"{path}: {len(spreads)} second_launch entries for {len(data['samples'])} samples")
-        for (op, algo, nbytes, p, seconds, seg), spread in zip(samples_from_bench(data), spreads):
-            rows.append(Row(op, algo, p, int(nbytes), seconds, predict(op, nbytes, p, algo, params, seg),
-                            second_launch=float("nan") if spread is None else spread))
+    rows = [Row(op, algo, p, int(nbytes), seconds, predict(op, nbytes, p, algo, params, seg), second_launch=spread)
+            for path in paths for op, algo, nbytes, p, seconds, seg, spread in _saved(path)]
     print(f"# model: {params.describe()}")
     print(f"# measured: {len(rows)} samples from {', '.join(paths)} (not measured again)")
     print(_HEADER)
     for r in rows:
         _show(r)
     _summary(rows, params, plot, "samples of " + ", ".join(os.path.basename(p) for p in paths))
+    return 0
+
+
+def _saved(path: str):
+    """The samples of one `--validate --json` file, each with its second launch's spread
+    (nan where not recorded): (op, algo, nbytes, world_size, seconds, segment, spread)."""
+    from ..costmodel.fit import samples_from_bench
+
+    with open(path) as f:
+        data = json.load(f)
+    if "samples" not in data:
+        raise ValueError(f"{path}: not a `pycollect model --validate --json` file (no samples)")
+    spreads = data.get("second_launch") or [None] * len(data["samples"])
+    if len(spreads) != len(data["samples"]):  # zip would drop rows without a word
+        raise ValueError(f"{path}: {len(spreads)} second_launch entries for {len(data['samples'])} samples")
+    return [tuple(s) + (float("nan") if spread is None else spread,)
+            for s, spread in zip(samples_from_bench(data), spreads)]
+
+
+def _compare(paths, plot=None) -> int:
+    """--compare A.json B.json: two measurements of the same engine, point by point, the
+    first read as if it were a prediction of the second. No model's error can be shown
+    smaller than the gap between them: a point where they differ by more than the target
+    is one where no prediction is within the target of both (beyond 1.25 / 0.75 apart,
+    none can be)."""
+    from ..costmodel.measure import Row
+
+    if len(paths) != 2:
+        raise ValueError(f"--compare needs --from with two files (given {len(paths)})")
+    first, second = ({(op, algo, p, int(n)): t for op, algo, n, p, t, _, _ in _saved(path)}
+                     for path in paths)
+    common = [k for k in first if k in second]
+    if not common:
+        raise ValueError(f"{paths[0]} and {paths[1]} share no (op, algorithm, ranks, size) point")
+    rows = [Row(*k, measured_s=second[k], predicted_s=first[k]) for k in common]
+    a, b = (os.path.basename(x) for x in paths)
+    alone = len(first) + len(second) - 2 * len(common)
+    print(f"# {b} against {a}: {len(common)} points in both" + (f"; {alone} in one only, left out" if alone else ""))
+    print(f"{'op':>14} {'algo':>16} {'p':>2} {'size':>6} {a[:12]:>12} {b[:12]:>12} {'gap':>7}")
+    for r in rows:
+        flag = "  !" if abs(r.error) > LOOPBACK_TARGET else ""
+        print(f"{r.op:>14} {r.algo:>16} {r.world_size:>2} {format_size(r.nbytes):>6} {r.predicted_s * 1e6:>12.1f} "
+              f"{r.measured_s * 1e6:>12.1f} {r.error * 100:>6.1f}%{flag}")
+    bad = [r for r in rows if abs(r.error) > LOOPBACK_TARGET]
+    widest = (1 + LOOPBACK_TARGET) / (1 - LOOPBACK_TARGET)  # 1.25 t is 25 % from both t and t x widest
+    apart = [r for r in rows if max(r.error + 1, 1 / (r.error + 1)) > widest]
+    print(f"# the two agree within {LOOPBACK_TARGET * 100:.0f} % at {len(rows) - len(bad)} of {len(rows)} points "
+          f"(marked ! beyond); at {len(apart)} they are more than {widest:.3f}x apart, where no prediction can be "
+          f"within {LOOPBACK_TARGET * 100:.0f} % of both")
+    if plot:
+        validate_plot(plot, rows, f"{a} as a prediction of {b}: two measurements of one engine, the floor under the "
+                                  f"model's error", ylabel=f"{a} / {b} - 1 (%)")
+        print(f"# wrote {plot}")
     return 0
 
 

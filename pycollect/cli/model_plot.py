@@ -51,7 +51,7 @@ def predict_plot(path: str, op: str, nbytes: int, algos: Sequence[str], table, c
     plt.close(fig)
 
 
-def validate_plot(path: str, rows, title: str) -> Dict[int, Tuple[int, int]]:
+def validate_plot(path: str, rows, title: str, ylabel: str = "predicted / measured - 1 (%)") -> Dict[int, Tuple[int, int]]:
     """--validate: each (op, algorithm)'s error, predicted / measured - 1, against the
     message size, one panel per group size. The band is the loopback target (25 %), the
     dashed lines the namespace hosts' (15 %); a point beyond the axis is drawn on its edge
@@ -95,7 +95,7 @@ def validate_plot(path: str, rows, title: str) -> Dict[int, Tuple[int, int]]:
         ax.set_ylim(-lim * 100 * 1.08, lim * 100 * 1.08)
         ax.set_xlabel("message size")
         ax.grid(True, alpha=0.3)
-    axes[0][0].set_ylabel("predicted / measured - 1 (%)")
+    axes[0][0].set_ylabel(ylabel)
     handles, labels = axes[0][-1].get_legend_handles_labels()
     fig.legend(handles, labels, loc="center right", fontsize=8, frameon=False)
     fig.suptitle("\n".join(textwrap.wrap(title, int(width * 12))), fontsize=9)  # ~12 characters an inch
