@@ -84,14 +84,20 @@ def case_interrupted_wait():
             return "no error", 0.0
         except pc.PyCollectError as e:
             return type(e).__name__, time.monotonic() - t0
+    # Python's own Ctrl-C handler, whatever this process inherited: a shell starts background
+    # jobs (`cmd &`, nohup) with SIGINT ignored, and Python then keeps ignoring it.
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
     timer = threading.Timer(0.3, os.kill, (os.getpid(), signal.SIGINT))
     t0 = time.monotonic()
     timer.start()
     try:
         pc.all_reduce(torch.ones(3), group=g)
-        interrupted = "no interrupt"
+        interrupted = f"no interrupt (the call returned after {time.monotonic() - t0:.2f} s)"
     except KeyboardInterrupt:
         interrupted = time.monotonic() - t0
+    finally:
+        timer.join()
+        signal.signal(signal.SIGINT, previous)
     try:
         pc.all_reduce(torch.ones(3), group=g)
         later = "no error"
