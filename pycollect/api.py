@@ -279,7 +279,7 @@ def all_gather(tensor_list, tensor, group=None, async_op: bool = False, algo=Non
 
     def finish():
         for k, t in enumerate(tensor_list):
-            copy_into(t, flat[k * i.numel:(k + 1) * i.numel])
+            g.copy_result(t, flat[k * i.numel:(k + 1) * i.numel])
 
     if dc is not None:
         return _run(g, lambda c, blk: c.all_gather_staged(i.address, f.address, i.numel, i.code, int(algo), *dc, blk),

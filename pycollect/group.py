@@ -11,6 +11,7 @@ import time
 from typing import Dict, List, Optional, Sequence
 
 from . import _C
+from ._buffers import copy_into
 from .costmodel import DEFAULT_SEGMENT_BYTES, ENGINE_ALGOS, Params, auto_table
 from .errors import (CollectiveTimeoutError, DeviceError, GroupFailedError, MismatchError, PeerLostError,
                      PyCollectError)
@@ -211,18 +212,34 @@ class ProcessGroup:
         except ValueError:
             raise ValueError(f"{what}: rank {global_rank} is not in this group (ranks {self.ranks})") from None
 
-    def use_host_device(self, copy_delay_us: int = 0, fail_copy: int = 0, stream_wait: bool = False) -> None:
+    def use_host_device(self, copy_delay_us: int = 0, fail_copy: int = 0, stream_wait: bool = False,
+                        sticky_errors: bool = False, fail_flags: bool = False) -> None:
         """Tests only: from now on CPU tensors take the CUDA path, staged through the engine's
         host device (an asynchronous stand-in for a GPU: each copy runs later on a stream
-        thread, after `copy_delay_us`; the `fail_copy`-th copy fails).
+        thread, after `copy_delay_us`; the `fail_copy`-th copy fails, and with
+        `sticky_errors` that failure is the whole device's, as a sticky CUDA error is;
+        `fail_flags`: the device cannot make flag words, so wait() blocks the host).
 
         wait() blocks the host by default here, since a test reads CPU tensors directly;
         with `stream_wait` it behaves as on CUDA (the host device's stream 0, the caller's,
         waits; the host returns at once), and a test reads results through that stream
         (the comm's host_device_snapshot / host_device_synchronize)."""
-        self._comm.use_host_device(copy_delay_us, fail_copy)
+        self._comm.use_host_device(copy_delay_us, fail_copy, sticky_errors, fail_flags)
         self.host_device = True
         self.host_stream_wait = stream_wait
+
+    def copy_result(self, dst, src) -> None:
+        """A call's finish step copies a result (all_gather's list form: the flat buffer into
+        each tensor) in the order of the call's own copies, and returns once it is done (the
+        step may run on another thread than the caller's): on CUDA on the current stream,
+        then a stream synchronize; on the host device in its stream-wait mode through its
+        stream 0 (the caller's), likewise. Else a plain copy."""
+        if self.host_stream_wait and self.cuda_device is None:
+            nbytes = dst.numel() * dst.element_size()
+            self._comm.host_device_snapshot(dst.data_ptr(), src.data_ptr(), nbytes)
+            self._comm.host_device_synchronize()
+        else:
+            copy_into(dst, src)
 
     def host_free_wait(self) -> bool:
         """Whether wait() on a staged call may make the caller's stream wait instead of the

@@ -155,8 +155,9 @@ def _failure_report(out, world_size: int, errors: dict, grace_s: float = 1.0) ->
 def run_ranks(job: Callable, world_size: int, backends: Sequence[str], job_args: tuple = (),
               timeout: float = 60.0, on_event: Optional[Callable[[int, tuple], None]] = None,
               env: Optional[dict] = None, netns: Optional[Sequence[str]] = None,
-              master_addr: str = "127.0.0.1") -> List[Any]:
-    """Run `job` on `world_size` local ranks; return the list of their results, in rank order."""
+              master_addr: str = "127.0.0.1", group_timeout: Optional[float] = None) -> List[Any]:
+    """Run `job` on `world_size` local ranks; return the list of their results, in rank order.
+    `timeout` bounds the whole run; the groups' own timeout is `group_timeout` (None: the same)."""
     if world_size < 1:
         raise ValueError(f"world_size must be >= 1, got {world_size}")
     if netns is not None and len(netns) != world_size:
@@ -167,7 +168,8 @@ def run_ranks(job: Callable, world_size: int, backends: Sequence[str], job_args:
     hosts = list(netns) if netns is not None else [None] * world_size
     port = free_port(master_addr, hosts[0])
     procs = [ctx.Process(target=_rank_main, args=(r, world_size, port, tuple(backends), job, job_args, out,
-                                                  float(timeout), dict(env or {}), master_addr, hosts[r]),
+                                                  float(timeout if group_timeout is None else group_timeout),
+                                                  dict(env or {}), master_addr, hosts[r]),
                          daemon=True)
              for r in range(world_size)]
     for p in procs:

@@ -18,7 +18,7 @@
 | PYCOLLECT_SECRET_FILE       | a file holding that secret (instead of PYCOLLECT_SECRET) | none |
 | PYCOLLECT_TRANSPORT         | links: auto (shared memory to ranks on this host, TCP to others), tcp, or shm (every link, else an error) | auto |
 | PYCOLLECT_STAGING_BYTES     | CUDA tensors: bytes per staged piece (> 0)            | engine's (4 MiB)  |
-| PYCOLLECT_BLOCKING_WAIT     | 1: wait() on a CUDA call blocks the host until the result is in device memory and raises its errors (as TORCH_NCCL_BLOCKING_WAIT); 0: it makes the current stream wait | 0 |
+| PYCOLLECT_BLOCKING_WAIT     | 1: wait() on a CUDA call blocks the host until the result is in device memory and raises its errors (as TORCH_NCCL_BLOCKING_WAIT); 0: it makes the current stream wait | 1 where CUDA_DEVICE_MAX_CONNECTIONS <= 2, else 0 |
 | PYCOLLECT_MODEL             | cost-model parameters (JSON of `pycollect model --fit`) behind "auto"; rank 0's are used by all | built-in defaults |
 | PYCOLLECT_SHM_SINGLE_COPY_BYTES | shared memory: sends of at least this many bytes are read from the sender's memory (one copy), smaller ones go through the ring (two, on two cores) (> 0) | 1 MiB when this host's ranks fit its cores, else 64 KiB |
 | PYCOLLECT_HOST_TAG          | appended to this rank's host identity: ranks with different tags never share memory (tests, or hosts that share a boot id) | none |
@@ -117,6 +117,7 @@ class Options:
         tag = env.get("PYCOLLECT_HOST_TAG", "").strip()
         if tag:
             values["host_tag"] = tag
+        values["blocking_wait"] = _few_hardware_queues(env)
         for name, attr in (("PYCOLLECT_TRACE", "trace"), ("PYCOLLECT_BLOCKING_WAIT", "blocking_wait")):
             raw = env.get(name, "").strip()
             if raw:
@@ -184,6 +185,22 @@ def _secret(env: Mapping[str, str]) -> Optional[bytes]:
             raise ValueError("PYCOLLECT_SECRET is set but empty")
         return inline.strip().encode()
     return None
+
+
+FEW_CONNECTIONS = 2  # CUDA_DEVICE_MAX_CONNECTIONS at or below this: the host waits
+
+
+def _few_hardware_queues(env: Mapping[str, str]) -> bool:
+    """Whether CUDA_DEVICE_MAX_CONNECTIONS leaves so few hardware queues that the host-free
+    wait is unsafe: the driver's scheduler does not see the order a flag word makes
+    (cuStreamWaitValue32), so with the streams folded onto one or two queues the caller's
+    blocked wait could sit ahead of the very copies it waits for. Megatron-style jobs set
+    it to 1. A value that is not an integer is CUDA's business, not ours: ignored."""
+    raw = env.get("CUDA_DEVICE_MAX_CONNECTIONS", "").strip()
+    try:
+        return int(raw) <= FEW_CONNECTIONS if raw else False
+    except ValueError:
+        return False
 
 
 def to_timedelta(timeout) -> datetime.timedelta:

@@ -64,12 +64,10 @@ class Work:
             self._keepalive = ()
 
     def _can_stream_wait(self) -> bool:
-        """A staged call whose wait may be the caller's stream's: host-free wait on, and no
-        finish callback that reads the result on the host (the host device's CPU tensors;
-        on CUDA a finish's copies queue on the stream, behind the wait)."""
-        if not self._staged or not self._group.host_free_wait():
-            return False
-        return self._finish is None or self._group.cuda_device is not None
+        """A staged call whose wait may be the caller's stream's (host-free wait on). A finish
+        step then runs right after the stream wait, on this thread: its copies queue behind
+        the wait and it returns once they are done (ProcessGroup.copy_result)."""
+        return self._staged and self._group.host_free_wait()
 
     def _stream_wait(self) -> bool:
         """Makes the caller's current stream wait for the call (no host wait); False when

@@ -504,3 +504,156 @@ def case_device_torch_backend_wait_is_host_free(count: int, copy_delay_us: int):
         return out
     finally:
         dist.destroy_process_group(pg)
+
+
+# -- the CUDA path's fixes, each reproduced through the host device ----------------------
+def case_device_list_all_gather_wait(copy_delay_us: int):
+    """The list form of all-gather fills its list in a finish step. After a host-free
+    wait(), on the engine (pc.all_gather) and through the torch backend (dist.all_gather,
+    async and not), the list holds the result at once: on the host, and for work queued
+    on the caller's stream. Then torch DDP's constructor on the backend group, which
+    all-gathers the parameter count and reads it with .item() (it raised "DDP expects
+    same model" when the finish step ran later)."""
+    import pycollect.torch_backend as tb
+    from torch import nn
+    from torch.nn.parallel import DistributedDataParallel as TorchDDP
+
+    rank, n = dist.get_rank(), dist.get_world_size()
+    want = [torch.full((PIECE_BYTES // 4 + 3,), float(r + 1)) for r in range(n)]
+    out = {}
+    g = _stream_group(copy_delay_us)
+    try:
+        outs = [torch.zeros_like(want[0]) for _ in range(n)]
+        w = pc.all_gather(outs, want[rank].clone(), group=g, async_op=True)
+        w.wait()
+        out["engine_host"] = all(torch.equal(o, x) for o, x in zip(outs, want))
+        out["engine_stream"] = all(torch.equal(_through_stream(g, o), x) for o, x in zip(outs, want))
+    finally:
+        pc.destroy_process_group(g)
+    tb.register()
+    pg = dist.new_group(backend="pycollect")
+    eg = tb.engine_group(pg)
+    eg.use_host_device(copy_delay_us, 0, stream_wait=True)
+    try:
+        for mode in ("async", "blocking"):
+            outs = [torch.zeros_like(want[0]) for _ in range(n)]
+            if mode == "async":
+                dist.all_gather(outs, want[rank].clone(), group=pg, async_op=True).wait()
+            else:
+                dist.all_gather(outs, want[rank].clone(), group=pg)
+            out[f"backend_{mode}_host"] = all(torch.equal(o, x) for o, x in zip(outs, want))
+            out[f"backend_{mode}_stream"] = all(torch.equal(_through_stream(eg, o), x) for o, x in zip(outs, want))
+        model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 4))
+        try:
+            TorchDDP(model, process_group=pg)
+            eg._comm.host_device_synchronize()  # the broadcast's copies, as a stream sync would
+            out["ddp"] = "ok"
+        except Exception as e:  # noqa: BLE001 - the test shows it
+            out["ddp"] = f"{type(e).__name__}: {str(e)[:300]}"
+        return out
+    finally:
+        dist.destroy_process_group(pg)
+
+
+def case_staging_larger_call_after_reduce_scatter(copy_delay_us: int):
+    """A small reduce-scatter, then a larger all-reduce, each waited on host-free while the
+    worker is still busy: the caller's stream already waits on the all-reduce's flag word
+    when the worker starts it. A slot grown then (cuMemFreeHost: a device synchronise,
+    which the host device models) would wait for that stream: a deadlock on a GPU."""
+    rank, n = dist.get_rank(), dist.get_world_size()
+    g = _stream_group(copy_delay_us)
+    t0 = time.monotonic()
+    try:
+        small = torch.full((n * 2,), float(rank + 1))
+        part = torch.empty(2)
+        w1 = pc.reduce_scatter_tensor(part, small, group=g, async_op=True)
+        w1.wait()
+        big = torch.full((3 * PIECE_BYTES // 4,), float(rank + 1))
+        w2 = pc.all_reduce(big, group=g, async_op=True)
+        w2.wait()
+        total = float(sum(r + 1 for r in range(n)))
+        ok = bool(torch.all(_through_stream(g, part) == total)) and bool(torch.all(_through_stream(g, big) == total))
+        err = w2.exception() or w1.exception()
+        return {"exact": ok, "error": None if err is None else f"{type(err).__name__}: {err}",
+                "seconds": time.monotonic() - t0, "pinned": g._comm.staging_pinned_bytes()}
+    except pc.PyCollectError as e:
+        return {"exact": False, "error": f"{type(e).__name__}: {e}", "seconds": time.monotonic() - t0}
+    finally:
+        pc.destroy_process_group(g)
+
+
+def case_staging_sticky_error_names_the_call(fail_copy: int):
+    """Rank 0's device fails a copy with a sticky error (every later device call fails
+    too, as on CUDA): the error raised still names the call and the failed copy."""
+    rank = dist.get_rank()
+    g = pc.new_group()
+    g.use_host_device(100, fail_copy if rank == 0 else 0, sticky_errors=True)
+    try:
+        pc.all_reduce(torch.ones(20 * (PIECE_BYTES // 4)), group=g)
+        return "no error", ""
+    except pc.PyCollectError as e:
+        return type(e).__name__, str(e)
+    finally:
+        pc.destroy_process_group(g)
+
+
+def case_staging_without_flag_words(copy_delay_us: int):
+    """A device that cannot make the flag words (cuMemHostAlloc refused): staging still
+    works, and wait() blocks the host instead (with a warning), so the result is in place
+    when it returns."""
+    import warnings
+
+    rank, n = dist.get_rank(), dist.get_world_size()
+    g = pc.new_group()
+    g.use_host_device(copy_delay_us, 0, stream_wait=True, fail_flags=True)
+    try:
+        x = torch.full((3 * PIECE_BYTES // 4,), float(rank + 1))
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            w = pc.all_reduce(x, group=g, async_op=True)
+            w.wait()
+        return {"exact": bool(torch.all(x == float(sum(r + 1 for r in range(n))))),
+                "warned": any("blocks the host" in str(c.message) for c in caught)}
+    finally:
+        pc.destroy_process_group(g)
+
+
+def case_staging_streams_destroyed():
+    """A group's staging destroys the copy streams it made (cuStreamDestroy) when it ends."""
+    from pycollect import _C
+
+    before = _C.host_device_stream_counts()
+    g = _host_group()
+    pc.all_reduce(torch.ones(8), group=g)
+    made = _C.host_device_stream_counts()
+    pc.destroy_process_group(g)
+    after = _C.host_device_stream_counts()
+    return made[0] - before[0], after[1] - before[1]
+
+
+def case_staging_stream_wait_in_forked_child():
+    """A forked child that waits on its parent's CUDA call (its Work inherited) gets the
+    fork refusal, not a wait queued on the parent's device."""
+    import os
+
+    g = _stream_group(copy_delay_us=50_000)
+    try:
+        w = pc.all_reduce(torch.ones(3 * PIECE_BYTES // 4), group=g, async_op=True)
+        r, wfd = os.pipe()
+        pid = os.fork()
+        if pid == 0:  # the child: report and leave at once, touching nothing else
+            try:
+                w._cwork.stream_wait(0)
+                msg = "no error"
+            except BaseException as e:  # noqa: BLE001
+                msg = f"{type(e).__name__}: {e}"
+            os.write(wfd, msg.encode()[:4000])
+            os._exit(0)
+        os.close(wfd)
+        got = os.read(r, 4096).decode()
+        os.close(r)
+        os.waitpid(pid, 0)
+        w.wait(blocking=True)
+        return got
+    finally:
+        pc.destroy_process_group(g)

@@ -270,3 +270,51 @@ def test_device_blocking_wait_option():
     assert Options.from_env({}).blocking_wait is False
     with pytest.raises(ValueError, match="PYCOLLECT_BLOCKING_WAIT"):
         Options.from_env({"PYCOLLECT_BLOCKING_WAIT": "yes"})
+
+
+# -- the CUDA path's fixes (a careful reading against the driver API), through the host device
+def test_device_list_all_gather_filled_when_wait_returns(staging_pool):
+    for r in staging_pool.run(sc.case_device_list_all_gather_wait, 20_000):
+        assert r == {"engine_host": True, "engine_stream": True, "backend_async_host": True,
+                     "backend_async_stream": True, "backend_blocking_host": True,
+                     "backend_blocking_stream": True, "ddp": "ok"}, r
+
+
+def test_staging_larger_call_after_reduce_scatter_does_not_deadlock(staging_pool):
+    for r in staging_pool.run(sc.case_staging_larger_call_after_reduce_scatter, 20_000):
+        assert r["error"] is None and r["exact"], r
+        assert r["seconds"] < 4, r  # the host device's model of a device sync gives up after 5 s
+        assert r["pinned"] == 3 * sc.PIECE_BYTES, r  # every slot made once, at the largest size
+
+
+def test_staging_sticky_device_error_names_the_call(staging_pool):
+    (kind, message), (kind1, _) = staging_pool.run(sc.case_staging_sticky_error_names_the_call, 7)
+    assert kind == "DeviceError", (kind, message)
+    assert message.startswith("all_reduce (call #") and "copy #7 failed" in message, message
+    assert kind1 != "no error"
+
+
+def test_staging_falls_back_to_host_waits_without_flag_words(staging_pool):
+    for r in staging_pool.run(sc.case_staging_without_flag_words, 20_000):
+        assert r == {"exact": True, "warned": True}, r
+
+
+def test_staging_destroys_its_streams(staging_pool):
+    for made, destroyed in staging_pool.run(sc.case_staging_streams_destroyed):
+        assert made == 2 and destroyed == 2, (made, destroyed)
+
+
+def test_staging_stream_wait_refused_in_forked_child(staging_pool):
+    for got in staging_pool.run(sc.case_staging_stream_wait_in_forked_child):
+        assert got.startswith("GroupFailedError") and "is a fork of pid" in got, got
+
+
+def test_device_blocking_wait_with_few_hardware_queues():
+    from pycollect.options import Options
+
+    assert Options.from_env({"CUDA_DEVICE_MAX_CONNECTIONS": "1"}).blocking_wait is True
+    assert Options.from_env({"CUDA_DEVICE_MAX_CONNECTIONS": "2"}).blocking_wait is True
+    assert Options.from_env({"CUDA_DEVICE_MAX_CONNECTIONS": "8"}).blocking_wait is False
+    assert Options.from_env({"CUDA_DEVICE_MAX_CONNECTIONS": "x"}).blocking_wait is False
+    # An explicit choice wins.
+    assert Options.from_env({"CUDA_DEVICE_MAX_CONNECTIONS": "1", "PYCOLLECT_BLOCKING_WAIT": "0"}).blocking_wait is False

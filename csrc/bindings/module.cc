@@ -2,6 +2,7 @@
 #include "bindings/register.h"
 #include "common/error.h"
 #include "device/device.h"
+#include "device/host_device.h"
 #include "common/memory.h"
 #include "common/hmac.h"
 #include "reduce/reduce.h"
@@ -88,6 +89,10 @@ PYBIND11_MODULE(_C, m) {
       [](uintptr_t address, size_t nbytes) { return pycollect::isWritable(reinterpret_cast<void*>(address), nbytes); },
       py::arg("address"), py::arg("nbytes"));
   // Exposed for tests of the 16-bit rounding used by the reduction kernels.
+  m.def("host_device_stream_counts", [] {  // tests: (created, destroyed) by host devices so far
+    auto counts = pycollect::HostDevice::streamCounts();
+    return py::make_tuple(counts.first, counts.second);
+  });
   m.def("half_round_trip", [](float f) { return pycollect::halfToFloat(pycollect::floatToHalf(f)); });
   m.def("bfloat16_round_trip",
         [](float f) { return pycollect::bfloat16ToFloat(pycollect::floatToBFloat16(f)); });

@@ -306,10 +306,11 @@ void registerCommunicator(py::module_& m) {
       // Tests: stage through the host device (CPU memory plays device memory).
       .def(
           "use_host_device",
-          [](Communicator& c, int copyDelayUs, uint64_t failCopy) {
-            c.useHostDevice(HostDeviceOptions{copyDelayUs, failCopy});
+          [](Communicator& c, int copyDelayUs, uint64_t failCopy, bool stickyErrors, bool failFlags) {
+            c.useHostDevice(HostDeviceOptions{copyDelayUs, failCopy, stickyErrors, failFlags});
           },
-          py::arg("copy_delay_us") = 0, py::arg("fail_copy") = 0)
+          py::arg("copy_delay_us") = 0, py::arg("fail_copy") = 0, py::arg("sticky_errors") = false,
+          py::arg("fail_flags") = false)
       .def(
           "host_device_fill",
           [](Communicator& c, uintptr_t data, size_t bytes, int value, int delayUs) {

@@ -72,14 +72,7 @@ Communicator::~Communicator() {
   shutdown();
 }
 
-void Communicator::checkNotForked() const {
-  if (owner_.here()) return;
-  throw GroupFailedError("this process (pid " + std::to_string(::getpid()) + ") is a fork of pid " +
-                         std::to_string(owner_.pid()) +
-                         ", which made this process group; a forked child cannot use its parent's "
-                         "groups (their sockets were closed in the child at fork): call "
-                         "init_process_group in the child instead");
-}
+void Communicator::checkNotForked() const { owner_.check("this process group"); }
 
 std::pair<std::string, int> Communicator::listen(const std::string& host) {
   checkNotForked();

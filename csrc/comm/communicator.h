@@ -251,7 +251,8 @@ class Communicator {
   // piece k is `piece(k)` (runs on the worker; comm/communicator_staged.cc).
   std::shared_ptr<Work> enqueueStaged(const WireHeader& header, size_t pieces, size_t slotBytes,
                                       std::function<StagedPiece(size_t)> piece, DeviceCall call);
-  // shutdown(): the staged copies in flight end, and streams waiting on calls go on.
+  // shutdown(): the staged copies in flight end, streams waiting on calls go on, and the
+  // staging (its slots, streams and events) is freed; no call stages after it.
   void closeStaging();
 
   // Throws GroupFailedError in a process forked from the one that made this group.
@@ -263,10 +264,11 @@ class Communicator {
   const int size_;
   CommOptions options_;
   std::unique_ptr<Transport> transport_;
-  std::mutex stagingMu_;                 // guards the three below
+  std::mutex stagingMu_;                 // guards the four below
   std::unique_ptr<Staging> staging_;     // device calls; made on first use
   int stagingDevice_ = -1;
   std::unique_ptr<HostDeviceOptions> hostDevice_;  // set: stage through a HostDevice
+  bool stagingClosed_ = false;           // shutdown released the staging: no new one
   std::atomic<uint64_t> stagedPieces_{0};
   std::vector<Link*> links_;  // indexed by rank, nullptr at self; owned by transport_
   HeaderInbox inbox_;          // headers prefetched by a recv from any source (worker thread)

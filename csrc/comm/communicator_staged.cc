@@ -45,6 +45,15 @@ struct Cut {
   size_t count, per;
 };
 
+// The largest slot any call of a group of `n` ranks can need, so the slots are made once
+// at that size (comm/staging.cc, "Slots"). A piece carries at most pieceBytes, except
+// that it holds at least one element of each of its runs: n + 1 for reduce-scatter.
+size_t largestSlot(size_t pieceBytes, size_t n) {
+  size_t widest = 0;
+  for (int t = 0; t < kNumDTypes; ++t) widest = std::max(widest, dtypeSize(static_cast<DType>(t)));
+  return std::max(pieceBytes, (n + 1) * widest);
+}
+
 }  // namespace
 
 void Communicator::useHostDevice(HostDeviceOptions options) {
@@ -66,8 +75,11 @@ void Communicator::restartStagedSeq(uint32_t seq) {
 }
 
 void Communicator::closeStaging() {
+  // The group is over: its slots, streams and events go now, not when Python lets go of
+  // the communicator (a Work of ours keeps only the device and the flag words).
   std::lock_guard<std::mutex> lock(stagingMu_);
-  if (staging_ != nullptr) staging_->close();
+  stagingClosed_ = true;
+  staging_.reset();
 }
 
 size_t Communicator::stagingPinnedBytes() {
@@ -77,6 +89,7 @@ size_t Communicator::stagingPinnedBytes() {
 
 Staging& Communicator::staging(int device) {
   std::lock_guard<std::mutex> lock(stagingMu_);
+  if (stagingClosed_) throw GroupFailedError("the process group was destroyed");
   if (staging_ == nullptr) {
     std::unique_ptr<Device> d;
     if (hostDevice_ != nullptr) {
@@ -84,7 +97,9 @@ Staging& Communicator::staging(int device) {
     } else {
       d = std::make_unique<CudaDevice>(device);  // raises DeviceError without CUDA
     }
-    staging_ = std::make_unique<Staging>(std::move(d), options_.staging);
+    StagingOptions so = options_.staging;
+    so.slotBytes = largestSlot(so.pieceBytes, size_);
+    staging_ = std::make_unique<Staging>(std::move(d), so);
     stagingDevice_ = device;
   } else if (device != stagingDevice_) {
     throw InvalidArgument("a tensor on cuda:" + std::to_string(device) + " was passed to a group whose CUDA device is cuda:" +

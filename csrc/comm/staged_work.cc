@@ -27,6 +27,7 @@ void StagedWork::finished(bool failed) {
 }
 
 bool StagedWork::streamWait(StreamHandle stream) {
+  ticket_->sync->owner.check("this CUDA call's process group");  // the device is the parent's
   Device& d = *ticket_->sync->device;
   if (isCompleted()) {
     wait(0);  // raises the call's error

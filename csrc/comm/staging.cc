@@ -10,9 +10,13 @@
 // each piece is an ordinary collective whose headers carry the piece's count, so
 // ranks that cut differently fail with a MismatchError instead of mixing bytes.
 //
-// Slots. `slots` pinned buffers (3 by default) are allocated on first use, reused by
-// every later call, and only grown (up to the largest slot a call needs): pinning is
-// slow, and pinned memory is a scarce resource. Piece k uses slot k mod slots.
+// Slots. `slots` pinned buffers (3 by default) are allocated when the group's first
+// staged call is issued, each at the largest size any call of the group can need
+// (slotBytes: about pieceBytes), and reused by every later call; they are freed only
+// when the group ends. Never while calls run: cuMemFreeHost synchronises the whole
+// device, and a caller's stream may by then wait on a flag word that only this worker
+// will write (a call queued behind the one being prepared), which would deadlock.
+// Piece k uses slot k mod slots.
 //
 // Order, all kept by the device, never by a host wait on a copy in flight:
 //   - both copy streams first wait for the `start` event, recorded on the caller's
@@ -51,8 +55,7 @@
 // scheduler, which could in principle put our copies behind the caller's blocked wait
 // in a shared hardware queue; PYCOLLECT_BLOCKING_WAIT=1 is the way out if it ever does.
 //
-// Slots are reused by the next call through their `drained` events, on the device; only
-// regrowing a slot (prepare) waits on the host for its last copies first.
+// Slots are reused by the next call through their `drained` events, on the device.
 //
 // Host waits. Events are polled (yield, then 20 us sleeps) against the call's deadline;
 // every kCheckEvery the group's failure (abort) and the program's signal handlers are
@@ -61,6 +64,7 @@
 // other rank's call fails within milliseconds too.
 #include "comm/staging.h"
 
+#include <functional>
 #include <thread>
 
 #include "common/interrupt.h"
@@ -97,10 +101,29 @@ void StagedSync::releaseThrough(uint32_t seq) {
 Staging::Staging(std::unique_ptr<Device> device, StagingOptions options)
     : device_(std::move(device)), sync_(std::make_shared<StagedSync>(device_)), options_(options) {
   if (options_.slots < 2) options_.slots = 2;
-  toHost_ = device_->createStream();
-  toDevice_ = device_->createStream();
-  marker_ = device_->createEvent();
-  sync_->words = device_->allocFlags(StagedSync::kWords);
+  if (options_.slotBytes == 0) options_.slotBytes = options_.pieceBytes;
+  try {
+    toHost_ = device_->createStream();
+    toDevice_ = device_->createStream();
+    marker_ = device_->createEvent();
+    for (int i = 0; i < options_.slots; ++i) {
+      slots_.emplace_back();
+      Slot& s = slots_.back();
+      s.filled = device_->createEvent();
+      s.drained = device_->createEvent();
+      s.data = static_cast<char*>(device_->allocPinned(options_.slotBytes));
+      s.bytes = options_.slotBytes;
+      pinnedBytes_ += options_.slotBytes;
+    }
+  } catch (...) {
+    release();
+    throw;
+  }
+  try {
+    sync_->words = device_->allocFlags(StagedSync::kWords);
+  } catch (const DeviceError&) {
+    sync_->words = nullptr;  // no words to wait on: wait() blocks the host instead
+  }
   if (sync_->words != nullptr) {
     // Word 0 is call 0's, which never exists: writing and waiting on it changes nothing,
     // but finds a driver that has the entry points and refuses them (not supported).
@@ -119,45 +142,30 @@ Staging::~Staging() {
     close();
   } catch (...) {
   }
-  try {
-    device_->destroyEvent(marker_);
-  } catch (...) {
-  }
-  for (Slot& s : slots_) {
-    try {
-      if (s.data != nullptr) device_->freePinned(s.data);
-      if (s.filled != 0) device_->destroyEvent(s.filled);
-      if (s.drained != 0) device_->destroyEvent(s.drained);
-    } catch (...) {
-      // A device that failed keeps its memory; nothing more can be done at teardown.
-    }
-  }
+  release();
 }
 
-void Staging::prepare(const StagedCall& call, size_t count) {
-  const size_t slotBytes = call.slotBytes;
-  while (slots_.size() < count) {
-    Slot s;
-    s.filled = device_->createEvent();
-    s.drained = device_->createEvent();
-    slots_.push_back(s);
-  }
-  for (size_t i = 0; i < count; ++i) {
-    Slot& s = slots_[i];
-    if (s.bytes >= slotBytes) continue;
-    if (s.data != nullptr) {
-      // An earlier call's copies may still read it: wait for them before freeing.
-      if (s.draining) waitEvent(s.drained, call, "finish an earlier call's copies (to grow a slot)");
-      s.draining = false;
-      device_->freePinned(s.data);
-      pinnedBytes_ -= s.bytes;
-      s.data = nullptr;
-      s.bytes = 0;
+void Staging::release() {
+  // Each piece on its own: a device that failed keeps what it refuses to free, and
+  // nothing more can be done at teardown.
+  auto quietly = [](const std::function<void()>& f) {
+    try {
+      f();
+    } catch (...) {
     }
-    s.data = static_cast<char*>(device_->allocPinned(slotBytes));
-    s.bytes = slotBytes;
-    pinnedBytes_ += slotBytes;
+  };
+  for (Slot& s : slots_) {
+    if (s.data != nullptr) quietly([&] { device_->freePinned(s.data); });
+    if (s.filled != 0) quietly([&] { device_->destroyEvent(s.filled); });
+    if (s.drained != 0) quietly([&] { device_->destroyEvent(s.drained); });
   }
+  slots_.clear();
+  pinnedBytes_ = 0;
+  if (marker_ != 0) quietly([&] { device_->destroyEvent(marker_); });
+  for (StreamHandle s : {toHost_, toDevice_}) {
+    if (s != 0) quietly([&] { device_->destroyStream(s); });
+  }
+  marker_ = toHost_ = toDevice_ = 0;
 }
 
 void Staging::issueIn(const StagedPiece& p, Slot& s) {
@@ -207,13 +215,16 @@ void Staging::close() {
 void Staging::drain() {
   // Waits (at most 10 s, errors ignored) until every copy queued on our streams is done.
   auto until = Clock::now() + std::chrono::seconds(10);
+  // A device with a sticky error refuses the record too: then nothing more runs on it,
+  // and the caller's error (which names its call) must not be replaced by this one.
   for (StreamHandle s : {toHost_, toDevice_}) {
-    EventHandle e = marker_;
-    device_->record(e, s);
-    for (;;) {
+    if (s == 0) continue;
+    for (bool recorded = false;;) {
       bool done = true;
       try {
-        done = device_->query(e);
+        if (!recorded) device_->record(marker_, s);
+        recorded = true;
+        done = device_->query(marker_);
       } catch (const DeviceError&) {
       }
       if (done || Clock::now() >= until) break;
@@ -226,8 +237,12 @@ void Staging::drain() {
 void Staging::run(const StagedCall& call) {
   const size_t n = call.pieces;
   const size_t depth = std::min<size_t>(n, options_.slots);
+  if (call.slotBytes > options_.slotBytes) {
+    fail(call);
+    throw Error(call.what + ": a piece needs a staging slot of " + std::to_string(call.slotBytes) +
+                " bytes, but the slots hold " + std::to_string(options_.slotBytes) + " (a bug in the cut)");
+  }
   try {
-    prepare(call, depth);
     if (call.start != 0) {
       device_->streamWait(toHost_, call.start);
       device_->streamWait(toDevice_, call.start);

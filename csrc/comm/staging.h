@@ -16,8 +16,10 @@
 namespace pycollect {
 
 struct StagingOptions {
-  size_t pieceBytes = 4 << 20;  // PYCOLLECT_STAGING_BYTES: most bytes one slot holds
+  size_t pieceBytes = 4 << 20;  // PYCOLLECT_STAGING_BYTES: most bytes one piece carries
   int slots = 3;                // pinned slots: pieces in flight at once (>= 2)
+  size_t slotBytes = 0;         // each slot's size: the largest any call of the group needs
+                                // (0: pieceBytes); allocated once, when staging starts
 };
 
 // One piece of a staged call. `in` copies device memory into the slot (at `offset`),
@@ -78,6 +80,8 @@ struct StagedCall {
 
 class Staging {
  public:
+  // Makes the copy streams, the flag words (none if the device cannot: host waits then)
+  // and every slot, at its full size: nothing is allocated or freed while calls run.
   Staging(std::unique_ptr<Device> device, StagingOptions options);
   ~Staging();
   Staging(const Staging&) = delete;
@@ -88,7 +92,7 @@ class Staging {
   // The next call's number (any thread, at issue).
   uint32_t nextSeq() { return sync_->issued.fetch_add(1) + 1; }
   const StagingOptions& options() const { return options_; }
-  // Pinned bytes held now (at most slots x the largest slot asked for).
+  // Pinned bytes held: slots x slotBytes, from construction to the end.
   size_t pinnedBytes() const { return pinnedBytes_; }
 
   // Worker thread (or the inline caller): runs the call on the host to its end, and
@@ -109,11 +113,11 @@ class Staging {
     EventHandle drained = 0;  // its host->device copies are done
     bool draining = false;    // a host->device copy from it was queued
   };
-  void prepare(const StagedCall& call, size_t slots);
   void issueIn(const StagedPiece& p, Slot& s);
   void waitEvent(EventHandle e, const StagedCall& call, const std::string& step);
   void drain();
   void fail(const StagedCall& call);
+  void release();  // frees what the constructor made (the destructor's, or a failed construction's)
 
   std::shared_ptr<Device> device_;
   std::shared_ptr<StagedSync> sync_;

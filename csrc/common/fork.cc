@@ -5,6 +5,9 @@
 
 #include <mutex>
 #include <set>
+#include <string>
+
+#include "common/error.h"
 
 namespace pycollect {
 namespace fork {
@@ -47,6 +50,14 @@ void untrack(int fd) {
 Owner::Owner() : pid_(::getpid()) {}
 
 bool Owner::here() const { return ::getpid() == pid_; }
+
+void Owner::check(const char* what) const {
+  if (here()) return;
+  throw GroupFailedError("this process (pid " + std::to_string(::getpid()) + ") is a fork of pid " +
+                         std::to_string(pid_) + ", which made " + what + "; a forked child cannot use its " +
+                         "parent's groups (their sockets were closed in the child at fork): call " +
+                         "init_process_group in the child instead");
+}
 
 }  // namespace fork
 }  // namespace pycollect

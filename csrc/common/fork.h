@@ -26,6 +26,9 @@ class Owner {
   Owner();
   // False in a process forked from the creator: leave the inherited state alone.
   bool here() const;
+  // Raises GroupFailedError in a forked child, saying that `what` (what it owns, e.g.
+  // "this process group") belongs to the parent and cannot be used here.
+  void check(const char* what) const;
   pid_t pid() const { return pid_; }
 
  private:

@@ -50,6 +50,12 @@ StreamHandle CudaDevice::createStream() {
   return reinterpret_cast<StreamHandle>(s);
 }
 
+void CudaDevice::destroyStream(StreamHandle stream) {
+  // The driver lets the work already queued on it finish, then releases it.
+  Current current(d_, ctx_);
+  check(d_.cuStreamDestroy(asStream(stream)), "cuStreamDestroy");
+}
+
 EventHandle CudaDevice::createEvent() {
   Current current(d_, ctx_);
   cuda::CUevent e = nullptr;

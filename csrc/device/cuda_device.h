@@ -22,6 +22,7 @@ class CudaDevice : public Device {
 
   std::string name() const override { return "cuda:" + std::to_string(ordinal_); }
   StreamHandle createStream() override;
+  void destroyStream(StreamHandle stream) override;
   EventHandle createEvent() override;
   void destroyEvent(EventHandle event) override;
   void copyToHost(void* host, const void* device, size_t bytes, StreamHandle stream) override;

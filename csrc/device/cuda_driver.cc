@@ -53,6 +53,7 @@ Driver loadDriver() {
   load(lib, d.cuCtxSetCurrent, "cuCtxSetCurrent");
   load(lib, d.cuCtxGetCurrent, "cuCtxGetCurrent");
   load(lib, d.cuStreamCreate, "cuStreamCreate");
+  load(lib, d.cuStreamDestroy, "cuStreamDestroy_v2");
   load(lib, d.cuStreamWaitEvent, "cuStreamWaitEvent");
   load(lib, d.cuEventCreate, "cuEventCreate");
   load(lib, d.cuEventRecord, "cuEventRecord");

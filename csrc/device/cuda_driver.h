@@ -41,6 +41,7 @@ struct Driver {
   CUresult (*cuCtxSetCurrent)(CUcontext ctx);
   CUresult (*cuCtxGetCurrent)(CUcontext* ctx);
   CUresult (*cuStreamCreate)(CUstream* stream, unsigned flags);
+  CUresult (*cuStreamDestroy)(CUstream stream);              // cuStreamDestroy_v2
   CUresult (*cuStreamWaitEvent)(CUstream stream, CUevent event, unsigned flags);
   CUresult (*cuEventCreate)(CUevent* event, unsigned flags);
   CUresult (*cuEventRecord)(CUevent event, CUstream stream);

@@ -38,6 +38,7 @@ class Device {
   virtual std::string name() const = 0;  // "cuda:0", "host"
 
   virtual StreamHandle createStream() = 0;
+  virtual void destroyStream(StreamHandle stream) = 0;  // after the work queued on it
   virtual EventHandle createEvent() = 0;
   virtual void destroyEvent(EventHandle event) = 0;
 

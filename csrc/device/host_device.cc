@@ -32,7 +32,19 @@ struct HostDevice::Mark {
     cv.wait(lock, [this] { return done; });
     return error;
   }
+  bool waitUntil(std::chrono::steady_clock::time_point until) {
+    std::unique_lock<std::mutex> lock(mu);
+    return cv.wait_until(lock, until, [this] { return done; });
+  }
 };
+
+namespace {
+std::atomic<uint64_t> streamsCreated{0}, streamsDestroyed{0};
+}  // namespace
+
+std::pair<uint64_t, uint64_t> HostDevice::streamCounts() {
+  return {streamsCreated.load(), streamsDestroyed.load()};
+}
 
 // A FIFO of tasks and the thread that runs them. `error` (thread only) breaks it.
 struct HostDevice::Stream {
@@ -87,7 +99,8 @@ HostDevice::~HostDevice() {
 
 HostDevice::Stream& HostDevice::stream(StreamHandle handle) {
   std::lock_guard<std::mutex> lock(mu_);
-  if (handle >= streams_.size()) {
+  if (!sticky_.empty()) throw DeviceError("host device: " + sticky_ + " (a sticky error)");
+  if (handle >= streams_.size() || streams_[handle] == nullptr) {
     throw DeviceError("host device: no stream " + std::to_string(handle));
   }
   return *streams_[handle];
@@ -96,7 +109,42 @@ HostDevice::Stream& HostDevice::stream(StreamHandle handle) {
 StreamHandle HostDevice::createStream() {
   std::lock_guard<std::mutex> lock(mu_);
   streams_.push_back(std::make_unique<Stream>());
+  ++streamsCreated;
   return streams_.size() - 1;
+}
+
+void HostDevice::destroyStream(StreamHandle handle) {
+  std::unique_ptr<Stream> gone;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (handle == 0 || handle >= streams_.size() || streams_[handle] == nullptr) {
+      throw DeviceError("host device: destroyStream of no stream " + std::to_string(handle));
+    }
+    gone = std::move(streams_[handle]);
+  }
+  gone.reset();  // runs what is queued, then joins its thread
+  ++streamsDestroyed;
+}
+
+void HostDevice::synchronizeAll(const char* what) {
+  std::vector<std::shared_ptr<Mark>> marks;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (auto& s : streams_) {
+      if (s == nullptr) continue;
+      auto mark = std::make_shared<Mark>();
+      s->push([mark] { mark->complete(""); });
+      marks.push_back(mark);
+    }
+  }
+  const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(kSyncLimitMs);
+  for (auto& m : marks) {
+    if (!m->waitUntil(until)) {
+      throw DeviceError(std::string("host device: ") + what + " synchronises the device, and a stream did not " +
+                        "finish its queued work within " + std::to_string(kSyncLimitMs) + " ms (it waits for " +
+                        "something only this thread would do next: a deadlock on a GPU)");
+    }
+  }
 }
 
 EventHandle HostDevice::createEvent() {
@@ -120,11 +168,16 @@ void HostDevice::copy(void* dst, const void* src, size_t bytes, StreamHandle han
   const int delayUs = options_.copyDelayUs;
   const bool fail = index == options_.failCopy;
   Stream* sp = &s;
-  s.push([sp, dst, src, bytes, delayUs, fail, index] {
+  HostDevice* self = this;  // outlives its streams
+  s.push([self, sp, dst, src, bytes, delayUs, fail, index] {
     if (!sp->error.empty()) return;
     if (delayUs > 0) std::this_thread::sleep_for(std::chrono::microseconds(delayUs));
     if (fail) {
       sp->error = "copy #" + std::to_string(index) + " failed (injected by the host device's failCopy)";
+      if (self->options_.stickyErrors) {
+        std::lock_guard<std::mutex> lock(self->mu_);
+        if (self->sticky_.empty()) self->sticky_ = sp->error;
+      }
       return;
     }
     std::memcpy(dst, src, bytes);
@@ -165,6 +218,7 @@ bool HostDevice::query(EventHandle event) {
   std::shared_ptr<Mark> mark;
   {
     std::lock_guard<std::mutex> lock(mu_);
+    if (!sticky_.empty()) throw DeviceError("host device: " + sticky_ + " (a sticky error)");
     if (event < 1 || event > events_.size()) {
       throw DeviceError("host device: no event " + std::to_string(event));
     }
@@ -196,9 +250,13 @@ void* HostDevice::allocPinned(size_t bytes) {
   return p;
 }
 
-void HostDevice::freePinned(void* p) { std::free(p); }
+void HostDevice::freePinned(void* p) {
+  synchronizeAll("freePinned (as cuMemFreeHost)");
+  std::free(p);
+}
 
 uint32_t* HostDevice::allocFlags(size_t words) {
+  if (options_.failFlags) throw DeviceError("host device: allocFlags failed (injected by failFlags)");
   auto* p = static_cast<uint32_t*>(std::calloc(words == 0 ? 1 : words, sizeof(uint32_t)));
   if (p == nullptr) throw DeviceError("host device: out of memory for flag words");
   std::lock_guard<std::mutex> lock(mu_);

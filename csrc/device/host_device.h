@@ -9,11 +9,20 @@
 //
 // failCopy = N > 0 makes the N-th copy of this device fail: its stream is then
 // broken, so every later copy on it is skipped and every event recorded on it
-// reports the failure, as a CUDA stream with a sticky error would.
+// reports the failure. With stickyErrors the failure is the whole device's, as a CUDA
+// context's sticky error is: from then on every call (a copy, a record, a query, a
+// stream wait) raises it. failFlags makes allocFlags fail (a driver that cannot map
+// host memory for the flag words).
+//
+// As cuMemFreeHost, freePinned first waits until every stream ran what was queued on
+// it; a stream that never gets there (it waits on a flag word only the caller could
+// write: a deadlock on a GPU) makes it raise DeviceError after kSyncLimitMs instead.
 #pragma once
 
 #include <memory>
 #include <mutex>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "device/device.h"
@@ -23,6 +32,8 @@ namespace pycollect {
 struct HostDeviceOptions {
   int copyDelayUs = 0;  // each copy sleeps this long before it runs
   uint64_t failCopy = 0;  // 1-based index of the copy that fails; 0: none
+  bool stickyErrors = false;  // a failed copy fails every later call on the device
+  bool failFlags = false;     // allocFlags raises DeviceError
 };
 
 class HostDevice : public Device {
@@ -32,6 +43,7 @@ class HostDevice : public Device {
 
   std::string name() const override { return "host"; }
   StreamHandle createStream() override;
+  void destroyStream(StreamHandle stream) override;
   EventHandle createEvent() override;
   void destroyEvent(EventHandle event) override;
   void copyToHost(void* host, const void* device, size_t bytes, StreamHandle stream) override;
@@ -55,18 +67,27 @@ class HostDevice : public Device {
   void snapshot(void* dst, const void* src, size_t bytes, StreamHandle stream);
   void synchronize(StreamHandle stream);
 
+  // Tests: streams made by createStream and ended by destroyStream, by every host device
+  // of this process so far (a device that leaks its streams shows a difference).
+  static std::pair<uint64_t, uint64_t> streamCounts();
+
+  static constexpr int kSyncLimitMs = 5000;  // freePinned's wait for an idle device
+
   struct Stream;
   struct Mark;
 
  private:
-  Stream& stream(StreamHandle handle);
+  Stream& stream(StreamHandle handle);  // raises the sticky error, if the device has one
+  void synchronizeAll(const char* what);  // every stream ran what is queued (bounded)
   void copy(void* dst, const void* src, size_t bytes, StreamHandle stream);
 
   const HostDeviceOptions options_;
   std::mutex mu_;
-  std::vector<std::unique_ptr<Stream>> streams_;  // handle h is streams_[h]; 0: the default
+  std::vector<std::unique_ptr<Stream>> streams_;  // handle h is streams_[h]; 0: the default;
+                                                  // nullptr once destroyed
   std::vector<std::shared_ptr<Mark>> events_;     // handle h is events_[h - 1]: its last record
   uint64_t copies_ = 0;                            // copies queued so far (under mu_)
+  std::string sticky_;                             // stickyErrors: the first failure (under mu_)
   std::vector<uint32_t*> flags_;  // allocFlags' memory: freed once the stream threads ended
 };
 

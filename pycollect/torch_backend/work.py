@@ -9,12 +9,16 @@ group gets one completer thread: it takes the group's operations in issue order
 and completes its Future. `Work.wait(timeout)` waits for that moment with a
 deadline; an error of the operation is raised by `wait()` and carried by the Future.
 
-CUDA tensors, as NCCL's Work: when every engine operation of a Work is a staged call,
-`wait()` makes the caller's current stream wait for them and returns at once (the
-host is not blocked; pycollect.work.Work.wait); the completer still settles the Future
-once the results are in device memory, and an error surfaces from is_completed(),
-exception(), the Future and the group's next call. PYCOLLECT_BLOCKING_WAIT=1 keeps the
-host-blocking wait.
+CUDA tensors, as NCCL's Work: when every engine operation of a Work is a staged call
+without a finish step, `wait()` makes the caller's current stream wait for them and
+returns at once (the host is not blocked; pycollect.work.Work.wait); the completer
+still settles the Future once the results are in device memory, and an error surfaces
+from is_completed(), exception(), the Future and the group's next call. A call with a
+finish step (the list form of all-gather copies its flat buffer into the list there)
+waits on the host until the completer ran the step, so that a read right after
+`wait()` (DDP's constructor checks the model with `.item()`) sees the result.
+PYCOLLECT_BLOCKING_WAIT=1 (or CUDA_DEVICE_MAX_CONNECTIONS <= 2) keeps the host-blocking
+wait for every call.
 """
 from __future__ import annotations
 
@@ -42,8 +46,12 @@ class TorchWork(dist.Work):
         self._method = method
         self._source = source  # a recv's: () -> the sender's rank
         self._engine_works = list(engine_works)
-        # Staged calls only: wait() may make the caller's stream wait instead of the host.
-        streamable = [isinstance(w, EngineWork) and w._can_stream_wait() for w in self._engine_works]
+        # Staged calls without a finish step only: wait() may make the caller's stream wait
+        # instead of the host. A finish step (all_gather's list form copies its flat buffer
+        # into the list there) runs on the completer thread once the call is done, so
+        # wait() must wait for the completer, as the host wait below does.
+        streamable = [isinstance(w, EngineWork) and w._can_stream_wait() and w._finish is None
+                      for w in self._engine_works]
         self._stream_works = list(self._engine_works) if streamable and all(streamable) else []
         self._result = result
         self._done = threading.Event()
