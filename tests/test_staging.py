@@ -157,6 +157,32 @@ def test_device_gpu_check_dry_run(tmp_path):
     assert (tmp_path / "gpu_check.json").exists() and (tmp_path / "gpu_check.txt").read_text().strip()
 
 
+@pytest.mark.slow
+def test_device_gpu_check_survives_a_hung_step(tmp_path):
+    """A step that hangs is stopped at its limit and reported; the steps after it still run,
+    and the JSON holds every step's outcome."""
+    import json
+    import os
+    import subprocess
+    import sys
+    import time
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    t0 = time.monotonic()
+    p = subprocess.run([sys.executable, os.path.join(root, "scripts", "gpu_check.py"), "--dry-run", "--out",
+                        str(tmp_path), "--hang", "correctness", "--limit", "12",
+                        "--only", "smoke,correctness,torch_backend"],
+                       capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    took = time.monotonic() - t0
+    assert p.returncode == 1, p.stdout[-3000:] + p.stderr[-3000:]
+    assert "FAIL correctness" in p.stdout and "stopped after 12 s" in p.stdout, p.stdout
+    assert "PASS smoke" in p.stdout and "PASS torch_backend" in p.stdout, p.stdout
+    assert took < 60, took
+    steps = json.loads((tmp_path / "gpu_check.json").read_text())["steps"]
+    assert {k: v["status"] for k, v in steps.items()} == {"smoke": "PASS", "correctness": "FAIL",
+                                                          "torch_backend": "PASS"}
+
+
 def test_device_bench_cuda_needs_cuda(capsys):
     from pycollect.cli import main
 
