@@ -12,7 +12,7 @@ from typing import Dict, List, Optional, Sequence
 
 from . import _C
 from ._buffers import copy_into
-from .costmodel import DEFAULT_SEGMENT_BYTES, ENGINE_ALGOS, Params, auto_table
+from .tuning import DEFAULT_SEGMENT_BYTES, ENGINE_ALGOS, Params, auto_table
 from .errors import (CollectiveTimeoutError, DeviceError, GroupFailedError, MismatchError, PeerLostError,
                      PyCollectError)
 from .options import Options, default_single_copy_bytes, default_spin_us
@@ -51,7 +51,7 @@ def _check_trace_hooks() -> None:
 
 def auto_tables(params: Params, size: int, options: Options) -> Dict[str, list]:
     """CommOptions' automatic-choice tables for a group of `size`: {field: [(max_bytes, code)]},
-    among the algorithms the engine has (costmodel.ENGINE_ALGOS)."""
+    among the algorithms the engine has (tuning.ENGINE_ALGOS)."""
     seg = options.segment_bytes or DEFAULT_SEGMENT_BYTES
     return {f"{op.replace('_', '')}_auto": [(b, int(Algo[a.upper()])) for b, a in
                                            auto_table(op, size, params, algos, segment_bytes=seg)]

@@ -31,7 +31,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Mapping, Optional
 
-from .costmodel.params import SHM_SINGLE_COPY_BYTES, SHM_SINGLE_COPY_BYTES_FIT
+from .tuning.params import SHM_SINGLE_COPY_BYTES, SHM_SINGLE_COPY_BYTES_FIT
 from .types import Algo
 
 DEFAULT_TIMEOUT = datetime.timedelta(minutes=30)  # as torch.distributed's default
@@ -128,7 +128,7 @@ class Options:
         if model:
             if not os.path.isfile(model):
                 raise ValueError(f"PYCOLLECT_MODEL={model!r} is not a file (write one with `pycollect model --fit`)")
-            from .costmodel.params import Params  # a leaf: checks the file now, not at group creation
+            from .tuning.params import Params  # a leaf: checks the file now, not at group creation
 
             try:
                 Params.load(model)

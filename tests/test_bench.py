@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from pycollect.benchmark.sizes import bus_factor, parse_size, size_list
+from pycollect.measuring import bus_factor, parse_size, size_list
 from pycollect.cli import main
 
 

@@ -101,7 +101,9 @@ def _job(rank: int, n: int, emit, cfg: LatencyConfig) -> None:
     if cfg.torch_backend:
         import torch.distributed as dist
 
-        import pycollect  # noqa: F401  (registers the "pycollect" backend with torch)
+        from .. import torch_backend
+
+        torch_backend.register()
 
         comms["torch_backend"] = _TorchGroup(dist.new_group(backend="pycollect"))
     for op in cfg.ops:

@@ -4,7 +4,7 @@ from __future__ import annotations
 import json
 from typing import Dict, List, Optional
 
-from .sizes import format_size
+from ..measuring import format_size
 
 _ENGINE_COLS = "{:>10} {:>8} {:>8} {:>6}"
 

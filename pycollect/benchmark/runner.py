@@ -17,7 +17,7 @@ import torch
 import torch.distributed as dist
 
 from .. import api as pc
-from .sizes import DTYPE_BYTES, bus_factor, elements
+from ..measuring import DTYPE_BYTES, buffers, bus_factor, elements, max_over_ranks, run_op
 
 
 class Engine:
@@ -41,15 +41,7 @@ class Engine:
             else:
                 dist.broadcast(a, src=0, group=g)
             return
-        chosen = {"algo": self.algo} if self.algo else {}
-        if op == "all_reduce":
-            pc.all_reduce(a, group=g, **chosen)
-        elif op == "all_gather":
-            pc.all_gather_into_tensor(b, a, group=g, **chosen)
-        elif op == "reduce_scatter":
-            pc.reduce_scatter_tensor(b, a, group=g)
-        else:
-            pc.broadcast(a, src=0, group=g)
+        run_op(op, a, b, g, self.algo)
 
     def barrier(self) -> None:
         if self._torch:
@@ -60,15 +52,6 @@ class Engine:
 
 _ag = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
 _rs = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
-
-
-def buffers(op: str, count: int, n: int, dtype: torch.dtype, device: str = "cpu"):
-    """(a, b): the input (in place for all_reduce / broadcast) and the output, on `device`."""
-    if op == "all_gather":
-        return torch.zeros(count // n, dtype=dtype, device=device), torch.empty(count, dtype=dtype, device=device)
-    if op == "reduce_scatter":
-        return torch.zeros(count, dtype=dtype, device=device), torch.empty(count // n, dtype=dtype, device=device)
-    return torch.zeros(count, dtype=dtype, device=device), None
 
 
 def count_wrong(engine: Engine, op: str, count: int, rank: int, n: int, dtype: torch.dtype,
@@ -95,12 +78,6 @@ def count_wrong(engine: Engine, op: str, count: int, rank: int, n: int, dtype: t
     engine.call(op, a, b)
     got = a if b is None else b
     return int((got.cpu() != expected).sum())
-
-
-def _max_over_ranks(value: float, group) -> float:
-    t = torch.tensor([value], dtype=torch.float64)
-    pc.all_reduce(t, op=pc.ReduceOp.MAX, group=group)
-    return float(t[0])
 
 
 def _sync(device: str) -> None:
@@ -136,12 +113,12 @@ def run(op: str, sizes, dtype_name: str, iters: int, warmup: int, repeats: int,
                 _sync(device)
                 samples[e.name].append((time.perf_counter() - t0) / iters)
         for e in engines:
-            t = _max_over_ranks(statistics.median(samples[e.name]), ours.group)
+            t = max_over_ranks(statistics.median(samples[e.name]), ours.group)
             algbw = row["size"] / t / 1e9
             row[e.name] = {"time_us": t * 1e6, "algbw": algbw, "busbw": algbw * bus_factor(op, n),
                            "wrong": count_wrong(e, op, count, rank, n, dtype, device),
                            # the fastest block (slowest rank's): what a quiet machine does
-                           "best_us": _max_over_ranks(min(samples[e.name]), ours.group) * 1e6}
+                           "best_us": max_over_ranks(min(samples[e.name]), ours.group) * 1e6}
             wrong = torch.tensor([row[e.name]["wrong"]], dtype=torch.int64)
             pc.all_reduce(wrong, group=ours.group)
             row[e.name]["wrong"] = int(wrong[0])

@@ -4,7 +4,7 @@ from __future__ import annotations
 import os
 import sys
 
-from ..benchmark.sizes import OPS, DTYPE_BYTES, parse_size, size_list
+from ..measuring import OPS, DTYPE_BYTES, parse_size, size_list
 from ..types import CALL_ALGOS, Algo
 
 

@@ -16,7 +16,7 @@ import sys
 import time
 from typing import List
 
-from ..benchmark.sizes import format_size, parse_size, size_list
+from ..measuring import format_size, parse_size, size_list
 from ..costmodel import (DEFAULT_PATH, DEFAULT_SEGMENT_BYTES, FORMULAS, Params, bus_bandwidth, crossovers,
                          engine_choice, parse_rate, parse_time, predict)
 from .model_plot import LOOPBACK_TARGET, predict_plot, validate_plot

@@ -7,7 +7,7 @@ import math
 import textwrap
 from typing import Dict, List, Sequence, Tuple
 
-from ..benchmark.sizes import format_size
+from ..measuring import format_size
 from ..costmodel import Params, bus_bandwidth
 
 LOOPBACK_TARGET = 0.25  # issue 14: predicted within 25 % of measured on loopback ...

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import sys
 
-from ..benchmark.sizes import DTYPE_BYTES, OPS, format_size, parse_size
+from ..measuring import DTYPE_BYTES, OPS, format_size, parse_size
 from ..types import Algo
 
 

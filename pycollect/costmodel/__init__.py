@@ -5,14 +5,15 @@
     predict("all_reduce", 1 << 30, 64, "ring", p)              # seconds
     choose("all_reduce", 1 << 10, 64, p)                       # "tree" or whichever is fastest
 
-Pure Python, no torch and no engine at import. Files: params.py (parameters, units, JSON),
-formulas.py (one function per algorithm), choice.py (predict, busbw, choose, the engine's
-automatic-choice table), fit.py (least squares from benchmark rows), measure.py (probe and
-validate: these run the engine).
+Pure Python, no torch and no engine at import. The parts the engine needs at run time
+(the parameters, the formulas, predict / choose and the automatic-choice table) live in
+pycollect.tuning, below the process group, and are re-exported here; this package adds
+the tools above them: fit.py (least squares from benchmark rows) and measure.py (probe
+and validate: these run the engine). busbw is nccl-tests' (pycollect.measuring).
 """
-from .choice import ENGINE_ALGOS, auto_table, bus_bandwidth, choose, crossovers, engine_choice, predict
-from .formulas import DEFAULT_SEGMENT_BYTES, FORMULAS
-from .params import DEFAULT_PATH, Params, parse_rate, parse_time
+from ..measuring import bus_bandwidth
+from ..tuning import (DEFAULT_PATH, DEFAULT_SEGMENT_BYTES, ENGINE_ALGOS, FORMULAS, Params, auto_table, choose,
+                      crossovers, engine_choice, parse_rate, parse_time, predict)
 
 __all__ = ["Params", "predict", "choose", "engine_choice", "bus_bandwidth", "auto_table", "crossovers", "FORMULAS",
            "ENGINE_ALGOS", "DEFAULT_SEGMENT_BYTES", "DEFAULT_PATH", "parse_time", "parse_rate"]

@@ -24,9 +24,9 @@ from __future__ import annotations
 import math
 from typing import Dict, Iterable, List, Optional, Sequence, Tuple
 
-from .choice import predict
-from .formulas import DEFAULT_SEGMENT_BYTES
-from .params import SHM_SINGLE_COPY_BYTES, Params
+from ..tuning.choice import predict
+from ..tuning.formulas import DEFAULT_SEGMENT_BYTES
+from ..tuning.params import SHM_SINGLE_COPY_BYTES, Params
 
 FITTED = ("alpha", "beta", "gamma", "overhead", "wake", "cache_speedup", "mem_parallel", "local_speedup",
           "single_copy_alpha")

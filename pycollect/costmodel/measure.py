@@ -12,9 +12,9 @@ import time
 from dataclasses import dataclass
 from typing import Dict, List, Optional, Sequence, Tuple
 
-from .choice import predict
-from .formulas import DEFAULT_SEGMENT_BYTES, FORMULAS
-from .params import Params
+from ..tuning.choice import predict
+from ..tuning.formulas import DEFAULT_SEGMENT_BYTES, FORMULAS
+from ..tuning.params import Params
 
 # The engine's default algorithm for ops that take no algo= (their only one).
 _IMPLICIT = {"all_gather": "ring", "reduce_scatter": "ring", "broadcast": "chain"}
@@ -149,39 +149,38 @@ def _algos_job(rank: int, n: int, emit, op: str, algos: Sequence[str], sizes: Se
     import torch
 
     from .. import api as pc
-    from ..benchmark.runner import Engine, _max_over_ranks, buffers
-    from ..benchmark.sizes import elements
+    from ..measuring import buffers, elements, max_over_ranks, run_op
     from ..launch import pin_to_core
 
     pin_to_core(rank)
     # all_gather takes algo=; reduce_scatter and broadcast have one algorithm and no algo=.
-    engines = [Engine("pycollect", algo=None if op in ("reduce_scatter", "broadcast") else a) for a in algos]
+    picks = [None if op in ("reduce_scatter", "broadcast") else a for a in algos]  # each run's algo=
     for size in sizes:
         count = elements(op, size, n, 4)
         if count == 0:
             continue
         a, b = buffers(op, count, n, torch.float32)
         iters = []
-        for e in engines:
+        for pick in picks:
             for _ in range(warmup):
-                e.call(op, a, b)
+                run_op(op, a, b, None, pick)
             pc.barrier()
             t0 = time.perf_counter()
-            e.call(op, a, b)
-            one = _max_over_ranks(time.perf_counter() - t0, None)
+            run_op(op, a, b, None, pick)
+            one = max_over_ranks(time.perf_counter() - t0, None)
             iters.append(max(1, min(200, math.ceil(block_s / max(one, 1e-7)))))
-        samples: List[List[float]] = [[] for _ in engines]
+        samples: List[List[float]] = [[] for _ in picks]
         for rep in range(repeats):
-            for j in range(len(engines)):
-                i = (j + rep) % len(engines)
+            for j in range(len(picks)):
+                i = (j + rep) % len(picks)
                 pc.barrier()
                 t0 = time.perf_counter()
                 for _ in range(iters[i]):
-                    engines[i].call(op, a, b)
+                    run_op(op, a, b, None, picks[i])
                 samples[i].append((time.perf_counter() - t0) / iters[i])
         for i, algo in enumerate(algos):
-            best = _max_over_ranks(min(samples[i]), None)
-            median = _max_over_ranks(statistics.median(samples[i]), None)
+            best = max_over_ranks(min(samples[i]), None)
+            median = max_over_ranks(statistics.median(samples[i]), None)
             if rank == 0:
                 emit("measured", algo, count * 4, best, median, iters[i])
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import inspect
 from typing import Dict, List, NamedTuple, Optional
 
-from ..benchmark.sizes import DTYPE_BYTES, OPS, elements
+from ..measuring import DTYPE_BYTES, OPS, buffers, elements, op_function, run_op
 from ..types import Algo, TraceEvent
 
 
@@ -23,14 +23,6 @@ class TraceRun(NamedTuple):
     algo: str
     events: List[TraceEvent]
     links: Dict[int, Dict[int, str]]  # rank -> {peer: "shm" or "tcp"}
-
-
-def op_function(op: str):
-    """The public pycollect function behind an op name of `pycollect bench`'s list."""
-    from .. import api
-
-    return {"all_reduce": api.all_reduce, "all_gather": api.all_gather_into_tensor,
-            "reduce_scatter": api.reduce_scatter_tensor, "broadcast": api.broadcast}[op]
 
 
 def check_request(op: str, algo: str, world_size: int, nbytes: int, dtype: str) -> str:
@@ -49,31 +41,21 @@ def check_request(op: str, algo: str, world_size: int, nbytes: int, dtype: str) 
     return name
 
 
-def _call(op: str, a, b, algo: str) -> None:
-    fn = op_function(op)
-    kwargs = {"algo": algo} if algo != "auto" else {}
-    if op in ("all_reduce", "broadcast"):
-        fn(a, **kwargs)
-    else:
-        fn(b, a, **kwargs)
-
-
 def _rank_job(rank: int, world_size: int, emit, op: str, nbytes: int, dtype: str, algo: str, warmup: int):
     import torch
 
     from .. import api as pc
-    from ..benchmark.runner import buffers
     from ..launch import pin_to_core
 
     pin_to_core(rank)  # the picture shows the algorithm, not where the scheduler put the ranks
     count = elements(op, nbytes, world_size, DTYPE_BYTES[dtype])
     a, b = buffers(op, count, world_size, getattr(torch, dtype))
     for _ in range(warmup):
-        _call(op, a, b, algo)
+        run_op(op, a, b, None, algo)
     pc.barrier()
     pc.take_trace()  # what PYCOLLECT_TRACE=1 recorded so far
     with pc.tracing():
-        _call(op, a, b, algo)
+        run_op(op, a, b, None, algo)
     events = pc.take_trace()
     return events, pc.get_transport_info()
 

@@ -1,5 +1,5 @@
-"""Predicted time and bus bandwidth of a call, the best algorithm, and the table the
-group hands the engine for its automatic choice.
+"""Predicted time of a call, the best algorithm, and the table the group hands the
+engine for its automatic choice.
 
     predict("all_reduce", 1 << 20, 4, "ring", params)  -> seconds
     choose("all_reduce", 1 << 20, 4, params)           -> "ring"
@@ -53,13 +53,6 @@ def predict(op: str, nbytes: float, world_size: int, algo: str, params: Params,
     if segment_bytes < 1:
         raise ValueError(f"segment_bytes must be >= 1, got {segment_bytes!r}")
     return f(float(nbytes), world_size, params.at(world_size), segment_bytes)
-
-
-def bus_bandwidth(op: str, nbytes: float, world_size: int, seconds: float) -> float:
-    """nccl-tests' busbw in bytes/s: nbytes / seconds x the op's bus factor."""
-    from ..benchmark.sizes import bus_factor  # one copy of nccl-tests' factors
-
-    return nbytes / seconds * bus_factor(op, world_size) if seconds > 0 else float("inf")
 
 
 def choose(op: str, nbytes: float, world_size: int, params: Params, algos: Optional[Iterable[str]] = None,
