@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# What the trace hooks cost with tracing off (issue 14: < 1 % on a 64 MiB all-reduce;
+# What the trace hooks cost with tracing off (the target: < 1 % on a 64 MiB all-reduce;
 # docs/traces.md quotes the figures).
 #
 # Builds this checkout's extension twice with the same flags: "hooks" (as shipped) and

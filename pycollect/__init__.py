@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import importlib.abc
 import importlib.util
+import os
 import sys
 import warnings
 
@@ -53,12 +54,34 @@ __all__ = sorted(_API | _ERRORS | set(_LAZY) | {"Algo", "ReduceOp", "TraceEvent"
 
 def _register_torch_backend() -> None:
     """Make dist.init_process_group("pycollect") work once pycollect is imported, without
-    importing torch (or the engine) here: registration runs now if torch.distributed is
-    loaded already, else right after it is first imported (a one-shot import hook)."""
+    importing torch (or the engine) here. torch 2.5+ loads the entry points of the group
+    "torch.backends" when it is imported, and pyproject.toml names ours
+    (pycollect.torch_backend.autoload): with an installed pycollect and torch's autoload on,
+    there is nothing to do, even for a program that never imports pycollect. Otherwise
+    (older torch, TORCH_DEVICE_BACKEND_AUTOLOAD=0, a source tree on sys.path) registration
+    runs now if torch.distributed is loaded already, else right after it is first imported
+    (a one-shot import hook)."""
     if "torch.distributed" in sys.modules:
         _register_now()
-    elif importlib.util.find_spec("torch") is not None:
+    elif importlib.util.find_spec("torch") is not None and not _torch_autoloads_us():
         sys.meta_path.insert(0, _AfterImport("torch.distributed", _register_now))
+
+
+def _torch_autoloads_us() -> bool:
+    """Whether importing torch will call our "torch.backends" entry point."""
+    if os.environ.get("TORCH_DEVICE_BACKEND_AUTOLOAD", "1") != "1":
+        return False
+    try:
+        from importlib import metadata
+
+        major, minor = (int(x) for x in metadata.version("torch").split(".")[:2])
+        if (major, minor) < (2, 5):
+            return False
+        points = metadata.entry_points()
+        group = points.select(group="torch.backends") if hasattr(points, "select") else points.get("torch.backends", ())
+        return any(ep.name == "pycollect" and ep.value.startswith("pycollect.") for ep in group)
+    except Exception:  # noqa: BLE001 - anything odd: the import hook, which always works
+        return False
 
 
 def _register_now() -> None:

@@ -22,7 +22,7 @@ DTYPES = [torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.int
 OPS = ["SUM", "PRODUCT", "MIN", "MAX", "AVG"]
 BIG = 2 * 1024 * 1024 // 4 + 3  # ~2 MiB of float32, not divisible by 2, 3 or 4
 COUNTS = [0, 1, 13, BIG]
-# The algorithms of issue 14, checked like the ring (each with every dtype x op): 3 is
+# The algorithms beyond the ring, checked like the ring (each with every dtype x op): 3 is
 # fewer elements than ranks at 4 ranks, so some blocks of the log-step algorithms are empty.
 ALGO_COUNTS = [0, 1, 3, 13, BIG]
 ALGOS = {"all_reduce": ["halving_doubling", "tree"], "all_gather_into_tensor": ["bruck"], "all_gather": ["bruck"]}
@@ -223,7 +223,7 @@ def case_all_to_all(ws: int, seed: int = 0):
     return cases
 
 
-# -- the calls torch's suite needs beyond the ring collectives (issue 15) --------------
+# -- the calls torch's suite needs beyond the ring collectives ----------------------------------
 NEW_KINDS = ["reduce", "gather", "scatter", "all_to_all", "all_reduce_coalesced", "all_gather_coalesced",
              "recv_any"]
 

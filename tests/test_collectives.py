@@ -25,7 +25,7 @@ def test_collective_matches_reference_and_gloo(pool4_each, kind, ws):
 @pytest.mark.parametrize("ws", [1, 2, 3, 4])
 @pytest.mark.parametrize("kind, algo", [(kind, algo) for kind, algos in cc.ALGOS.items() for algo in algos])
 def test_algorithm_matches_reference_and_gloo(pool4_each, kind, algo, ws):
-    """The algorithms of issue 14 (halving-doubling and tree all-reduce, Bruck all-gather),
+    """The algorithms beyond the ring (halving-doubling and tree all-reduce, Bruck all-gather),
     forced with algo=, through the same matrix as the ring: every dtype x op, counts 0, 1,
     fewer than the ranks, uneven and several segments; 3 ranks fold one rank away."""
     cc.check_members(pool4_each.run(cc.case_collective, kind, ws, 1, cc.ALGO_COUNTS, algo=algo), kind, ws)

@@ -499,6 +499,28 @@ def test_registration(pool3):
         assert r["not_ours"] and "pycollect" in r["not_ours"]
 
 
+def test_registration_without_importing_pycollect():
+    """torch's backend autoload (its "torch.backends" entry points, our pyproject's) makes
+    "pycollect" a backend for a program that never imports pycollect; with the autoload
+    turned off, importing pycollect before torch.distributed still registers it (the
+    import hook kept for older torch)."""
+    import subprocess
+    import sys
+
+    probe = ("import sys, torch, torch.distributed as dist\n"
+             "first = 'PYCOLLECT' in dist.Backend._plugins\n"
+             "print(first, 'pycollect' in sys.modules)\n")
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120)
+    assert out.stdout.split() == ["True", "True"], out.stdout + out.stderr
+    hooked = ("import os, sys; import pycollect\n"
+              "hooks = [type(f).__name__ for f in sys.meta_path if type(f).__name__ == '_AfterImport']\n"
+              "import torch.distributed as dist\n"
+              "print(hooks, 'PYCOLLECT' in dist.Backend._plugins)\n")
+    env = dict(os.environ, TORCH_DEVICE_BACKEND_AUTOLOAD="0")
+    out = subprocess.run([sys.executable, "-c", hooked], capture_output=True, text=True, timeout=120, env=env)
+    assert out.stdout.strip() == "['_AfterImport'] True", out.stdout + out.stderr
+
+
 @pytest.mark.parametrize("size", [2, WORLD])
 def test_every_collective_matches_gloo_and_runs_on_engine(pool3, size):
     results = [r for r in pool3.run(case_cross_check, size) if r is not None]

@@ -45,9 +45,8 @@ void allgatherBruck(Context& ctx, const void* in, void* out, size_t count, DType
   // first round: round 0 moves one block each way, sent from `in` and cut into segments
   // as the ring's are, and after each received segment we copy the same segment of our
   // own block while the peer reads our next one. Copying the block first held the
-  // peer's read back by the whole copy (2 ranks, 1 MiB: 17 us of 85), and copying it
-  // after the round read `in` from DRAM again (2 ranks, 64 MiB: 20 % slower than the
-  // ring, whose own copy follows its receives segment by segment in the same way).
+  // peer's read back by the whole copy, and copying it after the round read `in` from
+  // DRAM again (docs/measurements.md, "Bruck all-gather").
   const size_t es = dtypeSize(dtype);
   const bool copyOwn = src != base + r * chunkBytes && chunkBytes > 0;
   if (p == 1 || count == 0) {

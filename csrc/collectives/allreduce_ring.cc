@@ -31,12 +31,9 @@
 // segment's stage 1, ..) moves the same bytes, but then a segment reduced at the last
 // reduce-scatter step is forwarded a whole chunk later, back from DRAM once the chunk
 // outgrows the cache. With short blocks it is forwarded while still in the cache; two
-// segments rather than one keep a link busy while the other segment is reduced. On
-// this 2-core machine, shared memory, fastest of 4-5 launches: at 2 ranks 64 MiB took
-// 8.3-8.5 ms in blocks of two, 7.8-8.0 in blocks of one and 10.7 as one block (16 MiB:
-// 2.05-2.16, 1.96-2.31, 2.44-2.51 ms); at 3 and 4 ranks, where ranks share cores and a
-// rank often waits for its left neighbour, blocks of one were up to 1.15x slower than
-// one block at 4 MiB, blocks of two within 2 %, and both 1.05-1.14x faster at 16 MiB.
+// segments rather than one keep a link busy while the other segment is reduced. Blocks
+// of two were never far from the fastest and never the slowest, at 2 to 4 ranks
+// (docs/measurements.md, "Ring all-reduce").
 //
 // `inflight` scratch slots take the reduce-scatter receives, posted ahead in link
 // order; all-gather receives go straight into `data`. All ranks reduce every chunk in

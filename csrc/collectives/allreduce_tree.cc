@@ -20,8 +20,7 @@
 // down, so D+1 segments are on their way around the loop (up to the root and back) at
 // any time. With D = 1 the loop must take no longer than two segment times; on a real
 // link (TCP, the data queued in socket buffers and in the switch) it takes longer, and
-// the whole pipeline slows to the loop's pace: 4 ranks on 1 Gbit/s namespace hosts,
-// 16 MiB, took 400 ms with D = 1 and 310-340 ms with D = 4 (the ring: 210 ms).
+// the whole pipeline slows to the loop's pace (docs/measurements.md, "Tree all-reduce").
 // No rank waits for anything its parent needs from it first: a rank sends segment j
 // up before it waits for segment j-D to come down, and the parent forwards j-D only
 // after receiving j-D, so the pipeline never deadlocks. The result's segment j lands in

@@ -21,7 +21,7 @@ from ..costmodel import (DEFAULT_PATH, DEFAULT_SEGMENT_BYTES, FORMULAS, Params, 
                          engine_choice, parse_rate, parse_time, predict)
 from .model_plot import LOOPBACK_TARGET, predict_plot, validate_plot
 
-CHOICE_TARGET = 0.10  # issue 14: the choice never more than 10 % slower than the fastest
+CHOICE_TARGET = 0.10  # the automatic choice: never more than 10 % slower than the fastest
 
 
 def register(subparsers) -> None:

@@ -10,7 +10,7 @@ from typing import Dict, List, Sequence, Tuple
 from ..measuring import format_size
 from ..costmodel import Params, bus_bandwidth
 
-LOOPBACK_TARGET = 0.25  # issue 14: predicted within 25 % of measured on loopback ...
+LOOPBACK_TARGET = 0.25  # the model's target: within 25 % of measured on loopback ...
 HOSTS_TARGET = 0.15  # ... and within 15 % on rate-limited namespace hosts
 
 

@@ -9,7 +9,9 @@ creator), ops.py (torch's reduce ops onto the engine's), work.py (torch Work obj
 the completer thread that settles them), sparse.py (sparse all-reduce).
 
 register() is cheap: it imports torch.distributed but neither the engine nor
-process_group.py, which load when torch first creates a group of this backend.
+process_group.py, which load when torch first creates a group of this backend. torch
+2.5+ calls autoload() (register, never raising) when it is imported, through the entry
+point pyproject.toml declares; pycollect/__init__.py keeps an import hook for the rest.
 """
 from __future__ import annotations
 
@@ -30,6 +32,19 @@ def register() -> None:
     if BACKEND.upper() in dist.Backend._plugins:
         return
     dist.Backend.register_backend(BACKEND, _create, extended_api=True, devices=["cpu", "cuda"])
+
+
+def autoload() -> None:
+    """torch's backend autoload entry point ("torch.backends" in pyproject.toml): torch 2.5+
+    calls it at the end of `import torch`, so "pycollect" is a backend in any program of an
+    environment where pycollect is installed. It must never break torch's import: a
+    failure is a warning (torch's TORCH_DEVICE_BACKEND_AUTOLOAD=0 turns the call off)."""
+    try:
+        register()
+    except Exception as e:  # noqa: BLE001
+        import warnings
+
+        warnings.warn(f"pycollect: could not register the torch.distributed backend: {e}")
 
 
 def monitored_barrier(group=None, timeout=None, wait_all_ranks: bool = False) -> None:

@@ -9,11 +9,12 @@ ops (BAND, BOR, BXOR) have no engine kernel and raise, naming the method.
 """
 from __future__ import annotations
 
-from typing import Optional, Tuple, Union
+from typing import List, Optional, Sequence, Tuple, Union
 
 import torch
 import torch.distributed as dist
 
+from .._buffers import as_buffer
 from ..types import ReduceOp
 
 _RedOpType = dist.ReduceOp.RedOpType
@@ -46,15 +47,28 @@ def translate(op, method: str) -> Tuple[ReduceOp, Optional[Factor]]:
     return _PLAIN[kind], None
 
 
-def check_premul(tensor: torch.Tensor, factor: Optional[Factor], method: str) -> None:
-    """PREMUL_SUM scales the input, which only makes sense for floating tensors."""
-    if factor is not None and not tensor.is_floating_point():
-        raise TypeError(f"pycollect backend: {method}: PREMUL_SUM needs a floating tensor, got {tensor.dtype}")
+def reduce_args(opts, method: str, inputs: Sequence[torch.Tensor], in_place: bool,
+                outputs: Sequence[torch.Tensor] = ()) -> Tuple[ReduceOp, List[torch.Tensor]]:
+    """(engine op, the inputs to send) for torch's reduce option `opts` of call `method`.
 
-
-def premultiplied(tensor: torch.Tensor, factor: Factor) -> torch.Tensor:
-    """A new tensor: `tensor * factor` in tensor's dtype (the input stays untouched)."""
-    return torch.mul(tensor, factor).to(tensor.dtype)
+    PREMUL_SUM, here once for every reducing call: its factor needs floating tensors (each
+    input and output is checked), then each input is scaled by it, in place when the call
+    reduces in place (after the input is validated as a writable buffer, so a refused call
+    leaves it as it was), else into a new tensor (the caller's input stays untouched)."""
+    op, factor = translate(opts.reduceOp if opts is not None else dist.ReduceOp.SUM, method)
+    inputs = list(inputs)
+    if factor is None:
+        return op, inputs
+    for t in (*inputs, *outputs):
+        if not t.is_floating_point():
+            raise TypeError(f"pycollect backend: {method}: PREMUL_SUM needs a floating tensor, got {t.dtype}")
+    if not in_place:
+        return op, [torch.mul(t, factor).to(t.dtype) for t in inputs]
+    for t in inputs:
+        as_buffer(t, f"{method}(tensor)", writable=True)
+    for t in inputs:
+        t.mul_(factor)
+    return op, inputs
 
 
 def single(tensors, method: str, what: str = "tensors"):

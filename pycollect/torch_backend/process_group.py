@@ -31,7 +31,7 @@ from .._buffers import as_buffer
 from ..errors import PyCollectError
 from ..group import ProcessGroup as EngineGroup
 from ..rendezvous import _store_host, listen_address
-from .ops import check_premul, premultiplied, single, translate
+from .ops import reduce_args, single, translate
 from .sparse import sparse_all_reduce
 from .work import Completer, TorchWork
 
@@ -123,36 +123,24 @@ class PyCollectProcessGroup(dist.ProcessGroup):
     def allreduce_coalesced(self, tensors, opts=None) -> TorchWork:
         """One engine call (one header, one pass) per dtype among `tensors`."""
         method = "allreduce_coalesced"
-        op, factor = translate(opts.reduceOp if opts is not None else dist.ReduceOp.SUM, method)
+        for t in tensors:
+            as_buffer(t, f"{method}(tensor)", writable=True)
+        op, tensors = reduce_args(opts, method, tensors, in_place=True)
         by_dtype: dict = {}
         for t in tensors:
-            check_premul(t, factor, method)
-            as_buffer(t, f"{method}(tensor)", writable=True)
             by_dtype.setdefault(t.dtype, []).append(t)
-        if factor is not None:
-            for t in tensors:
-                t.mul_(factor)
         works = [api.all_reduce_coalesced(ts, op, group=self._engine, async_op=True) for ts in by_dtype.values()]
         return self._submit(method, works, list(tensors))
 
     def _allreduce_one(self, method: str, tensor, opts, async_op: bool = True):
-        op, factor = translate(opts.reduceOp if opts is not None else dist.ReduceOp.SUM, method)
-        if factor is not None:
-            check_premul(tensor, factor, method)
-            # validate before scaling in place, so a refused call leaves the tensor as it was
-            as_buffer(tensor, f"{method}(tensor)", writable=True)
-            tensor.mul_(factor)
+        op, _ = reduce_args(opts, method, [tensor], in_place=True)
         return api.all_reduce(tensor, op, group=self._engine, async_op=async_op)
 
     # -- reduce / gather / scatter ----------------------------------------------
     def reduce(self, tensors, opts=None) -> TorchWork:
         tensor = single(tensors, "reduce")
         root = opts.rootRank if opts is not None else 0
-        op, factor = translate(opts.reduceOp if opts is not None else dist.ReduceOp.SUM, "reduce")
-        if factor is not None:
-            check_premul(tensor, factor, "reduce")
-            as_buffer(tensor, "reduce(tensor)", writable=True)
-            tensor.mul_(factor)
+        op, _ = reduce_args(opts, "reduce", [tensor], in_place=True)
         work = api.reduce(tensor, root, op, group=self._engine, async_op=True)
         return self._submit("reduce", [work], [tensor])
 
@@ -242,10 +230,7 @@ class PyCollectProcessGroup(dist.ProcessGroup):
     def reduce_scatter(self, output_tensors, input_tensors, opts=None) -> TorchWork:
         output = single(output_tensors, "reduce_scatter", "output_tensors")
         inputs = single(input_tensors, "reduce_scatter", "input_tensors")
-        op, factor = translate(opts.reduceOp if opts is not None else dist.ReduceOp.SUM, "reduce_scatter")
-        if factor is not None:
-            check_premul(output, factor, "reduce_scatter")
-            inputs = [premultiplied(t, factor) for t in inputs]
+        op, inputs = reduce_args(opts, "reduce_scatter", inputs, in_place=False, outputs=[output])
         work = api.reduce_scatter(output, inputs, op, group=self._engine, async_op=True)
         return self._submit("reduce_scatter", [work], [output])
 
@@ -258,10 +243,7 @@ class PyCollectProcessGroup(dist.ProcessGroup):
         return self._many(method, outputs, inputs, lambda o, i: self._scatter_one(method, o, i, opts))
 
     def _scatter_one(self, method: str, output, input, opts):
-        op, factor = translate(opts.reduceOp if opts is not None else dist.ReduceOp.SUM, method)
-        if factor is not None:
-            check_premul(input, factor, method)
-            input = premultiplied(input, factor)
+        op, (input,) = reduce_args(opts, method, [input], in_place=False)
         return api.reduce_scatter_tensor(output, input, op, group=self._engine, async_op=True)
 
     _reduce_scatter_base = reduce_scatter_single

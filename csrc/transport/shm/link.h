@@ -14,12 +14,10 @@
 // Which is faster depends on the cores. Through the ring the sender copies in while
 // the receiver copies out, two cores on one message; a read is one copy, by the
 // receiver alone, plus the kernel pinning the sender's pages and the acknowledgement
-// the sender waits for. With a core per rank the ring wins: on a 2-core machine, 2
-// ranks, a 1 MiB broadcast took 45 us through the ring and 98 us by reads, a 64 MiB
-// all-reduce 12.2 ms and 15.1 ms. Where ranks outnumber cores the second copy takes a
-// core another rank needs, and the ring's times became bimodal (a 3-rank 4 MiB chain
-// broadcast: 0.33 ms at best, 2.2 ms typical, against 0.54 ms by reads). So the group
-// picks the threshold by that (pycollect/options.py, default_single_copy_bytes).
+// the sender waits for. With a core per rank the ring wins; where ranks outnumber cores
+// the second copy takes a core another rank needs, and reads win (docs/measurements.md,
+// "Shared memory: ring or single-copy reads"). So the group picks the threshold by
+// that (pycollect/options.py, default_single_copy_bytes).
 //
 // Waiting. A rank with nothing to do spins briefly on the peer's cursors
 // (Transport::waitReady), then sets its `sleeping` flag and blocks in poll on the

@@ -7,9 +7,8 @@
 // up to kSpin, yielding the core between looks (a ring round trip is far shorter
 // than a poll wake-up through the doorbell), then raise the sleeping flags and block
 // in one poll on the TCP sockets with work, the doorbell sockets of the busy
-// shared-memory links and the wake-up eventfd. Measured on 2 cores, 2 ranks, 8-byte
-// all-reduce: no spin ~130 us (like TCP), 50 us of pause-spin 20-150 us, 200 us of
-// yield-spin 20-60 us (the machine was shared; medians of 200 calls).
+// shared-memory links and the wake-up eventfd. Spinning first cuts a small call's
+// wait several times over (docs/measurements.md, "spinning before sleeping").
 #pragma once
 
 #include <atomic>
