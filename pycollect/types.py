@@ -15,6 +15,8 @@ DTYPE_CODES = {
     "uint8": 5,
     "int32": 6,
     "int64": 7,
+    "int16": 8,
+    "bool": 9,  # SUM and MAX are a logical OR, PRODUCT and MIN an AND (as Gloo's)
 }
 SUPPORTED_DTYPES = tuple(DTYPE_CODES)
 

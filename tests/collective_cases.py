@@ -38,6 +38,8 @@ def make_input(dtype, count: int, rank: int, seed: int, op: str) -> torch.Tensor
         else:
             x = torch.rand(count, generator=g, dtype=torch.float64) * 2 - 1
         return x.to(dtype)
+    if dtype == torch.bool:
+        return torch.randint(0, 2, (count,), generator=g, dtype=torch.int64).to(dtype)
     hi = 3 if op == "PRODUCT" else 30  # keeps int8 sums and products in range
     lo = 1 if op == "PRODUCT" else 0
     return torch.randint(lo, hi, (count,), generator=g, dtype=torch.int64).to(dtype)
@@ -75,7 +77,7 @@ def _gloo(fn, what: str):
         fn()
         return True
     except (RuntimeError, ValueError) as e:
-        if "not supported" in str(e) or "Unsupported" in str(e) or "unsupported" in str(e):
+        if any(w in str(e) for w in ("not supported", "Unsupported", "unsupported", "Invalid scalar type")):
             return False
         raise
 

@@ -64,3 +64,16 @@ def test_new_collective_matches_reference_and_gloo(pool4, kind, ws):
     for case_index, (what, d0) in enumerate(members[0]["digests"]):
         for r, res in enumerate(members[1:], start=1):
             assert res["digests"][case_index] == (what, d0), f"{what}: rank {r} differs from rank 0"
+
+
+@pytest.mark.parametrize("kind", ["all_reduce", "all_gather_into_tensor", "reduce_scatter_tensor", "broadcast"])
+def test_int16_and_bool_match_reference_and_gloo(pool4, kind):
+    """torch's int16 and bool tensors, which Gloo takes too: bool's SUM and MAX are a
+    logical OR, PRODUCT and MIN an AND; AVG is refused as for every integer dtype."""
+    import torch
+
+    counts = [0, 1, 13, cc.BIG]
+    results = pool4.run(cc.case_collective, kind, 3, 4, counts, [torch.int16, torch.bool])
+    cc.check_members(results, kind, 3)
+    if kind in ("all_reduce", "reduce_scatter_tensor"):
+        assert results[0]["gloo_compared"] > 0, "Gloo took none of the int16 / bool calls"

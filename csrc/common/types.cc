@@ -22,6 +22,8 @@ size_t dtypeSize(DType t) {
     case DType::kUInt8: return 1;
     case DType::kInt32: return 4;
     case DType::kInt64: return 8;
+    case DType::kInt16: return 2;
+    case DType::kBool: return 1;
   }
   return 0;
 }
@@ -41,6 +43,8 @@ const char* dtypeName(DType t) {
     case DType::kUInt8: return "uint8";
     case DType::kInt32: return "int32";
     case DType::kInt64: return "int64";
+    case DType::kInt16: return "int16";
+    case DType::kBool: return "bool";
   }
   return "?";
 }

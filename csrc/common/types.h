@@ -16,8 +16,10 @@ enum class DType : uint8_t {
   kUInt8 = 5,
   kInt32 = 6,
   kInt64 = 7,
+  kInt16 = 8,
+  kBool = 9,  // one byte, 0 or 1; reduces as torch's Gloo does: SUM and MAX are OR, PRODUCT and MIN AND
 };
-constexpr int kNumDTypes = 8;
+constexpr int kNumDTypes = 10;
 
 enum class ReduceOp : uint8_t {
   kSum = 0,

@@ -129,6 +129,8 @@ void dispatchType(void* out, const void* a, const void* b, size_t n, DType t) {
     case DType::kUInt8: return loop<uint8_t, Op>((uint8_t*)out, (const uint8_t*)a, (const uint8_t*)b, n);
     case DType::kInt32: return loop<int32_t, Op>((int32_t*)out, (const int32_t*)a, (const int32_t*)b, n);
     case DType::kInt64: return loop<int64_t, Op>((int64_t*)out, (const int64_t*)a, (const int64_t*)b, n);
+    case DType::kInt16: return loop<int16_t, Op>((int16_t*)out, (const int16_t*)a, (const int16_t*)b, n);
+    case DType::kBool: return loop<bool, Op>((bool*)out, (const bool*)a, (const bool*)b, n);  // + is OR, * AND
     case DType::kFloat16:
       return loop16<halfToFloat, floatToHalf, Op>((uint16_t*)out, (const uint16_t*)a, (const uint16_t*)b, n);
     case DType::kBFloat16:

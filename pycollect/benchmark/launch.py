@@ -116,7 +116,13 @@ def run(cfg: Config, json_path: Optional[str] = None, plot_path: Optional[str] =
         print(f"# wrote {json_path}", file=stream)
     if plot_path and rows:
         network = f"namespace hosts, {cfg.line_rate} cables" if cfg.netns_hosts else f"loopback ({meta['machine']})"
-        report.plot(plot_path, cfg.op, rows, cfg.peer, link,
-                    f"{cfg.op}, {cfg.world_size} ranks, {cfg.dtype}, links {meta.get('links', '?')}, {network}", memcpy)
-        print(f"# wrote {plot_path}", file=stream)
+        try:
+            report.plot(plot_path, cfg.op, rows, cfg.peer, link,
+                        f"{cfg.op}, {cfg.world_size} ranks, {cfg.dtype}, links {meta.get('links', '?')}, {network}",
+                        memcpy)
+            print(f"# wrote {plot_path}", file=stream)
+        except ImportError as e:  # the table and the JSON are out already; say how to get the plot
+            print(f"# no plot: {e.name or 'matplotlib'} is not installed (pip install 'pycollect[bench]', "
+                  f"or matplotlib); the figures are in the table above" +
+                  (f" and in {json_path}" if json_path else ""), file=stream)
     return {"meta": meta, "rows": rows, "link_limit": link}
