@@ -659,6 +659,8 @@ def main(argv=None) -> int:
     ap.add_argument("--only", help="comma-separated steps to run (default: all): " + ", ".join(STEPS))
     ap.add_argument("--out", default=os.environ.get("OUT") or None)
     ap.add_argument("--limit", type=float, default=150.0, help="seconds each step may take (default 150)")
+    ap.add_argument("--step-limit", action="append", default=[], metavar="STEP=S",
+                    help="seconds for one step instead of --limit (repeatable)")
     ap.add_argument("--group-timeout", type=float, default=45.0, help="the groups' timeout in s (default 45)")
     ap.add_argument("--budget", type=float, default=420.0,
                     help="seconds for all steps; steps that would start after it are skipped (default 420)")
@@ -668,6 +670,15 @@ def main(argv=None) -> int:
     unknown = [s for s in steps if s not in STEPS]
     if unknown:
         ap.error(f"unknown step(s) {unknown}; the steps are {', '.join(STEPS)}")
+    limits = {}
+    for item in a.step_limit:
+        name, _, value = item.partition("=")
+        try:
+            limits[name] = float(value)
+        except ValueError:
+            ap.error(f"--step-limit {item!r}: expected STEP=SECONDS")
+        if name not in STEPS:
+            ap.error(f"--step-limit {item!r}: unknown step; the steps are {', '.join(STEPS)}")
     if a.no_bench and "bench" in steps:
         steps.remove("bench")
 
@@ -697,7 +708,7 @@ def main(argv=None) -> int:
             report["steps"][name] = {"status": "SKIP", "why": "budget spent"}
             save()
             continue
-        limit = min(a.limit, left)
+        limit = min(limits.get(name, a.limit), left)
         fn = _bench_step_with_hang if name == "bench" else STEP_FUNCTIONS[name]
         s0 = time.monotonic()
         try:

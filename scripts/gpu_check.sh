@@ -12,7 +12,8 @@
 #    their own with a limit of 150 s and group timeouts of 45 s (the smoke all-reduce's:
 #    10 s); a step that fails or hangs prints FAIL and the next one runs; the JSON is
 #    written after every step. All steps together get 420 s, the whole script 620 s.
-# Extra arguments go to gpu_check.py: --only STEPS, --limit S, --budget S, --no-bench.
+# Extra arguments go to gpu_check.py: --only STEPS, --limit S, --step-limit STEP=S,
+# --budget S, --no-bench.
 # On a machine without a GPU, `bash scripts/gpu_check.sh --dry-run` runs the same steps on
 # CPU tensors staged through the engine's host device.
 set -uo pipefail

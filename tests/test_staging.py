@@ -144,23 +144,9 @@ def test_device_gpu_check_script_is_sound():
 
 @pytest.mark.slow
 def test_device_gpu_check_dry_run(tmp_path):
-    """scripts/gpu_check.py's every step on CPU (host device), as the GPU machine runs them."""
-    import os
-    import subprocess
-    import sys
-
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    p = subprocess.run([sys.executable, os.path.join(root, "scripts", "gpu_check.py"), "--dry-run", "--out",
-                        str(tmp_path)], capture_output=True, text=True, timeout=300, cwd=tmp_path)
-    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
-    assert "FAIL" not in p.stdout and "PASS gpu_check (dry run)" in p.stdout, p.stdout[-3000:]
-    assert (tmp_path / "gpu_check.json").exists() and (tmp_path / "gpu_check.txt").read_text().strip()
-
-
-@pytest.mark.slow
-def test_device_gpu_check_survives_a_hung_step(tmp_path):
-    """A step that hangs is stopped at its limit and reported; the steps after it still run,
-    and the JSON holds every step's outcome."""
+    """scripts/gpu_check.py's every step on CPU (host device), as the GPU machine runs them,
+    with one step made to hang: it is stopped at its limit and reported, every other step
+    still runs and passes, and the JSON (written after each step) holds every outcome."""
     import json
     import os
     import subprocess
@@ -170,17 +156,17 @@ def test_device_gpu_check_survives_a_hung_step(tmp_path):
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     t0 = time.monotonic()
     p = subprocess.run([sys.executable, os.path.join(root, "scripts", "gpu_check.py"), "--dry-run", "--out",
-                        str(tmp_path), "--hang", "correctness", "--limit", "12",
-                        "--only", "smoke,correctness,torch_backend"],
-                       capture_output=True, text=True, timeout=120, cwd=tmp_path)
+                        str(tmp_path), "--hang", "max_connections", "--step-limit", "max_connections=6"],
+                       capture_output=True, text=True, timeout=300, cwd=tmp_path)
     took = time.monotonic() - t0
     assert p.returncode == 1, p.stdout[-3000:] + p.stderr[-3000:]
-    assert "FAIL correctness" in p.stdout and "stopped after 12 s" in p.stdout, p.stdout
-    assert "PASS smoke" in p.stdout and "PASS torch_backend" in p.stdout, p.stdout
-    assert took < 60, took
+    assert "FAIL max_connections" in p.stdout and "stopped after 6 s" in p.stdout, p.stdout[-3000:]
     steps = json.loads((tmp_path / "gpu_check.json").read_text())["steps"]
-    assert {k: v["status"] for k, v in steps.items()} == {"smoke": "PASS", "correctness": "FAIL",
-                                                          "torch_backend": "PASS"}
+    assert {k: v["status"] for k, v in steps.items()} == {
+        "smoke": "PASS", "correctness": "PASS", "torch_backend": "PASS", "training": "PASS",
+        "max_connections": "FAIL", "nccl": "SKIP", "bench": "PASS"}, p.stdout[-3000:]
+    assert (tmp_path / "gpu_check.txt").read_text().strip()
+    assert took < 120, took
 
 
 def test_device_bench_cuda_needs_cuda(capsys):
