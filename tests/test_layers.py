@@ -146,3 +146,75 @@ def test_the_contract_catches_an_upward_import(tmp_path):
     assert any("group.py:2" in v and "pycollect.group" in v and "layer above" in v for v in found), found
     assert any("api.py:2" in v and "facade" in v for v in found), found
     assert not any("api.py:1" in v for v in found), found
+
+
+# -- the C++ side: the same rule, by directory, read from the #include lines ------------
+CSRC = os.path.join(os.path.dirname(ROOT), "csrc")
+
+CPP_LAYERS: List[List[str]] = [
+    ["bindings"],                          # pybind11: the only door from Python
+    ["comm"],                              # Communicator: queue, worker, staging
+    ["collectives"],                       # the algorithms, one file each
+    ["transport/factory"],                 # the one place that knows the implementations
+    ["transport/mesh"],                    # TCP mesh + per-link shared-memory upgrade
+    ["transport/shm", "transport/tcp"],    # the two link kinds, independent of each other
+    ["transport"],                         # the interfaces: Transport, Link, RangeQueue, waits
+    ["reduce", "device"],                  # reduction kernels; host / CUDA devices
+    ["trace"],
+    ["common"],
+]
+
+
+def _cpp_unit(rel: str) -> str:
+    parts = rel.replace(os.sep, "/").split("/")
+    if parts[0] == "transport":
+        if len(parts) > 2:
+            return "transport/" + parts[1]
+        if parts[1].startswith("factory."):
+            return "transport/factory"
+    return parts[0]
+
+
+def cpp_violations(root: str = CSRC) -> List[str]:
+    layer = {unit: i for i, units in enumerate(CPP_LAYERS) for unit in units}
+    out = []
+    for dirpath, _, files in os.walk(root):
+        for f in sorted(files):
+            if not f.endswith((".h", ".cc")):
+                continue
+            path = os.path.join(dirpath, f)
+            rel = os.path.relpath(path, root)
+            here = _cpp_unit(rel)
+            if here not in layer:
+                out.append(f"csrc/{rel}: {here} is in no layer of CPP_LAYERS")
+                continue
+            with open(path) as fh:
+                for line_no, line in enumerate(fh, 1):
+                    if not line.startswith('#include "'):
+                        continue
+                    target = line.split('"')[1]
+                    there = _cpp_unit(target)
+                    if there == here:
+                        continue
+                    if there not in layer:
+                        out.append(f"csrc/{rel}:{line_no}: includes {target}, in no layer")
+                    elif layer[there] < layer[here]:
+                        out.append(f"csrc/{rel}:{line_no}: {here} includes {target} ({there}), a layer above it")
+                    elif layer[there] == layer[here]:
+                        out.append(f"csrc/{rel}:{line_no}: {here} includes {target} ({there}), its sibling")
+    return out
+
+
+def test_cpp_includes_point_down():
+    assert cpp_violations() == [], "\n".join(cpp_violations())
+
+
+def test_cpp_contract_catches_an_upward_include(tmp_path):
+    (tmp_path / "transport" / "shm").mkdir(parents=True)
+    (tmp_path / "transport" / "tcp").mkdir()
+    (tmp_path / "transport" / "shm" / "link.h").write_text('#include "transport/tcp/link.h"\n#include "common/error.h"\n')
+    (tmp_path / "transport" / "tcp" / "link.h").write_text('#include "comm/communicator.h"\n')
+    found = cpp_violations(str(tmp_path))
+    assert any("shm/link.h:1" in v and "sibling" in v for v in found), found
+    assert any("tcp/link.h:1" in v and "a layer above" in v for v in found), found
+    assert not any("shm/link.h:2" in v for v in found), found

@@ -95,10 +95,12 @@ namespace {
 struct Sum {
   template <typename T>
   static T apply(T a, T b) { return a + b; }
+  static bool apply(bool a, bool b) { return a || b; }  // as Gloo's bool sum
 };
 struct Prod {
   template <typename T>
   static T apply(T a, T b) { return a * b; }
+  static bool apply(bool a, bool b) { return a && b; }
 };
 struct Min {
   template <typename T>
@@ -130,7 +132,7 @@ void dispatchType(void* out, const void* a, const void* b, size_t n, DType t) {
     case DType::kInt32: return loop<int32_t, Op>((int32_t*)out, (const int32_t*)a, (const int32_t*)b, n);
     case DType::kInt64: return loop<int64_t, Op>((int64_t*)out, (const int64_t*)a, (const int64_t*)b, n);
     case DType::kInt16: return loop<int16_t, Op>((int16_t*)out, (const int16_t*)a, (const int16_t*)b, n);
-    case DType::kBool: return loop<bool, Op>((bool*)out, (const bool*)a, (const bool*)b, n);  // + is OR, * AND
+    case DType::kBool: return loop<bool, Op>((bool*)out, (const bool*)a, (const bool*)b, n);
     case DType::kFloat16:
       return loop16<halfToFloat, floatToHalf, Op>((uint16_t*)out, (const uint16_t*)a, (const uint16_t*)b, n);
     case DType::kBFloat16:

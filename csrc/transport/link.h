@@ -7,10 +7,17 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <string>
 
 #include "trace/hooks.h"
 
 namespace pycollect {
+
+// What every link says when its peer closed the connection (a FIN: it exited, crashed
+// or failed), whatever carries the bytes.
+inline std::string closedByPeer(int peer) {
+  return "connection to rank " + std::to_string(peer) + " was closed by the peer (it exited, crashed or failed)";
+}
 
 class Link {
  public:

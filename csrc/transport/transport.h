@@ -15,7 +15,7 @@
 namespace pycollect {
 
 // What PYCOLLECT_TRANSPORT asks for. Every rank takes part in the same per-link
-// choice whatever it asked for (shm/upgrade.h), so ranks that asked differently
+// choice whatever it asked for (mesh/upgrade.h), so ranks that asked differently
 // still agree on every link: kTcp keeps TCP, kShm insists on shared memory with
 // every peer (an error where it cannot be had), kAuto shares memory where the peer
 // is on the same host and in the same IPC namespace.
@@ -36,7 +36,7 @@ struct TransportOptions {
   int socketBuffer = 0;       // TCP: SO_SNDBUF/SO_RCVBUF, 0 for the kernel's autotuning
   std::string secret;         // shared by every rank, never sent; empty: none (handshake)
   double linkTimeoutSec = 60.0;  // a link whose peer stops answering fails after this
-  std::string hostTag;        // PYCOLLECT_HOST_TAG: part of the host identity (shm/upgrade.h)
+  std::string hostTag;        // PYCOLLECT_HOST_TAG: part of the host identity (mesh/upgrade.h)
   // Shared memory: sends of at least this many bytes are read from the sender's memory
   // (one copy, shm/link.h); smaller ones go through the ring (two copies, pipelined).
   size_t shmSingleCopyBytes = kDefaultShmSingleCopyBytes;  // PYCOLLECT_SHM_SINGLE_COPY_BYTES

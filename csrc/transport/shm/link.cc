@@ -14,8 +14,8 @@ constexpr int kMaxIov = 16;
 size_t padOf(size_t bytes) { return (16 - bytes % 16) % 16; }
 }  // namespace
 
-Link::Link(std::unique_ptr<tcp::Link> tcp, Segment segment, int side, pid_t peerPid, size_t singleCopyBytes)
-    : tcp_(std::move(tcp)), segment_(std::move(segment)),
+Link::Link(std::unique_ptr<Doorbell> doorbell, Segment segment, int side, pid_t peerPid, size_t singleCopyBytes)
+    : doorbell_(std::move(doorbell)), segment_(std::move(segment)),
       header_(static_cast<Header*>(segment_.data())), side_(side), peerPid_(peerPid),
       singleCopyBytes_(singleCopyBytes), tx_(segment_.data(), kRingBytes, side),
       rx_(segment_.data(), kRingBytes, 1 - side) {}
@@ -166,8 +166,7 @@ void Link::ring() {
   std::atomic_thread_fence(std::memory_order_seq_cst);
   auto& theirs = header_->sleeping[1 - side_].value;
   if (theirs.load(std::memory_order_relaxed) == 0 || theirs.exchange(0) == 0) return;
-  char one = 1;
-  tcp_->socket().sendSome(&one, 1);  // EAGAIN: unread doorbell bytes will wake it anyway
+  doorbell_->ring();
 }
 
 bool Link::arm() {
@@ -177,20 +176,8 @@ bool Link::arm() {
 
 void Link::disarm() {
   header_->sleeping[side_].value.store(0, std::memory_order_relaxed);
-  char buf[64];
-  for (;;) {
-    tcp::IoResult r = tcp_->socket().recvSome(buf, sizeof(buf));
-    if (r.err == EAGAIN) return;
-    if (r.eof || r.err != 0) {
-      if (lost_.empty()) {
-        lost_ = r.eof ? "connection to rank " + std::to_string(peer()) +
-                            " was closed by the peer (it exited, crashed or failed)"
-                      : "connection to rank " + std::to_string(peer()) + " lost: " +
-                            syscallMessage("recv", r.err, "on the shared-memory doorbell");
-      }
-      return;
-    }
-  }
+  std::string why = doorbell_->drain();
+  if (!why.empty() && lost_.empty()) lost_ = why;  // thrown by the next progress()
 }
 
 void Link::fail(const char* call, int err) const {
@@ -202,7 +189,7 @@ void Link::abort() {
   sends_.abandon();
   recvs_.abandon();
   handedOff_ = 0;
-  tcp_->abort();  // shuts the socket down: the peer's poll sees it at once
+  doorbell_->abort();  // the peer's poll sees it at once
 }
 
 }  // namespace shm

@@ -1,6 +1,6 @@
 // The shared-memory Link: two SPSC byte rings in one segment (ring.h), one per
-// direction, plus the TCP connection the two ranks met on, which stays open as the
-// liveness channel and the doorbell.
+// direction, plus a Doorbell (below): the liveness channel a sleeping rank is woken
+// through, which the mesh makes of the TCP connection the two ranks met on.
 //
 // Records. A send range becomes records in the ring, each a 16-byte RecordHeader
 // {bytes, address}: address 0 means the bytes follow in the ring (copied in by
@@ -20,9 +20,9 @@
 // that (pycollect/options.py, default_single_copy_bytes).
 //
 // Waiting. A rank with nothing to do spins briefly on the peer's cursors
-// (Transport::waitReady), then sets its `sleeping` flag and blocks in poll on the
-// TCP socket. A rank that moves a cursor checks the peer's flag afterwards and, if
-// set, clears it and writes one byte on the socket. Flag and cursors are ordered
+// (mesh::Transport::waitReady), then sets its `sleeping` flag and blocks in poll on the
+// doorbell. A rank that moves a cursor checks the peer's flag afterwards and, if
+// set, clears it and rings the doorbell. Flag and cursors are ordered
 // with sequentially consistent fences on both sides, so a wake-up is never lost.
 // When the peer dies, its kernel closes the socket: poll wakes and the next
 // progress() throws PeerLostError (never a silent hang on shared memory).
@@ -40,7 +40,6 @@
 #include "transport/range_queue.h"
 #include "transport/shm/ring.h"
 #include "transport/shm/segment.h"
-#include "transport/tcp/link.h"
 
 namespace pycollect {
 namespace shm {
@@ -56,14 +55,31 @@ struct RecordHeader {
 };
 static_assert(sizeof(RecordHeader) == 16, "records are 16-byte aligned");
 
+// How a sleeping rank is woken, and how the peer's death shows: a channel next to the
+// segment that the mesh provides (the TCP connection the two ranks met on,
+// mesh/doorbell.h). Its descriptor becomes readable when the peer rings or goes away.
+class Doorbell {
+ public:
+  virtual ~Doorbell() = default;
+  virtual int peer() const = 0;
+  virtual int fd() const = 0;
+  // Wakes the peer; never blocks (a full channel has unread rings that wake it anyway).
+  virtual void ring() = 0;
+  // Reads every ring that came; returns "" or, once the peer is gone, why.
+  virtual std::string drain() = 0;
+  virtual void abort() = 0;      // shuts the channel down: the peer's poll sees it at once
+  virtual void interrupt() = 0;  // wakes a poll on it, from any thread
+  virtual void close() = 0;
+};
+
 class Link final : public pycollect::Link {
  public:
   // `side`: 0 for the lower rank. Sends of at least `singleCopyBytes` are read by the
   // peer from our memory (kNoSingleCopy: none, the peer cannot read it).
-  Link(std::unique_ptr<tcp::Link> tcp, Segment segment, int side, pid_t peerPid, size_t singleCopyBytes);
+  Link(std::unique_ptr<Doorbell> doorbell, Segment segment, int side, pid_t peerPid, size_t singleCopyBytes);
 
-  int peer() const override { return tcp_->peer(); }
-  int fd() const { return tcp_->fd(); }
+  int peer() const override { return doorbell_->peer(); }
+  int fd() const { return doorbell_->fd(); }
 
   bool sent(uint64_t ticket) const override { return sends_.done(ticket); }
   bool received(uint64_t ticket) const override { return recvs_.done(ticket); }
@@ -84,8 +100,8 @@ class Link final : public pycollect::Link {
   void disarm();
 
   void abort() override;
-  void interrupt() override { tcp_->interrupt(); }
-  void close() override { tcp_->close(); }
+  void interrupt() override { doorbell_->interrupt(); }
+  void close() override { doorbell_->close(); }
 
  protected:
   uint64_t queueSend(const void* data, size_t bytes) override;
@@ -103,7 +119,7 @@ class Link final : public pycollect::Link {
   void snapshot();
   [[noreturn]] void fail(const char* call, int err) const;
 
-  std::unique_ptr<tcp::Link> tcp_;
+  std::unique_ptr<Doorbell> doorbell_;
   Segment segment_;
   Header* header_;
   int side_;
@@ -117,7 +133,7 @@ class Link final : public pycollect::Link {
   RecordHeader record_{0, 0};  // what is left of the record being received
   size_t recordPad_ = 0;
   uint64_t seenHead_ = 0, seenTail_ = 0, seenAcked_ = 0;  // the peer's cursors, noted as the last progress began
-  std::string lost_;  // why the socket says the peer is gone
+  std::string lost_;  // why the doorbell says the peer is gone
 };
 
 }  // namespace shm

@@ -76,8 +76,7 @@ void Link::fail(const char* call, int err, bool eof) const {
                         "partition or a host that is down): " + syscallMessage(call, err, ""));
   }
   if (eof) {
-    throw PeerLostError("connection to rank " + std::to_string(peer_) +
-                        " was closed by the peer (it exited, crashed or failed)");
+    throw PeerLostError(closedByPeer(peer_));
   }
   throw PeerLostError("connection to rank " + std::to_string(peer_) + " lost: " +
                       syscallMessage(call, err, ""));

@@ -13,9 +13,7 @@ Endpoint Transport::listen(const std::string& host) {
   return {listener_->address().host(), listener_->address().port()};
 }
 
-std::vector<pycollect::Link*> Transport::connect(const std::vector<Endpoint>& peers,
-                                                 uint64_t token) {
-  if (!listener_) throw InvalidArgument("call listen() before connect()");
+MeshOptions Transport::meshOptions(uint64_t token) const {
   MeshOptions mo;
   mo.rank = options_.rank;
   mo.size = options_.size;
@@ -25,6 +23,13 @@ std::vector<pycollect::Link*> Transport::connect(const std::vector<Endpoint>& pe
   mo.secret = options_.secret;
   mo.linkTimeoutSec = options_.linkTimeoutSec;
   mo.cancel = &cancel_;
+  return mo;
+}
+
+std::vector<pycollect::Link*> Transport::connect(const std::vector<Endpoint>& peers,
+                                                 uint64_t token) {
+  if (!listener_) throw InvalidArgument("call listen() before connect()");
+  const MeshOptions mo = meshOptions(token);
   owned_ = connectMesh(*listener_, peers, mo);
   // The mesh is complete: later strangers on the port are refused by the kernel.
   listener_->close();

@@ -7,6 +7,7 @@
 
 #include "transport/tcp/link.h"
 #include "transport/tcp/listener.h"
+#include "transport/tcp/mesh.h"
 #include "transport/tcp/poller.h"
 #include "transport/transport.h"
 
@@ -29,11 +30,12 @@ class Transport final : public pycollect::Transport {
   // Also returns when one of `readable` (descriptors of another transport) can be read.
   void waitReady(Clock::time_point until, const std::vector<int>& readable);
   const char* linkKind(int peer) const override { return "tcp"; }
-  // Hands the link to `peer` over to another transport (shm/transport.h), which
+  // Hands the link to `peer` over to another transport (mesh/transport.h), which
   // drives it from then on; this one forgets it. nullptr if there is none.
   std::unique_ptr<Link> detach(int peer);
-  // Stops a running connect() (or the caller's own setup after it) soon.
-  const std::atomic<bool>* cancelFlag() const { return &cancel_; }
+  // The mesh's options for connecting with `token` (also the upgrade's exchange, which
+  // runs on the mesh's links, mesh/upgrade.h): cancelConnect() stops both.
+  MeshOptions meshOptions(uint64_t token) const;
   void wake() override { poller_.wake(); }
   void close() override;
 

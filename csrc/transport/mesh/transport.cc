@@ -1,31 +1,28 @@
-#include "transport/shm/transport.h"
+#include "transport/mesh/transport.h"
 
 #include <thread>
 
-#include "transport/shm/upgrade.h"
+#include "transport/mesh/doorbell.h"
+#include "transport/mesh/upgrade.h"
 
 namespace pycollect {
-namespace shm {
+namespace mesh {
 
 std::vector<pycollect::Link*> Transport::connect(const std::vector<Endpoint>& peers, uint64_t token) {
   std::vector<pycollect::Link*> links = tcp_.connect(peers, token);
   std::vector<tcp::Link*> tcpLinks;
   for (pycollect::Link* l : links) tcpLinks.push_back(static_cast<tcp::Link*>(l));
-  tcp::MeshOptions mo;
-  mo.rank = options_.rank;
-  mo.size = options_.size;
-  mo.token = token;
-  mo.timeoutSec = options_.timeoutSec;
-  mo.cancel = tcp_.cancelFlag();
+  const tcp::MeshOptions mo = tcp_.meshOptions(token);
   auto deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(
                                      std::chrono::duration<double>(options_.timeoutSec));
   std::vector<Upgrade> plan = negotiate(tcpLinks, mode_, options_.hostTag, mo, deadline);
   isShm_.assign(links.size(), false);
   for (size_t p = 0; p < plan.size(); ++p) {
     if (!plan[p].chosen) continue;
-    shm_.push_back(std::make_unique<Link>(tcp_.detach(static_cast<int>(p)), std::move(plan[p].segment),
-                                          plan[p].side, plan[p].peerPid,
-                                          plan[p].singleCopy ? options_.shmSingleCopyBytes : kNoSingleCopy));
+    auto doorbell = std::make_unique<TcpDoorbell>(tcp_.detach(static_cast<int>(p)));
+    shm_.push_back(std::make_unique<shm::Link>(std::move(doorbell), std::move(plan[p].segment), plan[p].side,
+                                               plan[p].peerPid,
+                                               plan[p].singleCopy ? options_.shmSingleCopyBytes : shm::kNoSingleCopy));
     links[p] = shm_.back().get();
     isShm_[p] = true;
   }
@@ -70,12 +67,12 @@ void Transport::waitReady(Clock::time_point until) {
   if (!armed_.empty()) {
     if (spin(until)) return;
     bool moved = false;
-    for (Link* l : armed_) moved = l->arm() || moved;
+    for (shm::Link* l : armed_) moved = l->arm() || moved;
     if (!moved && !woken_.exchange(false)) {
-      for (Link* l : armed_) fds_.push_back(l->fd());
+      for (shm::Link* l : armed_) fds_.push_back(l->fd());
       tcp_.waitReady(until, fds_);
     }
-    for (Link* l : armed_) l->disarm();
+    for (shm::Link* l : armed_) l->disarm();
     return;
   }
   tcp_.waitReady(until);
@@ -95,5 +92,5 @@ void Transport::close() {
   tcp_.close();
 }
 
-}  // namespace shm
+}  // namespace mesh
 }  // namespace pycollect

@@ -21,7 +21,7 @@
 #include "transport/transport.h"
 
 namespace pycollect {
-namespace shm {
+namespace mesh {
 
 constexpr auto kSpin = std::chrono::microseconds(200);
 
@@ -48,12 +48,12 @@ class Transport final : public pycollect::Transport {
   TransportKind mode_;
   TransportOptions options_;
   tcp::Transport tcp_;
-  std::vector<std::unique_ptr<Link>> shm_;  // the upgraded links
+  std::vector<std::unique_ptr<shm::Link>> shm_;  // the upgraded links
   std::vector<bool> isShm_;                 // indexed by rank
-  std::vector<Link*> armed_;                // reused by waitReady
+  std::vector<shm::Link*> armed_;           // reused by waitReady
   std::vector<int> fds_;                    // reused by waitReady
   std::atomic<bool> woken_{false};
 };
 
-}  // namespace shm
+}  // namespace mesh
 }  // namespace pycollect

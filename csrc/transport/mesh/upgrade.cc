@@ -1,4 +1,4 @@
-#include "transport/shm/upgrade.h"
+#include "transport/mesh/upgrade.h"
 
 #include <unistd.h>
 
@@ -12,8 +12,9 @@
 #include "transport/tcp/socket.h"
 
 namespace pycollect {
-namespace shm {
+namespace mesh {
 namespace {
+using namespace shm;  // the segment, its header and the probe of the links this chooses
 
 constexpr uint32_t kIntroMagic = 0x4d485350;  // "PSHM"
 
@@ -169,5 +170,5 @@ std::vector<Upgrade> negotiate(const std::vector<tcp::Link*>& links, TransportKi
   return plan;
 }
 
-}  // namespace shm
+}  // namespace mesh
 }  // namespace pycollect

@@ -27,13 +27,13 @@
 #include "transport/transport.h"
 
 namespace pycollect {
-namespace shm {
+namespace mesh {
 
 // What a same-host link needs to become a shared-memory one.
 struct Upgrade {
   bool chosen = false;
   bool forced = false;  // either end asked for PYCOLLECT_TRANSPORT=shm
-  Segment segment;
+  shm::Segment segment;
   int side = 0;         // 0: this rank is the lower one
   pid_t peerPid = 0;
   bool singleCopy = false;  // the peer can read our memory
@@ -49,5 +49,5 @@ std::vector<Upgrade> negotiate(const std::vector<tcp::Link*>& links, TransportKi
                                const std::string& hostTag, const tcp::MeshOptions& opts,
                                Clock::time_point deadline);
 
-}  // namespace shm
+}  // namespace mesh
 }  // namespace pycollect
