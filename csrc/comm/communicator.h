@@ -243,8 +243,16 @@ class Communicator {
   // An all-gather's algorithm (checked) for kAuto or a forced one; `outBytes`: what each
   // rank ends with.
   Algo chooseAllgather(Algo algo, size_t outBytes) const;
+  // An all-reduce's / all-gather's header, carrying the algorithm chosen on `bytes`
+  // (what one run moves); the plain and the staged entries both start here.
+  WireHeader allReduceHeader(size_t count, DType dtype, ReduceOp op, Algo algo, size_t bytes);
+  WireHeader allGatherHeader(size_t count, DType dtype, Algo algo, size_t outBytes);
   void workerLoop();
+  // Fails the group: keeps `message`, aborts every link, fails what is queued or posted.
   void failWith(const std::string& message);
+  // Finishes every dropped op ("was not run: <reason>") and posted p2p ("did not complete:
+  // <reason>") with a GroupFailedError; the one drain of failWith and shutdown (worker.cc).
+  void failPending(std::deque<Op> dropped, const std::string& reason);
   // The staging of device calls, made on first use for `device` (see *Staged).
   Staging& staging(int device);
   // Records the start event on the caller's stream and queues a staged call whose

@@ -162,10 +162,8 @@ std::shared_ptr<Work> Communicator::allReduceStaged(void* data, size_t count, DT
   const size_t es = dtypeSize(dtype);
   Cut cut(count, options_.staging.pieceBytes / es);
   // The algorithm of the pieces, chosen on one piece's size (what each run moves).
-  Algo chosen = chooseAlgo(algo, cut.length(0) * es);
-  checkAllreduceAlgo(chosen, "all_reduce");
-  WireHeader h = makeHeader(OpKind::kAllReduce, dtype, op, count, -1);
-  h.algo = static_cast<uint8_t>(chosen);
+  const WireHeader h = allReduceHeader(count, dtype, op, algo, cut.length(0) * es);
+  const Algo chosen = static_cast<Algo>(h.algo);
   char* base = static_cast<char*>(data);
   auto piece = [=](size_t k) {
     StagedPiece p;
@@ -227,9 +225,8 @@ std::shared_ptr<Work> Communicator::allGatherStaged(const void* in, void* out, s
   const size_t n = size_;
   Cut cut(count, options_.staging.pieceBytes / es / n);
   // The algorithm of the pieces, chosen on what one piece gathers (as all-reduce's).
-  Algo chosen = chooseAllgather(algo, cut.length(0) * es * n);
-  WireHeader h = makeHeader(OpKind::kAllGather, dtype, ReduceOp::kSum, count, -1);
-  h.algo = static_cast<uint8_t>(chosen);
+  const WireHeader h = allGatherHeader(count, dtype, algo, cut.length(0) * es * n);
+  const Algo chosen = static_cast<Algo>(h.algo);
   const char* src = static_cast<const char*>(in);
   char* dst = static_cast<char*>(out);
   const size_t r = rank_;

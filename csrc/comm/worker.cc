@@ -1,0 +1,313 @@
+// The communicator's queue and worker (communicator.h): how a call runs, and how a group
+// fails or ends.
+//
+// A call is an Op, numbered at enqueue (collectives in one sequence per group, sends per
+// pair and direction). A blocking caller with nothing queued ahead of it runs its call
+// inline, on its own thread (driving_: the worker stands aside meanwhile), which saves
+// two thread hand-offs per small call; otherwise the op is queued and the worker runs the
+// queue in order. A posted send or recv moves on to p2p_, which the worker progresses
+// while idle (progressIdle) until it completes (reapP2P).
+//
+// Failure. A call that fails fails the group (failRunning -> failWith): its message is
+// kept, every link is aborted so the neighbours fail within milliseconds, and every
+// queued or posted call is finished with an error naming the cause (failPending, also
+// shutdown's, with "the process group was destroyed"). abort() does the same from any
+// thread: it records the reason and interrupts the links, so the running call fails on
+// the worker, which then fails the rest.
+#include <unistd.h>
+
+#include <algorithm>
+#include <deque>
+
+#include "comm/communicator.h"
+#include "common/error.h"
+#include "transport/wait.h"
+
+namespace pycollect {
+namespace {
+
+thread_local bool tInline = false;  // this thread's blocking call may run inline (InlineScope)
+
+}  // namespace
+
+InlineScope::InlineScope(bool on) : saved_(tInline) { tInline = on; }
+InlineScope::~InlineScope() { tInline = saved_; }
+
+WireHeader& Communicator::headerOf(Op& op) {
+  if (auto* p2p = std::get_if<std::unique_ptr<PendingP2P>>(&op)) return (*p2p)->header;
+  return std::get<Collective>(op).header;
+}
+
+std::shared_ptr<Work>& Communicator::workOf(Op& op) {
+  if (auto* p2p = std::get_if<std::unique_ptr<PendingP2P>>(&op)) return (*p2p)->work;
+  return std::get<Collective>(op).work;
+}
+
+std::shared_ptr<Work> Communicator::enqueue(Op op) {
+  checkNotForked();
+  std::unique_lock<std::mutex> lock(mu_);
+  if (!failure_.empty()) {
+    throw GroupFailedError("process group failed earlier; no further calls are possible: " + failure_);
+  }
+  if (stopping_) throw GroupFailedError("process group was destroyed");
+  if (!connected_) throw InvalidArgument("communicator is not connected");
+  WireHeader& header = headerOf(op);
+  if (auto* p2p = std::get_if<std::unique_ptr<PendingP2P>>(&op)) {
+    // p2p messages are numbered per pair and direction; a recv when it is posted (a
+    // recv from any source before it may take a message from the same peer).
+    if ((*p2p)->isSend) header.seq = sendSeq_[(*p2p)->peer]++;
+  } else if (header.kind != static_cast<uint8_t>(OpKind::kSend)) {
+    header.seq = seq_++;  // a recv from any source is this rank's own: not numbered
+  }
+  std::string what = "rank " + std::to_string(rank_) + " " + describeCall(header);
+  auto* collective = std::get_if<Collective>(&op);
+  auto work = collective != nullptr && collective->makeWork ? collective->makeWork(std::move(what))
+                                                            : std::make_shared<Work>(std::move(what));
+  workOf(op) = work;
+  ++calls_[opKindName(static_cast<OpKind>(header.kind))];  // send and recv both count as "send/recv"
+  if (collective != nullptr) collective->trace = tracing_.load(std::memory_order_relaxed);
+  if (tInline && queue_.empty() && !driving_ && p2p_.empty()) {
+    driving_ = true;  // the worker waits for us; nobody else touches the links meanwhile
+    lock.unlock();
+    if (collective != nullptr) {
+      runCollective(*collective);
+    } else {
+      runP2P(*std::get<std::unique_ptr<PendingP2P>>(op));
+    }
+    lock.lock();
+    driving_ = false;
+    // Wake the worker for what queued behind us, a shutdown waiting, or a scratch grown
+    // large enough for its idle release.
+    if (!queue_.empty() || stopping_ || scratch_.capacity() > kScratchKeepBytes) cv_.notify_all();
+    return work;
+  }
+  queue_.push_back(std::move(op));
+  cv_.notify_one();
+  if (idlePolling_) transport_->wake();
+  return work;
+}
+
+void Communicator::runCollective(Collective& c) {
+  trace::Recorder::Scope traced(c.trace ? &recorder_ : nullptr, c.header.kind, c.header.seq);
+  try {
+    Context ctx(rank_, size_, *transport_, links_, inbox_, c.header, deadlineFromNow(c.timeoutSec),
+                options_.tunables, scratch_);
+    c.run(ctx);
+    ctx.drainSends();  // header sends of early-returning algorithms
+    scratchBytes_.store(scratch_.capacity());
+    countBytesSent();
+    c.work->finish(nullptr);
+  } catch (const std::exception& e) {
+    failRunning(c.work, e);
+  }
+}
+
+void Communicator::postP2P(PendingP2P& p) {
+  if (!p.isSend) p.header.seq = recvSeq_[p.peer]++;
+  p.post(links_[p.peer], inbox_, deadlineFromNow());
+}
+
+void Communicator::runP2P(PendingP2P& p) {
+  try {
+    postP2P(p);
+    // The transfer's own deadline (poll() names the call) comes first; the wait's is a backstop.
+    try {
+      waitUntil(*transport_, [&p] { return p.poll(); }, p.deadline + std::chrono::seconds(1),
+                [&p] { return p.work->what(); }, std::chrono::microseconds(options_.tunables.spinUs));
+    } catch (const PeerLostError&) {
+      p.poll();  // as in progressIdle: a mismatch in a header that arrived wins over a peer that left
+      throw;
+    }
+    countBytesSent();
+    p.work->finish(nullptr);
+  } catch (const std::exception& e) {
+    failRunning(p.work, e);
+  }
+}
+
+void Communicator::failRunning(const std::shared_ptr<Work>& work, const std::exception& e) {
+  bool stopping;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stopping = stopping_;
+  }
+  bool own = !work->isCompleted();  // a p2p failure found by reapP2P finished its own work
+  if (own) {
+    work->finish(stopping ? std::make_exception_ptr(GroupFailedError(
+                                "process group was destroyed while " + work->what() + " was running"))
+                          : std::current_exception());
+  }
+  std::string message = own ? work->what() + ": " + e.what() : std::string(e.what());
+  failWith(stopping ? "process group was destroyed" : message);
+}
+
+void Communicator::reapP2P() {
+  for (auto it = p2p_.begin(); it != p2p_.end();) {
+    PendingP2P& p = **it;
+    bool done;
+    try {
+      done = p.poll();
+    } catch (const std::exception& e) {
+      p.work->finish(std::current_exception());
+      std::string message = p.work->what() + ": " + e.what();
+      p2p_.erase(it);
+      throw GroupFailedError(message);
+    }
+    if (done) {
+      p.work->finish(nullptr);
+      it = p2p_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+}
+
+void Communicator::progressIdle() {
+  // Wake at the nearest transfer deadline, and at least every 10 ms, as a safety net:
+  // a wake-up the transport missed would cost 10 ms, not a hang. (The one seen, a
+  // shared-memory send posted just before the wait and never written, is fixed.)
+  auto until = Clock::now() + std::chrono::milliseconds(10);
+  for (auto& p : p2p_) until = std::min(until, p->deadline);
+  transport_->waitReady(until);
+  try {
+    transport_->progress();
+  } catch (const PeerLostError&) {
+    // A peer that finished and left is not the cause if a header that already
+    // arrived shows a mismatch: reapP2P throws that instead.
+    reapP2P();
+    throw;
+  }
+  reapP2P();
+}
+
+void Communicator::workerLoop() {
+  for (;;) {
+    Op op;
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      while ((queue_.empty() || driving_) && !stopping_) {
+        if (p2p_.empty() || driving_) {
+          if (driving_ || scratch_.capacity() <= kScratchKeepBytes) {
+            cv_.wait(lock);
+          } else if (!cv_.wait_for(lock, kScratchIdle, [this] { return !queue_.empty() || stopping_; }) &&
+                     !driving_) {
+            // Idle for a while after a large op: give the scratch back (it is kept
+            // across back-to-back large ops, where reallocating would cost page faults).
+            // Not while a caller runs a call inline (driving_): that call is using it.
+            scratchBytes_.store(0);
+            std::vector<char>().swap(scratch_);
+          }
+          continue;
+        }
+        idlePolling_ = driving_ = true;
+        lock.unlock();
+        std::string error;
+        try {
+          progressIdle();
+        } catch (const std::exception& e) {
+          error = e.what();
+        }
+        lock.lock();
+        idlePolling_ = driving_ = false;
+        if (!error.empty()) {
+          lock.unlock();
+          failWith(error);
+          lock.lock();
+        }
+      }
+      cv_.wait(lock, [this] { return !driving_; });  // stopping while an inline caller drives
+      if (queue_.empty()) return;  // stopping, nothing left
+      op = std::move(queue_.front());
+      queue_.pop_front();
+      driving_ = true;
+    }
+    // A posted p2p op moves on to p2p_, so keep its Work at hand for the catch.
+    std::shared_ptr<Work> work = workOf(op);
+    if (auto* c = std::get_if<Collective>(&op)) runCollective(*c);
+    try {
+      if (auto* p2p = std::get_if<std::unique_ptr<PendingP2P>>(&op)) {
+        postP2P(**p2p);
+        p2p_.push_back(std::move(*p2p));
+      }
+      reapP2P();
+      countBytesSent();
+    } catch (const std::exception& e) {
+      failRunning(work, e);
+    }
+    std::lock_guard<std::mutex> lock(mu_);
+    driving_ = false;
+  }
+}
+
+void Communicator::failWith(const std::string& message) {
+  std::deque<Op> dropped;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (failure_.empty()) failure_ = message;
+    dropped.swap(queue_);
+  }
+  // Aborting every link makes the neighbours fail at once, and theirs in turn.
+  for (Link* l : links_) {
+    if (l != nullptr) l->abort();
+  }
+  failPending(std::move(dropped), "the process group failed: " + message);
+}
+
+void Communicator::failPending(std::deque<Op> dropped, const std::string& reason) {
+  for (auto& op : dropped) {
+    Work& work = *workOf(op);
+    work.finish(std::make_exception_ptr(GroupFailedError(work.what() + " was not run: " + reason)));
+  }
+  for (auto& p : p2p_) {
+    p->work->finish(std::make_exception_ptr(GroupFailedError(p->work->what() + " did not complete: " + reason)));
+  }
+  p2p_.clear();
+}
+
+void Communicator::abort(const std::string& reason) {
+  if (!owner_.here()) return;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (failure_.empty()) failure_ = reason;  // queued and later calls fail naming it
+  }
+  cv_.notify_all();
+  transport_->wake();
+  // Thread-safe: shutdown(2) only; the running op fails on the worker, which then
+  // fails what is queued, and the peers see the links close.
+  for (Link* l : links_) {
+    if (l != nullptr) l->interrupt();
+  }
+}
+
+void Communicator::shutdown() {
+  if (!owner_.here()) {
+    // A forked child: no worker thread exists here, the descriptors were closed at
+    // fork, and the locks may be held by threads that were not copied. Touch nothing;
+    // the destructor leaks the worker's handle rather than join or detach a thread that
+    // does not exist here.
+    return;
+  }
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (stopping_) return;
+    stopping_ = true;
+  }
+  cv_.notify_all();
+  transport_->wake();
+  // Wakes a worker blocked on a link; the link's own state is left to the worker.
+  for (Link* l : links_) {
+    if (l != nullptr) l->interrupt();
+  }
+  if (worker_.joinable()) worker_.join();
+  std::deque<Op> dropped;
+  {
+    std::unique_lock<std::mutex> lock(mu_);
+    cv_.wait(lock, [this] { return !driving_; });  // an inline caller ends: its links are shut down
+    dropped.swap(queue_);
+  }
+  failPending(std::move(dropped), "the process group was destroyed");
+  closeStaging();
+  transport_->close();
+}
+
+}  // namespace pycollect
