@@ -11,6 +11,7 @@ import sys
 import pytest
 
 from pycollect.costmodel import (ENGINE_ALGOS, FORMULAS, Params, auto_table, bus_bandwidth, choose, crossovers,
+                                 engine_choice,
                                  parse_rate, parse_time, predict)
 from pycollect.costmodel.fit import fit, samples_from_bench
 
@@ -338,8 +339,27 @@ def test_crossovers_in_world_size():
 
 
 def _cli(*args, env=None):
-    return subprocess.run([sys.executable, "-m", "pycollect", "model", *args], capture_output=True, text=True,
-                          timeout=600, env={**os.environ, **(env or {})})
+    """`pycollect model ARGS` in this process (no interpreter to start): its exit code and
+    what it printed, as subprocess.run would give them."""
+    import contextlib
+    import io
+    import types
+
+    from pycollect.cli import main
+
+    out, err = io.StringIO(), io.StringIO()
+    saved = {k: os.environ.get(k) for k in (env or {})}
+    os.environ.update(env or {})
+    try:
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            code = main(["model", *args])
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+    return types.SimpleNamespace(returncode=code, stdout=out.getvalue(), stderr=err.getvalue())
 
 
 def test_cli_predict_table_crossover_and_plot(tmp_path):
@@ -461,9 +481,12 @@ def test_cli_validate_quick_end_to_end(tmp_path):
     assert len(samples) == len(measured) and all(s[4] > 0 for s in samples)
 
 
-def test_cli_validate_from_saved_samples(tmp_path):
-    """--validate --from: earlier samples checked against other parameters, no ranks started.
+def test_validate_from_saved_samples(tmp_path):
+    """Earlier samples checked against other parameters, no ranks started
+    (costmodel.check.saved_rows / summarize; the CLI's --validate --from prints them).
     Samples made by the model itself are within 0 %; doubled times are 50 % off, every row."""
+    from pycollect.costmodel.check import saved_rows, summarize
+
     params = tmp_path / "p.json"
     Params(alpha=3e-6, beta=1 / 6e9, gamma=1 / 12e9, cores=2, local_speedup=1.5).save(str(params))
     loaded = Params.load(str(params))
@@ -474,28 +497,36 @@ def test_cli_validate_from_saved_samples(tmp_path):
     exact.write_text(json.dumps({"samples": samples}))
     doubled.write_text(json.dumps({"samples": [s[:4] + [2 * s[4], s[5]] for s in samples],
                                    "second_launch": [0.4, 0.1] + [None] * (len(samples) - 2)}))
-    r = _cli("--validate", "--from", str(exact), "--params", str(params))
-    assert r.returncode == 0, r.stderr
-    assert f"# {len(samples)}/{len(samples)} rows within 25 %" in r.stdout
-    assert "# launches:" not in r.stdout and "~" not in r.stdout  # one launch each: no spread to tell
-    r = _cli("--validate", "--from", str(doubled), "--params", str(params))
-    assert f"# 0/{len(samples)} rows within 25 %" in r.stdout and r.stdout.count("-50.0%") == len(samples)
-    # the saved launches: the first row's next-fastest launch was 40 % slower, marked and counted
-    assert "+40%" in r.stdout and "+10%" in r.stdout and r.stdout.count("  !  ~") == 1
-    assert f"# launches: at 1 of {len(samples)} rows (marked ~)" in r.stdout and "1 of them are beyond it" in r.stdout
-    r = _cli("--validate", "--from", str(params))
-    assert r.returncode == 2 and "not a `pycollect model --validate --json` file" in r.stderr
+    s = summarize(saved_rows([str(exact)], loaded))
+    assert (s.within, s.total, s.launches_known) == (len(samples), len(samples), False)
+    rows = saved_rows([str(doubled)], loaded)
+    assert all(r.error == pytest.approx(-0.5) for r in rows)
+    s = summarize(rows)
+    assert s.within == 0 and s.launches_known
+    # the saved launches: the first row's next-fastest launch was 40 % slower, counted as noisy
+    assert [r.second_launch for r in rows[:2]] == [0.4, 0.1] and s.noisy == rows[:1] and s.noisy_beyond == 1
+    with pytest.raises(ValueError, match="not a `pycollect model --validate --json` file"):
+        saved_rows([str(params)], loaded)
     short = tmp_path / "short.json"
     short.write_text(json.dumps({"samples": samples, "second_launch": [0.1]}))
+    with pytest.raises(ValueError, match=f"1 second_launch entries for {len(samples)} samples"):
+        saved_rows([str(short)], loaded)
+    # The CLI prints them, marks the noisy row (~) and refuses a bad file with exit code 2.
+    r = _cli("--validate", "--from", str(doubled), "--params", str(params))
+    assert f"# 0/{len(samples)} rows within 25 %" in r.stdout and r.stdout.count("-50.0%") == len(samples)
+    assert "+40%" in r.stdout and r.stdout.count("  !  ~") == 1
     r = _cli("--validate", "--from", str(short), "--params", str(params))
-    assert r.returncode == 2 and f"1 second_launch entries for {len(samples)} samples" in r.stderr
+    assert r.returncode == 2 and "second_launch entries" in r.stderr
 
 
-def test_cli_compare_two_measurements(tmp_path):
-    """--compare: the first file read as a prediction of the second, point by point. Times
-    1.2x apart agree within 25 %; 1.3x apart do not (the first is 30 % off), but a prediction
-    could still be within 25 % of both; 1.7x apart, none can. Points in one file only are left
-    out and counted; a wrong number of files or no shared point is a clear error."""
+def test_compare_two_measurements(tmp_path):
+    """The first file read as a prediction of the second, point by point
+    (costmodel.check.compare; the CLI's --compare prints it). Times 1.2x apart agree within
+    25 %; 1.3x apart do not (the first is 30 % off), but a prediction could still be within
+    25 % of both; 1.7x apart, none can. Points in one file only are left out and counted; a
+    wrong number of files or no shared point is a clear error."""
+    from pycollect.costmodel.check import compare
+
     base = [["all_reduce", a, n, p, 1e-4 * p * n / 65536, 524288]
             for a in ("ring", "tree") for p in (2, 3) for n in (65536, 1 << 20)]
     factor = [1.2, 1 / 1.2, 1.3, 1.7, 1.0, 1.0, 1.0, 1.0]
@@ -503,19 +534,48 @@ def test_cli_compare_two_measurements(tmp_path):
     first.write_text(json.dumps({"samples": [s[:4] + [s[4] * f, s[5]] for s, f in zip(base, factor)]}))
     second.write_text(json.dumps({"samples": base + [["broadcast", "chain", 65536, 2, 1e-5, 524288]],
                                   "second_launch": [0.1] * (len(base) + 1)}))
+    c = compare([str(first), str(second)])
+    assert c.names == ("first.json", "second.json") and len(c.rows) == len(base) and c.only_one == 1
+    assert [round(r.error, 3) for r in c.beyond] == [0.3, 0.7] and [round(r.error, 3) for r in c.apart] == [0.7]
+    assert c.widest == pytest.approx(1.25 / 0.75)
+    assert round(c.rows[1].error, 3) == -0.167
+    with pytest.raises(ValueError, match="--compare needs --from with two files \\(given 1\\)"):
+        compare([str(first)])
+    other = tmp_path / "other.json"
+    other.write_text(json.dumps({"samples": [["all_gather", "ring", 65536, 4, 1e-4, 524288]]}))
+    with pytest.raises(ValueError, match="share no \\(op, algorithm, ranks, size\\) point"):
+        compare([str(first), str(other)])
     plot = tmp_path / "cmp.png"
     r = _cli("--compare", "--from", str(first), str(second), "--plot", str(plot))
     assert r.returncode == 0, r.stderr
-    assert f"# second.json against first.json: {len(base)} points in both; 1 in one only, left out" in r.stdout
-    assert "# the two agree within 25 % at 6 of 8 points" in r.stdout and "at 1 they are more than 1.667x apart" in r.stdout
-    assert r.stdout.count("  !") == 2 and "30.0%  !" in r.stdout and "70.0%  !" in r.stdout and "-16.7%" in r.stdout
+    assert "# the two agree within 25 % at 6 of 8 points" in r.stdout and "30.0%  !" in r.stdout
     assert plot.stat().st_size > 10000
-    r = _cli("--compare", "--from", str(first))
-    assert r.returncode == 2 and "--compare needs --from with two files (given 1)" in r.stderr
-    other = tmp_path / "other.json"
-    other.write_text(json.dumps({"samples": [["all_gather", "ring", 65536, 4, 1e-4, 524288]]}))
-    r = _cli("--compare", "--from", str(first), str(other))
-    assert r.returncode == 2 and "share no (op, algorithm, ranks, size) point" in r.stderr
+
+
+def test_choice_check_and_prediction_table():
+    """The automatic choice against the fastest measured, point by point, and --predict's
+    table with its crossover, as rows (costmodel.check)."""
+    from pycollect.costmodel.check import choice_check, parse_world_sizes, prediction_table
+    from pycollect.costmodel.measure import Row
+
+    nic = Params(alpha=5e-6, beta=1 / 50e9, gamma=1 / 100e9, overhead=0.0, overlap=1.0)
+    table = prediction_table("all_reduce", 64 << 10, parse_world_sizes("2..128"), ["ring", "tree"], nic)
+    assert [t.world_size for t in table] == [2, 4, 8, 16, 32, 64, 128]
+    assert [t.crossover for t in table if t.crossover] == [("ring", "tree")]
+    assert all(t.best == ("ring", "tree")[t.times.index(min(t.times))] for t in table)
+    with pytest.raises(ValueError, match="knows no all_reduce algorithm 'bruck'"):
+        prediction_table("all_reduce", 1024, [2], ["bruck"], nic)
+    n = 1 << 20
+    pick = engine_choice("all_reduce", n, 4, nic, ["ring", "tree"])
+    other = "tree" if pick == "ring" else "ring"
+    rows = [Row("all_reduce", pick, 4, n, 1.2e-3, 1e-3), Row("all_reduce", other, 4, n, 1.0e-3, 1e-3),
+            Row("all_reduce", "ring", 2, n, 1e-3, 1e-3)]  # one algorithm only there: not a point
+    check = choice_check(rows, nic)
+    assert len(check.points) == 1 and check.ok == 0
+    assert (check.worst.pick, check.worst.fastest) == (pick, other) and check.worst.slower == pytest.approx(0.2)
+    assert choice_check(rows[2:], nic) is None
+    with pytest.raises(ValueError, match="world sizes"):
+        parse_world_sizes("8..2")
 
 
 def test_validate_spreads_launches_in_rounds(monkeypatch):

@@ -64,7 +64,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--no-prefetch", dest="prefetch", action="store_false")
     g.add_argument("--bus-bandwidth", type=float, help="bus bandwidth in GB/s (nccl-tests busbw)")
     g.add_argument("--inter-node-bandwidth", type=float, help="GB/s across nodes (hybrid)")
-    from .model import add_param_arguments  # without a typed bandwidth, the cost model gives the time
+    from ._params import add_param_arguments  # without a typed bandwidth, the cost model gives the time
 
     add_param_arguments(parser, file_flags=("--model-params",))
 
@@ -117,7 +117,7 @@ def _options(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def _comm_model(args: argparse.Namespace):
-    from .model import params_from_args
+    from ._params import params_from_args
 
     return params_from_args(args)
 

@@ -11,17 +11,15 @@ from __future__ import annotations
 import json
 import math
 import os
-import re
 import sys
 import time
-from typing import List
 
+from ..costmodel import DEFAULT_PATH, DEFAULT_SEGMENT_BYTES, FORMULAS, bus_bandwidth
+from ..costmodel.check import (CHOICE_TARGET, LOOPBACK_TARGET, choice_check, compare, parse_world_sizes,
+                               prediction_table, saved_rows, summarize)
 from ..measuring import format_size, parse_size, size_list
-from ..costmodel import (DEFAULT_PATH, DEFAULT_SEGMENT_BYTES, FORMULAS, Params, bus_bandwidth, crossovers,
-                         engine_choice, parse_rate, parse_time, predict)
-from .model_plot import LOOPBACK_TARGET, predict_plot, validate_plot
-
-CHOICE_TARGET = 0.10  # the automatic choice: never more than 10 % slower than the fastest
+from ._params import add_param_arguments, params_from_args
+from .model_plot import predict_plot, validate_plot
 
 
 def register(subparsers) -> None:
@@ -64,65 +62,6 @@ def register(subparsers) -> None:
     p.add_argument("--json", default=None, help="--validate: also write the measured samples here (a --fit --from source)")
     add_param_arguments(p)
     p.set_defaults(func=run)
-
-
-def add_param_arguments(p, file_flags=("--params", "--model-params")) -> None:
-    """--params FILE and --alpha/--beta/--gamma/--overhead overrides (also `pycollect memory`,
-    where --params is the model's size and the file is --model-params)."""
-    g = p.add_argument_group("model parameters (default: PYCOLLECT_MODEL, else ~/.cache/pycollect/model.json, "
-                             "else built-in)")
-    g.add_argument(*file_flags, dest="params_file", default=None, metavar="JSON",
-                   help="parameters written by `pycollect model --fit`")
-    g.add_argument("--alpha", default=None, help="latency per message, e.g. 5us")
-    g.add_argument("--beta", default=None, help="link bandwidth, e.g. 400gbit or 50GB/s")
-    g.add_argument("--gamma", default=None, help="reduction bandwidth, e.g. 100GB/s")
-    g.add_argument("--overhead", default=None, help="fixed cost per call, e.g. 20us")
-    g.add_argument("--overlap", type=float, default=None,
-                   help="1: transfers and reductions overlap (a NIC moves the bytes), 0: one CPU does both")
-
-
-def params_from_args(args) -> Params:
-    """The parameters the flags name: a file, PYCOLLECT_MODEL, the fitted default file or the
-    built-in ones, with --alpha/--beta/--gamma/--overhead on top. Typed values describe a
-    cluster: a rank per core (cores=None) and one speed per byte whatever the size
-    (cache_bytes=None: a NIC's bytes do not get faster in the CPU caches)."""
-    path = args.params_file or os.environ.get("PYCOLLECT_MODEL") or (DEFAULT_PATH if os.path.isfile(DEFAULT_PATH) else None)
-    params = Params.load(path) if path else Params()
-    changes = {}
-    if args.alpha is not None:
-        changes["alpha"] = parse_time(args.alpha)
-    if args.beta is not None:
-        changes["beta"] = parse_rate(args.beta)
-    if args.gamma is not None:
-        changes["gamma"] = parse_rate(args.gamma)
-    if args.overhead is not None:
-        changes["overhead"] = parse_time(args.overhead)
-    if args.overlap is not None:
-        changes["overlap"] = args.overlap
-    if changes:
-        params = params.for_cluster(source=f"{params.source} with {', '.join(sorted(changes))} given", **changes)
-    return params
-
-
-def parse_world_sizes(text: str) -> List[int]:
-    """'2,3,4' -> [2, 3, 4]; '8..64' -> [8, 16, 32, 64]; '8..32+8' -> [8, 16, 24, 32]; '2..162*3' -> [2, 6, 18, 54, 162]."""
-    out: List[int] = []
-    for part in str(text).split(","):
-        m = re.fullmatch(r"\s*(\d+)\s*(?:\.\.\s*(\d+)\s*(?:([+*])\s*(\d+))?)?\s*", part)
-        if not m:
-            raise ValueError(f"cannot read world sizes {part!r}: use 2,3,4 or 8..4096 (doubling), 8..64+8, 8..4096*4")
-        lo = int(m.group(1))
-        hi = int(m.group(2)) if m.group(2) else lo
-        how, step = m.group(3) or "*", int(m.group(4) or 2)
-        if lo < 1 or hi < lo or step < 1 or (how == "*" and step < 2):
-            raise ValueError(f"world sizes {part!r}: need 1 <= first <= last and a step that grows")
-        x = lo
-        while x <= hi:
-            out.append(x)
-            x = x + step if how == "+" else x * step
-        if out[-1] != hi:
-            out.append(hi)
-    return sorted(set(out))
 
 
 def run(args) -> int:
@@ -233,27 +172,28 @@ def _show(r, failure=None) -> None:
 
 
 def _summary(rows, params, plot=None, measured="") -> None:
-    bad = [r for r in rows if abs(r.error) > LOOPBACK_TARGET]
-    print(f"# {len(rows) - len(bad)}/{len(rows)} rows within {LOOPBACK_TARGET * 100:.0f} %"
-          + (f"; beyond: {len(bad)} (marked !)" if bad else ""))
-    if any(not math.isnan(r.second_launch) for r in rows):
-        noisy = [r for r in rows if r.second_launch > LOOPBACK_TARGET]
-        print(f"# launches: at {len(noisy)} of {len(rows)} rows (marked ~) no other launch came within "
+    sm = summarize(rows)
+    print(f"# {sm.within}/{sm.total} rows within {LOOPBACK_TARGET * 100:.0f} %"
+          + (f"; beyond: {len(sm.beyond)} (marked !)" if sm.beyond else ""))
+    if sm.launches_known:
+        print(f"# launches: at {len(sm.noisy)} of {sm.total} rows (marked ~) no other launch came within "
               f"{LOOPBACK_TARGET * 100:.0f} % of the fastest (column '2nd best'): one launch's figure, as uncertain as "
-              f"the target; {sum(1 for r in noisy if r in bad)} of them are beyond it")
-    _choice_check(rows, params)
+              f"the target; {sm.noisy_beyond} of them are beyond it")
+    check = choice_check(rows, params)
+    if check is not None:
+        w = check.worst
+        print(f"# automatic choice vs fastest measured: within {CHOICE_TARGET * 100:.0f} % at {check.ok} of "
+              f"{len(check.points)} points; worst {w.slower * 100:.1f} % slower ({w.op}, {w.world_size} ranks, "
+              f"{format_size(w.nbytes)}: picks {w.pick}, fastest {w.fastest})")
     if plot and rows:
-        validate_plot(plot, rows, f"model vs measured ({measured}): {len(rows) - len(bad)} of {len(rows)} within "
+        validate_plot(plot, rows, f"model vs measured ({measured}): {sm.within} of {sm.total} within "
                                   f"{LOOPBACK_TARGET * 100:.0f} %; {params.describe()}")
         print(f"# wrote {plot}")
 
 
-def _validate_saved(paths, params: Params, plot=None) -> int:
+def _validate_saved(paths, params, plot=None) -> int:
     """--validate --from: the table and checks for samples measured before (no ranks start)."""
-    from ..costmodel.measure import Row
-
-    rows = [Row(op, algo, p, int(nbytes), seconds, predict(op, nbytes, p, algo, params, seg), second_launch=spread)
-            for path in paths for op, algo, nbytes, p, seconds, seg, spread in _saved(path)]
+    rows = saved_rows(paths, params)
     print(f"# model: {params.describe()}")
     print(f"# measured: {len(rows)} samples from {', '.join(paths)} (not measured again)")
     print(_HEADER)
@@ -263,78 +203,25 @@ def _validate_saved(paths, params: Params, plot=None) -> int:
     return 0
 
 
-def _saved(path: str):
-    """The samples of one `--validate --json` file, each with its second launch's spread
-    (nan where not recorded): (op, algo, nbytes, world_size, seconds, segment, spread)."""
-    from ..costmodel.fit import samples_from_bench
-
-    with open(path) as f:
-        data = json.load(f)
-    if "samples" not in data:
-        raise ValueError(f"{path}: not a `pycollect model --validate --json` file (no samples)")
-    spreads = data.get("second_launch") or [None] * len(data["samples"])
-    if len(spreads) != len(data["samples"]):  # zip would drop rows without a word
-        raise ValueError(f"{path}: {len(spreads)} second_launch entries for {len(data['samples'])} samples")
-    return [tuple(s) + (float("nan") if spread is None else spread,)
-            for s, spread in zip(samples_from_bench(data), spreads)]
-
-
 def _compare(paths, plot=None) -> int:
     """--compare A.json B.json: two measurements of the same engine, point by point, the
-    first read as if it were a prediction of the second. No model's error can be shown
-    smaller than the gap between them: a point where they differ by more than the target
-    is one where no prediction is within the target of both (beyond 1.25 / 0.75 apart,
-    none can be)."""
-    from ..costmodel.measure import Row
-
-    if len(paths) != 2:
-        raise ValueError(f"--compare needs --from with two files (given {len(paths)})")
-    first, second = ({(op, algo, p, int(n)): t for op, algo, n, p, t, _, _ in _saved(path)}
-                     for path in paths)
-    common = [k for k in first if k in second]
-    if not common:
-        raise ValueError(f"{paths[0]} and {paths[1]} share no (op, algorithm, ranks, size) point")
-    rows = [Row(*k, measured_s=second[k], predicted_s=first[k]) for k in common]
-    a, b = (os.path.basename(x) for x in paths)
-    alone = len(first) + len(second) - 2 * len(common)
-    print(f"# {b} against {a}: {len(common)} points in both" + (f"; {alone} in one only, left out" if alone else ""))
+    first read as if it were a prediction of the second (costmodel.check.compare)."""
+    c = compare(paths)
+    a, b = c.names
+    print(f"# {b} against {a}: {len(c.rows)} points in both" + (f"; {c.only_one} in one only, left out" if c.only_one else ""))
     print(f"{'op':>14} {'algo':>16} {'p':>2} {'size':>6} {a[:12]:>12} {b[:12]:>12} {'gap':>7}")
-    for r in rows:
+    for r in c.rows:
         flag = "  !" if abs(r.error) > LOOPBACK_TARGET else ""
         print(f"{r.op:>14} {r.algo:>16} {r.world_size:>2} {format_size(r.nbytes):>6} {r.predicted_s * 1e6:>12.1f} "
               f"{r.measured_s * 1e6:>12.1f} {r.error * 100:>6.1f}%{flag}")
-    bad = [r for r in rows if abs(r.error) > LOOPBACK_TARGET]
-    widest = (1 + LOOPBACK_TARGET) / (1 - LOOPBACK_TARGET)  # 1.25 t is 25 % from both t and t x widest
-    apart = [r for r in rows if max(r.error + 1, 1 / (r.error + 1)) > widest]
-    print(f"# the two agree within {LOOPBACK_TARGET * 100:.0f} % at {len(rows) - len(bad)} of {len(rows)} points "
-          f"(marked ! beyond); at {len(apart)} they are more than {widest:.3f}x apart, where no prediction can be "
-          f"within {LOOPBACK_TARGET * 100:.0f} % of both")
+    print(f"# the two agree within {LOOPBACK_TARGET * 100:.0f} % at {len(c.rows) - len(c.beyond)} of {len(c.rows)} "
+          f"points (marked ! beyond); at {len(c.apart)} they are more than {c.widest:.3f}x apart, where no "
+          f"prediction can be within {LOOPBACK_TARGET * 100:.0f} % of both")
     if plot:
-        validate_plot(plot, rows, f"{a} as a prediction of {b}: two measurements of one engine, the floor under the "
-                                  f"model's error", ylabel=f"{a} / {b} - 1 (%)")
+        validate_plot(plot, c.rows, f"{a} as a prediction of {b}: two measurements of one engine, the floor under "
+                                    f"the model's error", ylabel=f"{a} / {b} - 1 (%)")
         print(f"# wrote {plot}")
     return 0
-
-
-def _choice_check(rows, params) -> None:
-    """Where several algorithms were measured: the automatic choice's pick (engine_choice:
-    the model's best within the engine's limits, near-ties to the simpler one) against the
-    fastest measured."""
-    by = {}
-    for r in rows:
-        by.setdefault((r.op, r.world_size, r.nbytes), {})[r.algo] = r.measured_s
-    worst = []
-    for (op, p, nb), measured in sorted(by.items()):
-        if len(measured) < 2:
-            continue
-        pick = engine_choice(op, nb, p, params, list(measured))
-        slower = measured[pick] / min(measured.values()) - 1
-        worst.append((slower, op, p, nb, pick, min(measured, key=measured.get)))
-    if worst:
-        s, op, p, nb, pick, best = max(worst)
-        ok = sum(1 for w in worst if w[0] <= CHOICE_TARGET)
-        print(f"# automatic choice vs fastest measured: within {CHOICE_TARGET * 100:.0f} % at {ok} of {len(worst)} "
-              f"points; worst {s * 100:.1f} % slower ({op}, {p} ranks, {format_size(nb)}: picks {pick}, fastest {best})")
 
 
 def _predict(args) -> int:
@@ -342,23 +229,19 @@ def _predict(args) -> int:
     nbytes = parse_size(args.size)
     worlds = parse_world_sizes(args.world_sizes or "8..4096")
     algos = args.algos or list(FORMULAS[args.op])
-    for a in algos:
-        if a not in FORMULAS[args.op]:
-            raise ValueError(f"the model knows no {args.op} algorithm {a!r}; choose from {', '.join(FORMULAS[args.op])}")
+    table = prediction_table(args.op, nbytes, worlds, algos, params)
     print(f"# {args.op}, {format_size(nbytes)} ({'per rank' if args.op in ('all_reduce', 'broadcast') else 'total'}); "
           f"{params.describe()}")
     print(f"{'ranks':>6} " + " ".join(f"{a + ' ms':>18} {'busbw GB/s':>10}" for a in algos) + f" {'best':>16}")
-    table, cross = [], {p: (b, a) for p, b, a in crossovers(args.op, nbytes, worlds, params, algos)}
-    for p in worlds:
-        times = [predict(args.op, nbytes, p, a, params) for a in algos]
-        best = algos[times.index(min(times))]
-        table.append((p, times))
-        cells = " ".join(f"{t * 1e3:>18.3f} {bus_bandwidth(args.op, nbytes, p, t) / 1e9:>10.2f}" for t in times)
-        mark = f"  <- crossover: {cross[p][0]} -> {cross[p][1]}" if p in cross else ""
-        print(f"{p:>6} {cells} {best:>16}{mark}")
-    if not cross:
-        print(f"# no crossover: {table and algos[table[0][1].index(min(table[0][1]))]} is best at every world size")
+    for row in table:
+        cells = " ".join(f"{t * 1e3:>18.3f} {bus_bandwidth(args.op, nbytes, row.world_size, t) / 1e9:>10.2f}"
+                         for t in row.times)
+        mark = f"  <- crossover: {row.crossover[0]} -> {row.crossover[1]}" if row.crossover else ""
+        print(f"{row.world_size:>6} {cells} {row.best:>16}{mark}")
+    if not any(row.crossover for row in table):
+        print(f"# no crossover: {table[0].best if table else '-'} is best at every world size")
     if args.plot:
-        predict_plot(args.plot, args.op, nbytes, algos, table, cross, params)
+        cross = {row.world_size: row.crossover for row in table if row.crossover}
+        predict_plot(args.plot, args.op, nbytes, algos, [(row.world_size, row.times) for row in table], cross, params)
         print(f"# wrote {args.plot}")
     return 0

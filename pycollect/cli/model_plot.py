@@ -7,11 +7,9 @@ import math
 import textwrap
 from typing import Dict, List, Sequence, Tuple
 
-from ..measuring import format_size
 from ..costmodel import Params, bus_bandwidth
-
-LOOPBACK_TARGET = 0.25  # the model's target: within 25 % of measured on loopback ...
-HOSTS_TARGET = 0.15  # ... and within 15 % on rate-limited namespace hosts
+from ..costmodel.check import HOSTS_TARGET, LOOPBACK_TARGET
+from ..measuring import format_size
 
 
 def _pyplot():
