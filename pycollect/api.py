@@ -221,6 +221,17 @@ def _run(g: ProcessGroup, launch, keepalive, async_op: bool, finish=None, profil
     return None
 
 
+def _input_output(g: ProcessGroup, call: str, inp, in_name: str, out, out_name: str, gathers: bool):
+    """The buffers of a call that maps one tensor onto another of `g.size` times its size
+    (all-gather: the output; reduce-scatter: the input), checked, and its device path."""
+    i = as_buffer(inp, f"{call}({in_name})")
+    o = as_buffer(out, f"{call}({out_name})", writable=True)
+    check_same_dtype(i, o, f"{call}({out_name}, {in_name})")
+    small, large, large_name = (i, o, out_name) if gathers else (o, i, in_name)
+    check_numel(large, small.numel * g.size, f"{call}({large_name}) for {g.size} ranks x {small.numel}")
+    return i, o, device_call(g, (i, o), call)
+
+
 def all_reduce(tensor, op=ReduceOp.SUM, group=None, async_op: bool = False, algo=None):
     """Reduce `tensor` across the group, in place, on every rank.
 
@@ -251,11 +262,8 @@ def all_gather_into_tensor(output_tensor, input_tensor, group=None, async_op: bo
     """
     g = _group(group)
     algo = Algo.for_call("all_gather", algo, g.algo, "all_gather_into_tensor")
-    i = as_buffer(input_tensor, "all_gather_into_tensor(input_tensor)")
-    o = as_buffer(output_tensor, "all_gather_into_tensor(output_tensor)", writable=True)
-    check_same_dtype(i, o, "all_gather_into_tensor(output_tensor, input_tensor)")
-    check_numel(o, i.numel * g.size, f"all_gather_into_tensor(output_tensor) for {g.size} ranks x {i.numel}")
-    dc = device_call(g, (i, o), "all_gather_into_tensor")
+    i, o, dc = _input_output(g, "all_gather_into_tensor", input_tensor, "input_tensor", output_tensor, "output_tensor",
+                             gathers=True)
     if dc is not None:
         return _run(g, lambda c, blk: c.all_gather_staged(i.address, o.address, i.numel, i.code, int(algo), *dc, blk),
                     (i, o), async_op)
@@ -292,11 +300,7 @@ def reduce_scatter_tensor(output, input, op=ReduceOp.SUM, group=None, async_op: 
     """output = chunk `rank` of the reduction of every rank's input."""
     g = _group(group)
     op = to_reduce_op(op)
-    i = as_buffer(input, "reduce_scatter_tensor(input)")
-    o = as_buffer(output, "reduce_scatter_tensor(output)", writable=True)
-    check_same_dtype(i, o, "reduce_scatter_tensor(output, input)")
-    check_numel(i, o.numel * g.size, f"reduce_scatter_tensor(input) for {g.size} ranks x {o.numel}")
-    dc = device_call(g, (i, o), "reduce_scatter_tensor")
+    i, o, dc = _input_output(g, "reduce_scatter_tensor", input, "input", output, "output", gathers=False)
     if dc is not None:
         return _run(g, lambda c, blk: c.reduce_scatter_staged(i.address, o.address, o.numel, o.code, int(op), *dc, blk),
                     (i, o), async_op)

@@ -200,20 +200,26 @@ def case_bytes_sent():
     return ring, gather
 
 
-def case_recv_timeout():
-    g = pc.new_group(list(range(pc.get_world_size())), timeout=1.0)
+def _on_rank0(call, timeout: float, others_wait: float):
+    """Rank 0 makes `call(group)` on a new group with `timeout` while the others wait
+    `others_wait` s: (its error's type, message, seconds), or ("no error", "", 0.0)."""
+    g = pc.new_group(list(range(pc.get_world_size())), timeout=timeout)
     result = None
     if pc.get_rank() == 0:
         t0 = time.perf_counter()
         try:
-            pc.recv(torch.empty(4), 1, group=g)  # rank 1 never sends
+            call(g)
             result = ("no error", "", 0.0)
         except pc.PyCollectError as e:
             result = (type(e).__name__, str(e), time.perf_counter() - t0)
     else:
-        time.sleep(2.5)
+        time.sleep(others_wait)
     pc.destroy_process_group(g)
     return result
+
+
+def case_recv_timeout():
+    return _on_rank0(lambda g: pc.recv(torch.empty(4), 1, group=g), 1.0, 2.5)  # rank 1 never sends
 
 
 def case_sub_group_ops():
@@ -352,19 +358,9 @@ def case_mismatch(kind_on_rank1: str):
 
 
 def case_barrier_timeout_argument():
-    """Only rank 0 enters a barrier with timeout=0.5 s on a group whose timeout is 60 s."""
-    g = pc.new_group(list(range(pc.get_world_size())), timeout=60)
-    outcome = None
-    if pc.get_rank() == 0:
-        t0 = time.perf_counter()
-        try:
-            pc.barrier(group=g, timeout=0.5)
-            outcome = ("no error", 0.0)
-        except pc.CollectiveTimeoutError as e:
-            outcome = (str(e), time.perf_counter() - t0)
-    time.sleep(1.0)  # the others leave only after rank 0 timed out
-    pc.destroy_process_group(g)
-    return outcome
+    """Only rank 0 enters a barrier with timeout=0.5 s on a group whose timeout is 60 s
+    (the others leave only after rank 0 timed out)."""
+    return _on_rank0(lambda g: pc.barrier(group=g, timeout=0.5), 60, 1.0)
 
 
 def case_timeout():
@@ -511,8 +507,8 @@ def test_mismatched_calls_fail_on_every_rank(pool4, kind):
 
 
 def test_barrier_timeout_argument_overrides_the_group(pool4):
-    message, elapsed = pool4.run(case_barrier_timeout_argument, timeout=60)[0]
-    assert "barrier" in message and "timed out" in message, message
+    name, message, elapsed = pool4.run(case_barrier_timeout_argument, timeout=60)[0]
+    assert name == "CollectiveTimeoutError" and "barrier" in message and "timed out" in message, message
     assert 0.4 < elapsed < 5.0, elapsed
 
 

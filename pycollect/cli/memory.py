@@ -18,14 +18,14 @@ from typing import Any, Callable, Optional, Sequence
 from .. import memory as mem
 
 _GPUS_DEFAULT = 8
+_HELP = "per-GPU memory and communication of DDP / ZeRO / FSDP training"
+_DESCRIPTION = ("Per-GPU memory (decimal GB) and per-step communication of data-parallel training under DDP, "
+                "ZeRO-1/2/3, FSDP and hybrid sharding.")
 
 
 def register(subparsers: Any) -> argparse.ArgumentParser:
     """Add the ``memory`` subcommand to an ``argparse`` subparsers object."""
-    parser = subparsers.add_parser(
-        "memory", help="per-GPU memory and communication of DDP / ZeRO / FSDP training",
-        description="Per-GPU memory (decimal GB) and per-step communication of "
-                    "data-parallel training under DDP, ZeRO-1/2/3, FSDP and hybrid sharding.")
+    parser = subparsers.add_parser("memory", help=_HELP, description=_DESCRIPTION)
     add_arguments(parser)
     parser.set_defaults(func=run)
     return parser

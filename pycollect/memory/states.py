@@ -72,27 +72,23 @@ def canonical_stage(sharding: str) -> str:
         raise ValueError(f"sharding must be a string, got {sharding!r}")
     key = sharding.strip().lower().replace("-", "").replace(" ", "")
     key = {"zero_1": "zero1", "zero_2": "zero2", "zero_3": "zero3"}.get(key, key)
-    try:
-        return _STAGE_ALIASES[key]
-    except KeyError:
-        names = ", ".join(sorted(_STAGE_ALIASES))
-        raise ValueError(f"unknown sharding stage {sharding!r}; choose one of: {names}") from None
+    return _lookup(_STAGE_ALIASES, key, "sharding stage", sharding)
 
 
 def canonical_precision(precision: str) -> str:
-    try:
-        return _PRECISION_ALIASES[str(precision).strip().lower()]
-    except KeyError:
-        names = ", ".join(sorted(_PRECISION_ALIASES))
-        raise ValueError(f"unknown precision {precision!r}; choose one of: {names}") from None
+    return _lookup(_PRECISION_ALIASES, str(precision).strip().lower(), "precision", precision)
 
 
 def optimizer_state_count(optimizer: str) -> int:
+    return _lookup(_OPTIMIZER_STATES, str(optimizer).strip().lower(), "optimizer", optimizer)
+
+
+def _lookup(table: dict, key: str, what: str, given):
+    """table[key], or a ValueError naming `what`, the value `given` and the choices."""
     try:
-        return _OPTIMIZER_STATES[str(optimizer).strip().lower()]
+        return table[key]
     except KeyError:
-        names = ", ".join(sorted(_OPTIMIZER_STATES))
-        raise ValueError(f"unknown optimizer {optimizer!r}; choose one of: {names}") from None
+        raise ValueError(f"unknown {what} {given!r}; choose one of: {', '.join(sorted(table))}") from None
 
 
 @dataclass(frozen=True)

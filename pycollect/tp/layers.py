@@ -40,15 +40,24 @@ def _rows(full: torch.Tensor, group, index: Optional[torch.Tensor]) -> torch.Ten
     return full.detach().chunk(api.get_world_size(group), dim=0)[api.get_rank(group)].clone()
 
 
-class ColumnParallelLinear(nn.Module):
+class _ShardedLinear(nn.Module):
+    """This rank's weight (normal, std 0.02, as the full layer's init) and bias (zeros; none
+    for bias_features 0) of a linear layer split over the group."""
+
+    def __init__(self, group, weight_shape, bias_features: int):
+        super().__init__()
+        self.group = group
+        self.weight = nn.Parameter(torch.empty(*weight_shape))
+        self.bias = nn.Parameter(torch.zeros(bias_features)) if bias_features else None
+        nn.init.normal_(self.weight, std=0.02)
+
+
+class ColumnParallelLinear(_ShardedLinear):
     def __init__(self, in_features: int, out_features: int, bias: bool = True, gather_output: bool = False,
                  group=None):
-        super().__init__()
-        tp = tp_degree(group, "ColumnParallelLinear", out_features=out_features)
-        self.group, self.gather_output = group, gather_output
-        self.weight = nn.Parameter(torch.empty(out_features // tp, in_features))
-        self.bias = nn.Parameter(torch.zeros(out_features // tp)) if bias else None
-        nn.init.normal_(self.weight, std=0.02)
+        per = out_features // tp_degree(group, "ColumnParallelLinear", out_features=out_features)
+        super().__init__(group, (per, in_features), per if bias else 0)
+        self.gather_output = gather_output
 
     @classmethod
     def from_full(cls, linear: nn.Linear, group=None, gather_output: bool = False,
@@ -66,15 +75,12 @@ class ColumnParallelLinear(nn.Module):
         return gather_from_tp(y, self.group) if self.gather_output else y
 
 
-class RowParallelLinear(nn.Module):
+class RowParallelLinear(_ShardedLinear):
     def __init__(self, in_features: int, out_features: int, bias: bool = True, input_is_parallel: bool = True,
                  group=None):
-        super().__init__()
-        tp = tp_degree(group, "RowParallelLinear", in_features=in_features)
-        self.group, self.input_is_parallel = group, input_is_parallel
-        self.weight = nn.Parameter(torch.empty(out_features, in_features // tp))
-        self.bias = nn.Parameter(torch.zeros(out_features)) if bias else None  # replicated, added once
-        nn.init.normal_(self.weight, std=0.02)
+        per = in_features // tp_degree(group, "RowParallelLinear", in_features=in_features)
+        super().__init__(group, (out_features, per), out_features if bias else 0)  # bias: replicated, added once
+        self.input_is_parallel = input_is_parallel
 
     @classmethod
     def from_full(cls, linear: nn.Linear, group=None, input_is_parallel: bool = True) -> "RowParallelLinear":

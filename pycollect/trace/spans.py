@@ -12,25 +12,25 @@ is one segment on the wire. All ranks stamp CLOCK_MONOTONIC, so the ranks compar
 from __future__ import annotations
 
 from collections import defaultdict
+from operator import attrgetter
 from typing import Dict, Iterable, List, NamedTuple, Tuple
+
+from ..types import TraceEvent
 
 _DIRECTION = {"send_posted": "send", "send_done": "send", "recv_posted": "recv", "recv_done": "recv"}
 
 
 class Span(NamedTuple):
+    """One transfer or reduction of one rank, from `start_ns` to `end_ns`. `event` is the
+    event that opened it (a posted send or recv, a reduce's start): the span reads its
+    call, place and size from it (EVENT_FIELDS: span.op, span.seq, span.phase, span.step,
+    span.chunk, span.segment, span.peer (-1 for reduce), span.bytes) and posted_ns, when
+    the algorithm queued it (= start_ns for reduce), is its time."""
     rank: int
     kind: str        # "send", "recv" or "reduce"
-    peer: int        # the link's other end (-1 for reduce)
     start_ns: int    # max(posted, previous transfer's end) for transfers; start for reduce
     end_ns: int
-    posted_ns: int   # when the algorithm queued it (= start_ns for reduce)
-    op: str
-    seq: int
-    phase: str
-    step: int
-    chunk: int
-    segment: int
-    bytes: int
+    event: TraceEvent
 
     @property
     def queued_ns(self) -> int:
@@ -45,6 +45,11 @@ class Span(NamedTuple):
             return f"recv <- rank {self.peer}"
         return "reduce"
 
+
+EVENT_FIELDS = ("op", "seq", "phase", "step", "chunk", "segment", "peer", "bytes")
+for _name in EVENT_FIELDS:
+    setattr(Span, _name, property(attrgetter(f"event.{_name}")))
+Span.posted_ns = property(attrgetter("event.ns"))
 
 def to_spans(events: Iterable) -> List[Span]:
     """Spans of pycollect.TraceEvent (any ranks, any order within a rank kept); raises
@@ -113,5 +118,4 @@ def _rank_spans(rank: int, events: list) -> List[Span]:
 
 
 def _span(rank: int, kind: str, e, start_ns: int, end_ns: int) -> Span:
-    return Span(rank, kind, e.peer, start_ns, end_ns, e.ns, e.op, e.seq, e.phase, e.step, e.chunk, e.segment,
-                e.bytes)
+    return Span(rank, kind, start_ns, end_ns, e)
