@@ -9,7 +9,7 @@ if [ ! -x .venv/bin/python ]; then
 fi
 .venv/bin/python -m pip install -q --upgrade pip >/dev/null 2>&1 || true
 # torch 2.13.0 CPU: on these machines pip takes it from local disk (no multi-GB CUDA download).
-.venv/bin/python -m pip install -q "torch==2.13.0" numpy pytest matplotlib expecttest \
+.venv/bin/python -m pip install -q "torch==2.13.0" numpy pytest pytest-xdist matplotlib expecttest \
   "scikit-build-core>=0.10" "pybind11>=2.12" cmake ninja
 .venv/bin/python -m pip install -q --no-build-isolation -e . 
 .venv/bin/python -c "import pycollect, pycollect._C; print('pycollect', pycollect.__version__, 'ready')"

@@ -52,6 +52,21 @@ def pytest_configure(config):
     config.addinivalue_line("markers", "slow: a long test (deselect with -m 'not slow' while iterating)")
 
 
+# Modules whose tests are mostly waiting on subprocesses of their own (torch's suite in
+# three runs, gpu_check's steps): run first, so that under `-n 2` (scripts/test.sh) one
+# worker waits on them while the other goes through the rest, instead of all waiting at
+# the end.
+LONG_FIRST = ("test_torch_conformance.py", "test_staging.py")
+
+
+def pytest_collection_modifyitems(config, items):
+    def rank(item):
+        name = item.path.name
+        return LONG_FIRST.index(name) if name in LONG_FIRST else len(LONG_FIRST)
+
+    items.sort(key=rank)  # stable: the order within each module is kept
+
+
 @pytest.fixture(scope="session")
 def netns_hosts4():
     """4 namespace hosts on a switch, 1 Gbit/s cables (tests/netns_hosts.py); skips when not buildable."""
