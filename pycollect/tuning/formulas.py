@@ -97,7 +97,8 @@ def _unpack(P: Params, p: int, working_set: float, transfers=None, all_pairs: bo
         copies = float(max(0, p - 1)) if all_pairs else 1.0
         return Step(P.message_at(1, False), P.beta * f * copies, P.gamma * f, P.overhead, copies)
     transfers = [] if all_pairs else _ring(p) if transfers is None else list(transfers())
-    receivers = range(p) if all_pairs else sorted({dst for dst, _ in transfers})
+    dsts = {dst for dst, _ in transfers}
+    receivers = range(p) if all_pairs or len(dsts) == p else sorted(dsts)  # range: every rank (Params' fast paths)
     busiest = P.busiest(receivers)
     f = P.per_byte(working_set * P.stretch(p), P.cores_busy(receivers))
     copies = P.copies_all_pairs(p) if all_pairs else P.copies(transfers)

@@ -76,6 +76,12 @@ SHM_SINGLE_COPY_BYTES_FIT = 1 << 20
 CACHE_FADE = 8
 
 
+def _leading(ranks) -> bool:
+    """Whether `ranks` is range(0, n): the steps in which every rank works, whose counts per
+    core have a closed form (the cost model's hot path: fitting calls it millions of times)."""
+    return isinstance(ranks, range) and ranks.start == 0 and ranks.step == 1
+
+
 @dataclass(frozen=True)
 class Params:
     # Built-in defaults: `pycollect model --fit` on 87 validation points (2-4 ranks, shared
@@ -138,9 +144,12 @@ class Params:
         stretched by it: the ranks of a collective advance together, at that core's pace."""
         if self.cores is None:
             return 1
+        if _leading(working):
+            return max(1, -(-len(working) // self.cores))  # ranks 0..p-1: ceil(p / cores), the fitting's hot case
         per_core: Dict[int, int] = {}
         for r in working:
-            per_core[self.core(r)] = per_core.get(self.core(r), 0) + 1
+            c = r % self.cores
+            per_core[c] = per_core.get(c, 0) + 1
         return max(per_core.values(), default=1)
 
     def shares_core(self, working: Iterable[int], world_size: int) -> bool:
@@ -149,6 +158,8 @@ class Params:
         message may find its receiver off the core: the step's messages cost `wake` more."""
         if self.cores is None or world_size <= self.cores:
             return False
+        if _leading(working):
+            return len(working) > 0  # rank 0 shares its core with rank `cores`
         return any(len(range(self.core(r), world_size, self.cores)) > 1 for r in working)
 
     def core(self, rank: int) -> int:
@@ -159,9 +170,11 @@ class Params:
         """The copies a step puts on its busiest core, for `transfers` (receiver, sender):
         the receiver's core does the copy; one within a core counts 1 / local_speedup."""
         per_core: Dict[int, float] = {}
+        cores, local = self.cores, 1.0 / self.local_speedup
         for dst, src in transfers:
-            c = self.core(dst)
-            per_core[c] = per_core.get(c, 0.0) + (1.0 / self.local_speedup if self.core(src) == c else 1.0)
+            c = dst if cores is None else dst % cores
+            same = (src if cores is None else src % cores) == c
+            per_core[c] = per_core.get(c, 0.0) + (local if same else 1.0)
         return max(per_core.values(), default=1.0)
 
     def copies_all_pairs(self, world_size: int) -> float:
@@ -178,6 +191,8 @@ class Params:
     def cores_busy(self, working: Iterable[int]) -> int:
         """How many cores the `working` ranks occupy (rank r on core r mod cores); with a core
         per rank, one per rank."""
+        if self.cores is not None and _leading(working):
+            return min(len(working), self.cores)
         working = list(working)
         return len({self.core(r) for r in working}) if self.cores is not None else max(1, len(working))
 
