@@ -58,6 +58,15 @@ def auto_tables(params: Params, size: int, options: Options) -> Dict[str, list]:
             for op, algos in ENGINE_ALGOS.items()}
 
 
+def store_scope(name: str) -> str:
+    """Where a group named `name` keeps its keys in the store: under this torchrun attempt
+    too. `torchrun --max-restarts` restarts every worker on the same agent store, which
+    still holds the keys of the attempt before (its token, its ranks' addresses): a new
+    rank that read them would knock on a dead rank's port or present a stale token. Each
+    attempt's processes agree on TORCHELASTIC_RESTART_COUNT, so their keys never meet."""
+    return f"{name}@{os.environ.get('TORCHELASTIC_RESTART_COUNT', '0')}"
+
+
 class ProcessGroup:
     """A set of ranks with its own links. Collectives on it run in issue order.
 
@@ -75,7 +84,7 @@ class ProcessGroup:
         self.options = Options.from_env() if options is None else options
         self.algo = self.options.algo
         self._store = store
-        self._prefix = name
+        self._prefix = store_scope(name)
         self._pending: list = []  # (cwork, keepalive) of ops not yet known complete, under _lock
         self._lock = threading.Lock()  # threads may submit on one group at once
         self._published = False   # this rank's failure is in the store

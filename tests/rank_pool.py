@@ -86,8 +86,9 @@ def next_group_address(rank: int, group: str | None = None, timeout: float = 15.
     import datetime
 
     import pycollect.api as api
+    from pycollect.group import store_scope
 
-    key = f"{group or next_group_name()}/addr/{rank}"
+    key = f"{store_scope(group or next_group_name())}/addr/{rank}"
     api._store.wait([key], datetime.timedelta(seconds=timeout))
     host, port = api._store.get(key).decode().rsplit(" ", 1)
     return host, int(port)

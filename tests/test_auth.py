@@ -119,6 +119,7 @@ def case_stranger_with_token():
     import datetime
 
     import pycollect.api as api
+    from pycollect.group import store_scope
 
     name, outcome = next_group_name(), {}
     if pc.get_rank() == 1:
@@ -126,8 +127,9 @@ def case_stranger_with_token():
 
         def strangers():
             addr = next_group_address(2, name)
-            api._store.wait([f"{name}/token"], datetime.timedelta(seconds=15))
-            token = int(api._store.get(f"{name}/token").decode())
+            key = f"{store_scope(name)}/token"
+            api._store.wait([key], datetime.timedelta(seconds=15))
+            token = int(api._store.get(key).decode())
             plain = _greet_as_rank_0(addr, token, with_secret=False)
             proving = _greet_as_rank_0(addr, token, with_secret=True)
             queued.set()

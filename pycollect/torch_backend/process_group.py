@@ -48,8 +48,12 @@ class PyCollectProcessGroup(dist.ProcessGroup):
     def __init__(self, store, rank: int, size: int, timeout, group_id: str = ""):
         super().__init__(rank, size)
         host = listen_address(os.environ.get("MASTER_ADDR") or _store_host(store))
-        # torch gives every group its own PrefixStore, so one fixed name suffices.
-        self._engine = api.register_group(EngineGroup("tb", store, range(size), rank, timeout, host))
+        # torch gives every group its own PrefixStore, named after the group; a group made
+        # again under the same name in this process (destroy_process_group, then
+        # init_process_group on the same store) gets keys of its own: its count.
+        made = _made.get(group_id, 0)
+        _made[group_id] = made + 1
+        self._engine = api.register_group(EngineGroup(f"tb{made}", store, range(size), rank, timeout, host))
         self._store = store
         self._timeout = timeout
         self._monitored = 0  # monitored_barrier calls so far (each meets under its own keys)
@@ -295,6 +299,9 @@ class PyCollectProcessGroup(dist.ProcessGroup):
     def abort(self) -> None:
         api.unregister_group(self._engine)
         self._completer.close(timeout=0.0)
+
+
+_made: dict = {}  # torch group name -> groups of this backend made under it in this process
 
 
 def engine_group(group=None) -> EngineGroup:
