@@ -24,12 +24,12 @@ import traceback
 from typing import Any, Callable, List, Tuple
 
 from pycollect.group import NON_GROUP_MEMBER
-from pycollect.launch import close_rank, enter_host, free_port, init_rank
+from pycollect.launch import adopt_environment, close_rank, enter_host, free_port, init_rank, rank_context
 
 
 def _worker(rank: int, world: int, port: int, conn, env: dict, backends: tuple, timeout_s: float,
-            master_addr: str, netns) -> None:
-    os.environ.update(env)
+            master_addr: str, netns, parent_env: dict) -> None:
+    adopt_environment(parent_env, env)
     try:
         enter_host(netns)
         init_rank(rank, world, port, backends, timeout_s, master_addr)
@@ -100,7 +100,7 @@ class RankPool:
                  netns=None):
         self.world_size = world_size
         self.timeout = timeout
-        ctx = mp.get_context("spawn")
+        ctx = rank_context()
         hosts = list(netns) if netns is not None else [None] * world_size
         port = free_port(master_addr, hosts[0])
         backends = ("pycollect", "gloo") if init_gloo else ("pycollect",)
@@ -109,7 +109,8 @@ class RankPool:
         for rank in range(world_size):
             parent, child = ctx.Pipe()
             p = ctx.Process(target=_worker, args=(rank, world_size, port, child, dict(env or {}), backends,
-                                                  op_timeout, master_addr, hosts[rank]), daemon=True)
+                                                  op_timeout, master_addr, hosts[rank], dict(os.environ)),
+                            daemon=True)
             p.start()
             self._conns.append(parent)
             self.procs.append(p)
