@@ -487,6 +487,31 @@ def case_default_group_env(port):
                 counters=counters, released=released)
 
 
+def case_abort_while_blocked():
+    """Rank 0 issues an all-reduce that the others never join, then aborts the group as
+    torch does (ProcessGroup.abort): abort returns at once and the blocked call raises."""
+    rank = dist.get_rank()
+    pg = dist.new_group(backend="pycollect")
+    out = {}
+    if rank == 0:
+        w = dist.all_reduce(torch.ones(1 << 20), group=pg, async_op=True)
+        time.sleep(0.3)
+        t0 = time.monotonic()
+        pg.abort()
+        out["abort_s"] = time.monotonic() - t0
+        t0 = time.monotonic()
+        try:
+            w.wait()
+            out["wait"] = "no error"
+        except Exception as e:  # noqa: BLE001 - the test reads it
+            out["wait"] = f"{type(e).__name__}: {e}"
+        out["wait_s"] = time.monotonic() - t0
+    else:
+        time.sleep(0.6)  # until rank 0 aborted: its links close, so this group is gone here too
+    dist.destroy_process_group(pg)
+    return out
+
+
 # -- tests -----------------------------------------------------------------------------
 
 
@@ -585,6 +610,12 @@ def test_work_future_timeout_and_gil(pool3):
     assert r0["ticks_while_waiting"] > 1000, "the waiting thread held the GIL"
     assert r0["received"] and r0["success"]
     assert r0["engine"] == r1["engine"] == {"all_reduce": 1, "send/recv": 1}
+
+
+def test_abort_returns_at_once_and_the_blocked_call_raises(pool3):
+    out = pool3.run(case_abort_while_blocked)[0]
+    assert out["abort_s"] < 1.0 and out["wait_s"] < 1.0, out
+    assert out["wait"].startswith("GroupFailedError") and "all_reduce" in out["wait"], out
 
 
 @pytest.mark.parametrize("size", [2, 3])
