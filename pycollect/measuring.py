@@ -76,12 +76,17 @@ def buffers(op: str, count: int, n: int, dtype, device: str = "cpu"):
     return torch.zeros(count, dtype=dtype, device=device), None
 
 
+_OP_FUNCTIONS: dict = {}  # op name -> pycollect function, filled on first use (the engine loads then)
+
+
 def op_function(op: str):
     """The public pycollect function behind an op name of OPS."""
-    from . import api
+    if not _OP_FUNCTIONS:
+        from . import api
 
-    return {"all_reduce": api.all_reduce, "all_gather": api.all_gather_into_tensor,
-            "reduce_scatter": api.reduce_scatter_tensor, "broadcast": api.broadcast}[op]
+        _OP_FUNCTIONS.update(all_reduce=api.all_reduce, all_gather=api.all_gather_into_tensor,
+                             reduce_scatter=api.reduce_scatter_tensor, broadcast=api.broadcast)
+    return _OP_FUNCTIONS[op]
 
 
 def run_op(op: str, a, b, group=None, algo: Optional[str] = None) -> None:

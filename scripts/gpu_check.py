@@ -34,6 +34,7 @@ import io
 import json
 import multiprocessing as mp
 import os
+import queue
 import signal
 import statistics
 import sys
@@ -522,7 +523,7 @@ def run_limited(fn, args, limit: float):
             try:
                 kind, payload = out.get(timeout=max(0.05, min(0.5, deadline - time.monotonic())))
                 break
-            except Exception:  # noqa: BLE001 - queue.Empty: keep waiting
+            except queue.Empty:
                 if time.monotonic() >= deadline:
                     raise TimeoutError(f"stopped after {limit:.0f} s (the step's limit)") from None
                 if not p.is_alive() and out.empty():
@@ -630,6 +631,7 @@ def step_nccl(a, env):
 
 
 def step_bench(a, env):
+    _hang_if("bench", a.hang)
     log = io.StringIO()
     rows, table = bench(a.dry_run, log)
     lines = [table]
@@ -645,11 +647,6 @@ def step_bench(a, env):
 STEP_FUNCTIONS = {"smoke": step_smoke, "correctness": step_correctness, "torch_backend": step_torch_backend,
                   "training": step_training, "max_connections": step_max_connections, "nccl": step_nccl,
                   "bench": step_bench}
-
-
-def _bench_step_with_hang(a, env):
-    _hang_if("bench", a.hang)
-    return step_bench(a, env)
 
 
 def main(argv=None) -> int:
@@ -709,7 +706,7 @@ def main(argv=None) -> int:
             save()
             continue
         limit = min(limits.get(name, a.limit), left)
-        fn = _bench_step_with_hang if name == "bench" else STEP_FUNCTIONS[name]
+        fn = STEP_FUNCTIONS[name]
         s0 = time.monotonic()
         try:
             passed, summary, data = run_limited(fn, (a, env), limit)

@@ -18,7 +18,6 @@ pycollect.netns host instead of loopback (tests/netns_hosts.py).
 """
 from __future__ import annotations
 
-import multiprocessing as mp
 import os
 import traceback
 from typing import Any, Callable, List, Tuple

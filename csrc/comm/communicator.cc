@@ -117,8 +117,7 @@ void Communicator::checkPeer(int peer, const char* what) const {
 // The header carries the algorithm that runs, so ranks that chose differently (e.g. a
 // different PYCOLLECT_ALGO) fail with a mismatch instead of hanging. `bytes` is what one
 // run of the algorithm moves: the call's, or one staged piece's (communicator_staged.cc).
-WireHeader Communicator::allReduceHeader(size_t count, DType dtype, ReduceOp op, Algo algo,
-                                                          size_t bytes) {
+WireHeader Communicator::allReduceHeader(size_t count, DType dtype, ReduceOp op, Algo algo, size_t bytes) {
   Algo chosen = chooseAlgo(algo, bytes);
   checkAllreduceAlgo(chosen, "all_reduce");
   WireHeader h = makeHeader(OpKind::kAllReduce, dtype, op, count, -1);

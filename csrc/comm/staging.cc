@@ -112,8 +112,6 @@ Staging::Staging(std::unique_ptr<Device> device, StagingOptions options)
       s.filled = device_->createEvent();
       s.drained = device_->createEvent();
       s.data = static_cast<char*>(device_->allocPinned(options_.slotBytes));
-      s.bytes = options_.slotBytes;
-      pinnedBytes_ += options_.slotBytes;
     }
   } catch (...) {
     release();
@@ -160,7 +158,6 @@ void Staging::release() {
     if (s.drained != 0) quietly([&] { device_->destroyEvent(s.drained); });
   }
   slots_.clear();
-  pinnedBytes_ = 0;
   if (marker_ != 0) quietly([&] { device_->destroyEvent(marker_); });
   for (StreamHandle s : {toHost_, toDevice_}) {
     if (s != 0) quietly([&] { device_->destroyStream(s); });
@@ -219,11 +216,14 @@ void Staging::drain() {
   // and the caller's error (which names its call) must not be replaced by this one.
   for (StreamHandle s : {toHost_, toDevice_}) {
     if (s == 0) continue;
-    for (bool recorded = false;;) {
+    try {
+      device_->record(marker_, s);
+    } catch (const DeviceError&) {
+      continue;
+    }
+    for (;;) {
       bool done = true;
       try {
-        if (!recorded) device_->record(marker_, s);
-        recorded = true;
         done = device_->query(marker_);
       } catch (const DeviceError&) {
       }

@@ -93,7 +93,7 @@ class Staging {
   uint32_t nextSeq() { return sync_->issued.fetch_add(1) + 1; }
   const StagingOptions& options() const { return options_; }
   // Pinned bytes held: slots x slotBytes, from construction to the end.
-  size_t pinnedBytes() const { return pinnedBytes_; }
+  size_t pinnedBytes() const { return slots_.size() * options_.slotBytes; }
 
   // Worker thread (or the inline caller): runs the call on the host to its end, and
   // returns once its last copies to device memory are queued: they complete later, then
@@ -107,8 +107,7 @@ class Staging {
 
  private:
   struct Slot {
-    char* data = nullptr;
-    size_t bytes = 0;
+    char* data = nullptr;     // options_.slotBytes of pinned memory
     EventHandle filled = 0;   // its device->host copies are done
     EventHandle drained = 0;  // its host->device copies are done
     bool draining = false;    // a host->device copy from it was queued
@@ -125,7 +124,6 @@ class Staging {
   StreamHandle toHost_ = 0, toDevice_ = 0;  // the copy streams, one per direction
   EventHandle marker_ = 0;                  // drain()'s: recorded on each stream in turn
   std::vector<Slot> slots_;
-  size_t pinnedBytes_ = 0;
 };
 
 }  // namespace pycollect

@@ -97,9 +97,13 @@ HostDevice::~HostDevice() {
   for (uint32_t* f : flags_) std::free(f);
 }
 
+void HostDevice::throwIfSticky() const {
+  if (!sticky_.empty()) throw DeviceError("host device: " + sticky_ + " (a sticky error)");
+}
+
 HostDevice::Stream& HostDevice::stream(StreamHandle handle) {
   std::lock_guard<std::mutex> lock(mu_);
-  if (!sticky_.empty()) throw DeviceError("host device: " + sticky_ + " (a sticky error)");
+  throwIfSticky();
   if (handle >= streams_.size() || streams_[handle] == nullptr) {
     throw DeviceError("host device: no stream " + std::to_string(handle));
   }
@@ -218,7 +222,7 @@ bool HostDevice::query(EventHandle event) {
   std::shared_ptr<Mark> mark;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    if (!sticky_.empty()) throw DeviceError("host device: " + sticky_ + " (a sticky error)");
+    throwIfSticky();
     if (event < 1 || event > events_.size()) {
       throw DeviceError("host device: no event " + std::to_string(event));
     }

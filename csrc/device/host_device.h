@@ -78,6 +78,7 @@ class HostDevice : public Device {
 
  private:
   Stream& stream(StreamHandle handle);  // raises the sticky error, if the device has one
+  void throwIfSticky() const;  // under mu_
   void synchronizeAll(const char* what);  // every stream ran what is queued (bounded)
   void copy(void* dst, const void* src, size_t bytes, StreamHandle stream);
 

@@ -19,7 +19,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Sequence, Tuple
 
-from ..tuning import DEFAULT_PATH, Params, crossovers, engine_choice, parse_rate, parse_time, predict
+from ..tuning import DEFAULT_PATH, FORMULAS, Params, crossovers, engine_choice, parse_rate, parse_time, predict
 from .fit import samples_from_bench
 from .measure import Row
 
@@ -204,8 +204,6 @@ class PredictionRow:
 def prediction_table(op: str, nbytes: float, worlds: Sequence[int], algos: Sequence[str],
                      params: Params) -> List[PredictionRow]:
     """Predicted time of each algorithm at each world size, the best, and the crossovers."""
-    from ..tuning import FORMULAS
-
     for a in algos:
         if a not in FORMULAS[op]:
             raise ValueError(f"the model knows no {op} algorithm {a!r}; choose from {', '.join(FORMULAS[op])}")
