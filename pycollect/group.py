@@ -116,22 +116,59 @@ class ProcessGroup:
         self._comm.set_auto_tables(self.auto["allreduce_auto"], self.auto["allgather_auto"])
 
     def _connect(self, host: str) -> None:
+        """Meet the other ranks in the store, then connect the mesh. Every store step is bound
+        by the group's timeout, even with the store's host stalled (a store client waits for
+        the store's own timeout, not ours): the exchange runs on a helper thread."""
+        addr, port = self._comm.listen(host)
+        seconds = self.timeout.total_seconds()
+        deadline = time.monotonic() + seconds
+        outcome: list = []
+
+        def exchange() -> None:
+            try:
+                outcome.append(self._exchange(f"{addr} {port}", deadline))
+            except BaseException as e:  # handed to the waiting thread
+                outcome.append(e)
+
+        helper = threading.Thread(target=exchange, name=f"pycollect-rendezvous-{self._prefix}", daemon=True)
+        helper.start()
+        helper.join(seconds + 1.0)
+        if not outcome:
+            raise CollectiveTimeoutError(
+                f"forming group {self.name} on rank {self.rank}: the rendezvous store did not answer within "
+                f"{seconds + 1.0:.1f} s (its host, global rank 0 or the MASTER_ADDR process, may be stalled or out of reach)")
+        if isinstance(outcome[0], BaseException):
+            raise outcome[0]
+        hosts, ports, token = outcome[0]
+        self._connect_mesh(hosts, ports, token)
+
+    def _exchange(self, address: str, deadline: float):
+        """Publish this rank's address (rank 0: the token, the model first), wait for every
+        rank's until `deadline`; (hosts, ports, token)."""
         store, p = self._store, self._prefix
         if self.rank == 0:
             store.set(f"{p}/token", str(secrets.randbits(63)))
             if self._uses_model():
                 self._publish_model()
-        addr, port = self._comm.listen(host)
-        store.set(f"{p}/addr/{self.rank}", f"{addr} {port}")
+        store.set(f"{p}/addr/{self.rank}", address)
+        keys = [f"{p}/addr/{r}" for r in range(self.size)]
+        try:
+            store.wait(keys, datetime.timedelta(seconds=max(0.001, deadline - time.monotonic())))
+        except Exception:  # noqa: BLE001 - the store's own timeout error: say who is missing
+            missing = [f"rank {r}" + (f" (global rank {self.ranks[r]})" if self.ranks[r] != r else "")
+                       for r in range(self.size) if not store.check([keys[r]])]
+            raise CollectiveTimeoutError(
+                f"forming group {self.name} on rank {self.rank}: {', '.join(missing) or 'a rank'} did not join within "
+                f"{self.timeout.total_seconds():.1f} s (stalled, dead, or not making this group)") from None
         hosts, ports = [], []
-        for r in range(self.size):
-            h, pt = store.get(f"{p}/addr/{r}").decode().rsplit(" ", 1)
+        for key in keys:
+            h, pt = store.get(key).decode().rsplit(" ", 1)
             hosts.append(h)
             ports.append(int(pt))
         token = int(store.get(f"{p}/token").decode())
         if self._uses_model():
             self._adopt_model()
-        self._connect_mesh(hosts, ports, token)
+        return hosts, ports, token
 
     def _connect_mesh(self, hosts: List[str], ports: List[int], token: int) -> None:
         """Connect the mesh on a helper thread (the engine releases the GIL) while this one

@@ -487,9 +487,9 @@ def case_default_group_env(port):
                 counters=counters, released=released)
 
 
-def case_abort_while_blocked():
-    """Rank 0 issues an all-reduce that the others never join, then aborts the group as
-    torch does (ProcessGroup.abort): abort returns at once and the blocked call raises."""
+def case_abort_while_blocked(method: str):
+    """Rank 0 issues an all-reduce that the others never join, then ends the group as torch
+    does (ProcessGroup.abort or .shutdown): that returns at once and the blocked call raises."""
     rank = dist.get_rank()
     pg = dist.new_group(backend="pycollect")
     out = {}
@@ -497,7 +497,7 @@ def case_abort_while_blocked():
         w = dist.all_reduce(torch.ones(1 << 20), group=pg, async_op=True)
         time.sleep(0.3)
         t0 = time.monotonic()
-        pg.abort()
+        getattr(pg, method)()
         out["abort_s"] = time.monotonic() - t0
         t0 = time.monotonic()
         try:
@@ -612,8 +612,9 @@ def test_work_future_timeout_and_gil(pool3):
     assert r0["engine"] == r1["engine"] == {"all_reduce": 1, "send/recv": 1}
 
 
-def test_abort_returns_at_once_and_the_blocked_call_raises(pool3):
-    out = pool3.run(case_abort_while_blocked)[0]
+@pytest.mark.parametrize("method", ["abort", "shutdown"])
+def test_abort_returns_at_once_and_the_blocked_call_raises(pool3, method):
+    out = pool3.run(case_abort_while_blocked, method)[0]
     assert out["abort_s"] < 1.0 and out["wait_s"] < 1.0, out
     assert out["wait"].startswith("GroupFailedError") and "all_reduce" in out["wait"], out
 

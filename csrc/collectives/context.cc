@@ -107,9 +107,11 @@ void Context::waitFor(const std::function<bool()>& done, const std::string& what
   if (done()) return;
   waitUntil(transport_, done, deadline_, [&] {
     double waited = std::chrono::duration<double>(Clock::now() - start_).count();
+    char buf[64];
+    std::snprintf(buf, sizeof(buf), "%.1f", waited);
     return std::string(opKindName(static_cast<OpKind>(call.kind))) + " (call #" +
            std::to_string(call.seq) + ") on rank " + std::to_string(rank) + " timed out after " +
-           std::to_string(static_cast<int>(waited)) + " s waiting to " + what;
+           buf + " s waiting to " + what;
   });
 }
 

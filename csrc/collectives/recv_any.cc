@@ -43,7 +43,9 @@ int recvAny(Context& ctx, void* data, size_t count, DType dtype, int tag,
     return false;
   };
   ctx.setStep("recv", 0, 1);
-  ctx.waitFor(arrived, "receive a send with tag " + std::to_string(tag) + " from any rank");
+  std::string senders;  // a timeout names every rank it waited on
+  for (int p : peers) senders += (senders.empty() ? "rank " : " or rank ") + std::to_string(p);
+  ctx.waitFor(arrived, "receive a send with tag " + std::to_string(tag) + " from any source: " + senders);
   HeaderRecv r;
   inbox.receive(ctx.link(from), r);  // takes the prefetched header over
   const WireHeader& h = r.header();

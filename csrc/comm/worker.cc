@@ -127,15 +127,23 @@ void Communicator::runP2P(PendingP2P& p) {
 
 void Communicator::failRunning(const std::shared_ptr<Work>& work, const std::exception& e) {
   bool stopping;
+  std::string earlier;  // abort() failed the group first: what broke this op is its doing
   {
     std::lock_guard<std::mutex> lock(mu_);
     stopping = stopping_;
+    earlier = failure_;
   }
   bool own = !work->isCompleted();  // a p2p failure found by reapP2P finished its own work
   if (own) {
-    work->finish(stopping ? std::make_exception_ptr(GroupFailedError(
-                                "process group was destroyed while " + work->what() + " was running"))
-                          : std::current_exception());
+    if (stopping) {
+      work->finish(std::make_exception_ptr(GroupFailedError(
+          "process group was destroyed while " + work->what() + " was running")));
+    } else if (!earlier.empty()) {
+      work->finish(std::make_exception_ptr(GroupFailedError(
+          work->what() + " did not complete: the process group failed: " + earlier)));
+    } else {
+      work->finish(std::current_exception());
+    }
   }
   std::string message = own ? work->what() + ": " + e.what() : std::string(e.what());
   failWith(stopping ? "process group was destroyed" : message);

@@ -292,9 +292,10 @@ class PyCollectProcessGroup(dist.ProcessGroup):
 
     # -- teardown ----------------------------------------------------------------
     def shutdown(self) -> None:
-        """Called by dist.destroy_process_group: settle queued Works, close the links."""
-        self._completer.close()
+        """Called by dist.destroy_process_group: close the links (a call still blocked raises
+        at once: the group was destroyed), then settle the Works torch holds."""
         api.unregister_group(self._engine)
+        self._completer.close()
 
     def abort(self) -> None:
         api.unregister_group(self._engine)

@@ -1,0 +1,163 @@
+"""Worker side of the fault matrix (tests/test_deadlines.py): every path on which a rank can
+block, each on a group of its own over all the pool's ranks, each looping on a thread of
+its own, so that one fault (a stopped, killed or cut-off rank) is seen by every path at once.
+
+    case_start_paths(paths, timeout_s)   # forms one group per path, starts the loops
+    case_fewest_calls()                  # > 0: every loop is running
+    case_path_outcomes(wait_s)           # {path: (error class, message, wall time) or None}
+    case_rendezvous(name, timeout_s)     # forms one more group: the wait for a peer that never comes
+
+A path's loop ends at its first error; its outcome is what it raised and when.
+"""
+from __future__ import annotations
+
+import datetime
+import threading
+import time
+
+import torch
+
+import pycollect as pc
+
+# path -> the transport its group asks for (None: the environment's, auto by default)
+PATHS = {
+    "ring_tcp": "tcp",     # a large all-reduce on TCP links, run inline by the caller
+    "ring_shm": "shm",     # the same on shared-memory links
+    "inline": None,        # 8 bytes: the small-call path
+    "queued": None,        # async calls queued behind each other on the worker, then wait()
+    "send_recv": None,     # each rank sends to its right, receives from its left
+    "recv_any": None,      # ... received from any source
+    "staged": None,        # device tensors staged through pinned memory (the host device here)
+}
+_outcomes: dict = {}
+_calls: dict = {}
+_threads: list = []
+_groups: list = []
+
+
+def _group(name: str, transport, timeout_s: float):
+    import pycollect.api as api
+    from pycollect.group import ProcessGroup
+    from pycollect.options import Options
+
+    options = Options.from_env()
+    if transport is not None:
+        options = Options(**{**options.__dict__, "transport": transport})
+    g = ProcessGroup(name, api._store, range(pc.get_world_size()), pc.get_rank(),
+                     datetime.timedelta(seconds=timeout_s), api._host, options)
+    pc.register_group(g)
+    return g
+
+
+def _loop(path: str, g) -> None:
+    n, r = g.size, g.rank
+    right, left = (r + 1) % n, (r - 1) % n
+    big = torch.ones(1 << 20)
+    small = torch.ones(2)
+    if path == "staged":
+        g.use_host_device()
+    if path in ("ring_tcp", "ring_shm", "staged"):
+        step = lambda: pc.all_reduce(big, group=g)  # noqa: E731
+    elif path == "inline":
+        step = lambda: pc.all_reduce(small, group=g)  # noqa: E731
+    elif path == "queued":
+        def step():
+            works = [pc.all_reduce(big, group=g, async_op=True) for _ in range(3)]
+            for w in works:
+                w.wait()
+    elif path == "send_recv":
+        inbox = torch.empty(1 << 18)
+
+        def step():
+            w = pc.isend(big[: 1 << 18], g.ranks[right], group=g)
+            pc.recv(inbox, g.ranks[left], group=g)
+            w.wait()
+    else:  # recv_any
+        inbox = torch.empty(1 << 10)
+
+        def step():
+            w = pc.isend(big[: 1 << 10], g.ranks[right], group=g, tag=7)
+            pc.recv(inbox, None, group=g, tag=7)
+            w.wait()
+    _calls[path] = 0
+    try:
+        while True:
+            step()
+            _calls[path] += 1
+    except BaseException as e:  # noqa: BLE001 - the outcome is what this path raised
+        _outcomes[path] = (type(e).__name__, str(e), time.time(), _calls[path])
+
+
+def case_start_paths(paths, timeout_s: float) -> dict:
+    """Form a group per path (in this order on every rank), start its loop; the links each uses."""
+    kinds = {}
+    for path in paths:
+        g = _group(f"dl-{path}", PATHS[path], timeout_s)
+        _groups.append(g)
+        kinds[path] = sorted(set(g.transport_info().values()))
+    for path, g in zip(paths, _groups):
+        t = threading.Thread(target=_loop, args=(path, g), name=f"path-{path}", daemon=True)
+        t.start()
+        _threads.append(t)
+    return kinds
+
+
+def case_fewest_calls() -> int:
+    """The fewest calls any path of this rank has completed so far."""
+    return min(_calls.get(t.name[len("path-"):], 0) for t in _threads)
+
+
+def case_path_outcomes(wait_s: float) -> dict:
+    """Each path's (error class, message, wall time, calls made), once every loop ended or
+    `wait_s` passed; a loop still running has None."""
+    deadline = time.monotonic() + wait_s
+    for t in _threads:
+        t.join(max(0.0, deadline - time.monotonic()))
+    paths = [t.name[len("path-"):] for t in _threads]
+    return {p: _outcomes.get(p) for p in paths}
+
+
+def case_rendezvous(name: str, timeout_s: float):
+    """Form one more group over every rank: (error class, message, seconds it took) or None."""
+    t0 = time.monotonic()
+    try:
+        _group(name, None, timeout_s)
+    except BaseException as e:  # noqa: BLE001
+        return type(e).__name__, str(e), time.monotonic() - t0
+    return None
+
+
+def case_destroy_while_blocked(how: str) -> dict:
+    """Rank 0 blocks in an all-reduce that rank 1 never joins (inline, on the calling thread;
+    or queued: async, then wait()), and another thread ends the group with
+    `how` ("destroy": pc.destroy_process_group(g); "abort": the group's abort): how long
+    that took, and what the blocked call raised, how soon."""
+    g = _group(f"end-{how}", None, 60.0)
+    out: dict = {}
+    if g.rank == 0:
+        def end():
+            time.sleep(0.3)
+            t0 = time.monotonic()
+            if how == "destroy":
+                pc.destroy_process_group(g)
+            else:
+                g.abort("aborted by the test")
+            out["end_s"] = time.monotonic() - t0
+            out["ended"] = time.monotonic()
+
+        t = threading.Thread(target=end)
+        t.start()
+        try:
+            pc.all_reduce(torch.ones(1 << 20), group=g)
+            out["call"] = "no error"
+        except Exception as e:  # noqa: BLE001 - the test reads it
+            out["call"] = f"{type(e).__name__}: {e}"
+        out["raised"] = time.monotonic()
+        t.join()
+        out["call_s"] = out["raised"] - out.pop("ended") if "ended" in out else None
+        del out["raised"]
+    else:
+        time.sleep(1.0)  # rank 0 ended the group: its links are closed
+    if how != "destroy" or g.rank != 0:
+        pc.destroy_process_group(g)
+    return out

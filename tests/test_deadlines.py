@@ -1,0 +1,124 @@
+"""The fault matrix: every wait honours the group's timeout. Each path a rank can block on
+(tests/deadline_cases.py: a large all-reduce on TCP and on shared memory, the small inline
+call, queued async calls, send/recv, recv from any source, the staged device path, and the
+rendezvous of a new group) loops on its own group while one fault strikes: a rank stopped
+with SIGSTOP (the store's host: its store stalls too), a rank killed, a cable cut between
+namespace hosts with no shared memory between them, and one cut between two hosts of two
+ranks each (shared memory inside a host, TCP between). Every rank that is still running
+raises a pycollect error naming a rank within the group timeout + 5 s of the fault, and a
+later group never waits longer than its timeout for a rank that is gone."""
+import os
+import re
+import signal
+import time
+
+import pytest
+import deadline_cases as dc
+from rank_pool import RankPool
+
+TIMEOUT_S = 2.0
+BOUND_S = TIMEOUT_S + 5.0
+ERRORS = {"CollectiveTimeoutError", "PeerLostError", "GroupFailedError"}
+
+
+def _check(outcomes: dict, rank: int, since: float, names=None, bound: float = BOUND_S) -> None:
+    """Every path of `rank` raised a pycollect error within `bound` s of `since`, naming a
+    rank (`names`: that one)."""
+    for path, outcome in outcomes.items():
+        assert outcome is not None, f"rank {rank}, path {path}: still running {bound:g} s after the fault"
+        name, msg, at, calls = outcome
+        where = f"rank {rank}, path {path}: {name}: {msg}"
+        assert calls > 0, f"{where} (no call completed before the fault)"
+        assert name in ERRORS, where
+        assert re.search(r"\brank \d" if names is None else rf"\brank {names}\b", msg), f"{where} names no rank"
+        assert at - since < bound, f"{where}: raised {at - since:.1f} s after the fault (bound {bound:g} s)"
+
+
+def _check_rendezvous(outcome, rank: int, names: str) -> None:
+    assert outcome is not None, f"rank {rank}: a group formed without the lost rank"
+    name, msg, took = outcome
+    assert name == "CollectiveTimeoutError", f"rank {rank}: {name}: {msg}"
+    assert re.search(names, msg), f"rank {rank}: {msg}"
+    assert took < BOUND_S, f"rank {rank}: forming the group took {took:.1f} s (bound {BOUND_S:g} s): {msg}"
+
+
+def _ended_at_once(pool) -> None:
+    """pc.destroy_process_group and a group's abort, called while a call blocks on another
+    thread: each returns within a second, and the blocked call raises within one too."""
+    for how in ("destroy", "abort"):
+        out = pool.run(dc.case_destroy_while_blocked, how)[0]
+        assert out["end_s"] < 1.0 and out["call_s"] is not None and out["call_s"] < 1.0, (how, out)
+        assert out["call"].startswith(("GroupFailedError", "PeerLostError")) and "all_reduce" in out["call"], (how, out)
+
+
+def _start(pool, paths) -> float:
+    pool.run(dc.case_start_paths, list(paths), TIMEOUT_S)
+    deadline = time.monotonic() + 20
+    while min(pool.run(dc.case_fewest_calls)) == 0:  # every loop is running
+        assert time.monotonic() < deadline, "a path made no call in 20 s"
+        time.sleep(0.1)
+    return time.time()
+
+
+def test_stopped_store_host():
+    """SIGSTOP on rank 0, which holds the store: rank 1 raises on every path naming rank 0,
+    a new group does not wait on the silent store past its timeout, and rank 0, continued,
+    finds every group failed at once."""
+    with RankPool(2, init_gloo=False, timeout=60) as pool:
+        _start(pool, dc.PATHS)
+        os.kill(pool.procs[0].pid, signal.SIGSTOP)
+        stopped = time.time()
+        try:
+            (ok, outcomes), = pool.run_raw(dc.case_path_outcomes, BOUND_S + 1, ranks=[1], timeout=30)
+            assert ok, outcomes
+            _check(outcomes, 1, stopped, names=0)
+            (ok, rendezvous), = pool.run_raw(dc.case_rendezvous, "late", TIMEOUT_S, ranks=[1], timeout=30)
+            assert ok, rendezvous
+            _check_rendezvous(rendezvous, 1, "rendezvous store did not answer")
+        finally:
+            os.kill(pool.procs[0].pid, signal.SIGCONT)
+        continued = time.time()
+        (ok, outcomes), = pool.run_raw(dc.case_path_outcomes, BOUND_S + 1, ranks=[0], timeout=30)
+        assert ok, outcomes
+        _check(outcomes, 0, continued, names=1)
+
+
+def test_killed_rank():
+    with RankPool(2, init_gloo=False, timeout=60) as pool:
+        _ended_at_once(pool)
+        _start(pool, dc.PATHS)
+        pool.kill(1)
+        killed = time.time()
+        (ok, outcomes), = pool.run_raw(dc.case_path_outcomes, BOUND_S + 1, ranks=[0], timeout=30)
+        assert ok, outcomes
+        _check(outcomes, 0, killed, names=1)
+        (ok, rendezvous), = pool.run_raw(dc.case_rendezvous, "late", TIMEOUT_S, ranks=[0], timeout=30)
+        assert ok, rendezvous
+        _check_rendezvous(rendezvous, 0, r"rank 1 did not join")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("layout", [(0, 1), (0, 0, 1, 1)], ids=["1+1 ranks", "2+2 ranks, shm inside a host"])
+def test_cut_cable(netns_hosts4, layout):
+    """Host 1's cable is pulled: the ranks on both sides raise on every path (those on one
+    host wait on each other over shared memory while another waits on the cable), and a new
+    group fails on each side: on host 0 naming the ranks of host 1, on host 1 the store."""
+    hosts = netns_hosts4
+    paths = [p for p in dc.PATHS if p != "ring_shm"]  # the hosts share no memory
+    with RankPool(len(layout), netns=[hosts.names[h] for h in layout], master_addr=hosts.addrs[0],
+                  init_gloo=False, timeout=60) as pool:
+        _start(pool, paths)
+        hosts.set_link(1, up=False)
+        cut = time.time()
+        try:
+            results = pool.run_raw(dc.case_path_outcomes, BOUND_S + 1, timeout=30)
+            for r, (ok, outcomes) in enumerate(results):
+                assert ok, outcomes
+                _check(outcomes, r, cut)
+            far = "|".join(f"rank {r}" for r, h in enumerate(layout) if h == 1)
+            for r, (ok, rendezvous) in enumerate(pool.run_raw(dc.case_rendezvous, "late", TIMEOUT_S, timeout=30)):
+                assert ok, rendezvous
+                _check_rendezvous(rendezvous, r, rf"({far}).* did not join" if layout[r] == 0
+                                  else "rendezvous store did not answer")
+        finally:
+            hosts.set_link(1, up=True)
