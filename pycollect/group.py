@@ -10,7 +10,7 @@ import threading
 import time
 from typing import Dict, List, Optional, Sequence
 
-from . import _C
+from . import _C, flight
 from ._buffers import copy_into
 from .tuning import DEFAULT_SEGMENT_BYTES, ENGINE_ALGOS, Params, auto_table
 from .errors import (CollectiveTimeoutError, DeviceError, GroupFailedError, MismatchError, PeerLostError,
@@ -33,7 +33,7 @@ def _comm_options(timeout: datetime.timedelta, options: Options, size: int) -> "
     o.spin_us = default_spin_us(local) if options.spin_us is None else options.spin_us
     o.shm_single_copy_bytes = default_single_copy_bytes(local)
     for name in ("segment_bytes", "inflight", "direct_max_bytes", "socket_buffer", "link_timeout", "secret",
-                 "transport", "host_tag", "staging_bytes", "shm_single_copy_bytes"):
+                 "transport", "host_tag", "staging_bytes", "shm_single_copy_bytes", "flight_entries"):
         value = getattr(options, name)
         if value is not None:
             setattr(o, name, value)
@@ -89,6 +89,8 @@ class ProcessGroup:
         self._lock = threading.Lock()  # threads may submit on one group at once
         self._published = False   # this rank's failure is in the store
         self._store_silent = False  # the store did not answer while explaining a failure
+        self._flight_path: Optional[str] = None  # this rank's flight record, once written
+        self._token = 0
         self.cuda_device: Optional[int] = None  # the CUDA device its CUDA tensors live on (first use)
         self.host_device = False  # tests: CPU tensors take the staged path (use_host_device)
         self.host_stream_wait = False  # tests: wait() on them makes the host device's stream wait
@@ -140,6 +142,7 @@ class ProcessGroup:
         if isinstance(outcome[0], BaseException):
             raise outcome[0]
         hosts, ports, token = outcome[0]
+        self._token = token
         self._connect_mesh(hosts, ports, token)
 
     def _exchange(self, address: str, deadline: float):
@@ -311,7 +314,14 @@ class ProcessGroup:
         The store may be unreachable (its host is the one that failed, or a cut cable is
         between us), and its client would then wait for the store's own timeout: so the
         exchange runs on a helper thread and gets `wait_s` + 1 s, after which the error
-        is raised as it is, and the store is not asked again for this group."""
+        is raised as it is, and the store is not asked again for this group.
+
+        This rank's flight record is written first (once per group) and named at the end."""
+        flown = self._record_flight(error)
+        explained = self._explained(error, wait_s)
+        return type(explained)(f"{explained}{flown}") if flown else explained
+
+    def _explained(self, error: PyCollectError, wait_s: float) -> PyCollectError:
         if self._store_silent:
             return error
         outcome: list = []
@@ -324,6 +334,22 @@ class ProcessGroup:
         self._store_silent = True
         return type(error)(f"{error}; the rendezvous store did not answer within {wait_s + 1.0:.1f} s, "
                            "so what the other ranks saw is unknown")
+
+    def _record_flight(self, error: PyCollectError) -> str:
+        """Write the flight recorder's ring (pycollect/flight.py) the first time the group
+        fails here; what to add to the error: the file, and how to read them all."""
+        if self._flight_path is None:
+            where = flight.directory(self.options.flight_dir, f"{self._token:016x}")
+            try:
+                self._flight_path = flight.dump(where, self._prefix, self.rank, self.ranks,
+                                                self._comm.flight_record(), error)
+            except OSError as e:
+                self._flight_path = ""
+                return f"; the flight record could not be written to {where}: {e}"
+        if not self._flight_path:
+            return ""
+        return (f"; flight record: {self._flight_path} (`pycollect flight {os.path.dirname(self._flight_path)}` "
+                "reads every rank's)")
 
     def _explain_now(self, error: PyCollectError, wait_s: float) -> PyCollectError:
         if not self._publish(error) or not isinstance(error, PeerLostError) or self.size <= 1:

@@ -23,6 +23,8 @@
 | PYCOLLECT_SHM_SINGLE_COPY_BYTES | shared memory: sends of at least this many bytes are read from the sender's memory (one copy), smaller ones go through the ring (two, on two cores) (> 0) | 1 MiB when this host's ranks fit its cores, else 64 KiB |
 | PYCOLLECT_HOST_TAG          | appended to this rank's host identity: ranks with different tags never share memory (tests, or hosts that share a boot id) | none |
 | PYCOLLECT_TRACE             | 1: record engine events for every call (pc.take_trace, docs/traces.md); 0: only inside pc.tracing() | 0 |
+| PYCOLLECT_FLIGHT_DIR        | where each rank writes its flight record when a call fails (`pycollect flight DIR` reads them; docs/flight.md) | a directory under the system's temp dir, named in the error |
+| PYCOLLECT_FLIGHT_ENTRIES    | calls each group's flight recorder keeps (0: off)       | 1024              |
 """
 from __future__ import annotations
 
@@ -46,11 +48,12 @@ _INTEGERS = {
     "PYCOLLECT_SPIN_US": ("spin_us", 0),
     "PYCOLLECT_STAGING_BYTES": ("staging_bytes", 1),
     "PYCOLLECT_SHM_SINGLE_COPY_BYTES": ("shm_single_copy_bytes", 1),
+    "PYCOLLECT_FLIGHT_ENTRIES": ("flight_entries", 0),
 }
 KNOWN = frozenset(_INTEGERS) | {"PYCOLLECT_ALGO", "PYCOLLECT_SOCKET_IFNAME", "PYCOLLECT_LINK_TIMEOUT",
                                  "PYCOLLECT_SECRET", "PYCOLLECT_SECRET_FILE", "PYCOLLECT_TRANSPORT",
                                  "PYCOLLECT_HOST_TAG", "PYCOLLECT_TRACE", "PYCOLLECT_MODEL",
-                                 "PYCOLLECT_BLOCKING_WAIT"}
+                                 "PYCOLLECT_BLOCKING_WAIT", "PYCOLLECT_FLIGHT_DIR"}
 TRANSPORTS = ("auto", "tcp", "shm")
 
 
@@ -74,6 +77,8 @@ class Options:
     trace: bool = False  # record engine events for every call
     model: Optional[str] = None  # PYCOLLECT_MODEL: a parameters file of pycollect.costmodel
     blocking_wait: bool = False  # PYCOLLECT_BLOCKING_WAIT: wait() on CUDA calls blocks the host
+    flight_dir: Optional[str] = None  # PYCOLLECT_FLIGHT_DIR: where flight records go on a failure
+    flight_entries: Optional[int] = None  # PYCOLLECT_FLIGHT_ENTRIES: the flight ring's size
 
     @classmethod
     def from_env(cls, environ: Optional[Mapping[str, str]] = None) -> "Options":
@@ -114,6 +119,9 @@ class Options:
             if transport not in TRANSPORTS:
                 raise ValueError(f"PYCOLLECT_TRANSPORT={transport!r} must be one of {', '.join(TRANSPORTS)}")
             values["transport"] = transport
+        flight_dir = env.get("PYCOLLECT_FLIGHT_DIR", "").strip()
+        if flight_dir:
+            values["flight_dir"] = flight_dir
         tag = env.get("PYCOLLECT_HOST_TAG", "").strip()
         if tag:
             values["host_tag"] = tag

@@ -161,3 +161,27 @@ def case_destroy_while_blocked(how: str) -> dict:
     if how != "destroy" or g.rank != 0:
         pc.destroy_process_group(g)
     return out
+
+
+def case_flight_ring() -> list:
+    """A group whose flight recorder keeps 4 entries, after 3 all-reduces, a send/recv pair
+    and a broadcast: its ring, oldest first."""
+    import pycollect.api as api
+    from pycollect.group import ProcessGroup
+    from pycollect.options import Options
+
+    options = Options(**{**Options.from_env().__dict__, "flight_entries": 4})
+    g = ProcessGroup("ring4", api._store, range(pc.get_world_size()), pc.get_rank(),
+                     datetime.timedelta(seconds=30), api._host, options)
+    pc.register_group(g)
+    t = torch.ones(8)
+    for _ in range(3):
+        pc.all_reduce(t, group=g)
+    if g.rank == 0:
+        pc.send(t, 1, group=g, tag=5)
+    else:
+        pc.recv(t, 0, group=g, tag=5)
+    pc.broadcast(torch.ones(3, dtype=torch.float64), 1, group=g)
+    record = g._comm.flight_record()
+    pc.destroy_process_group(g)
+    return record

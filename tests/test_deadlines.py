@@ -14,6 +14,7 @@ import time
 
 import pytest
 import deadline_cases as dc
+from pycollect import flight
 from rank_pool import RankPool
 
 TIMEOUT_S = 2.0
@@ -51,6 +52,21 @@ def _ended_at_once(pool) -> None:
         assert out["call"].startswith(("GroupFailedError", "PeerLostError")) and "all_reduce" in out["call"], (how, out)
 
 
+def _flight_ring(pool) -> None:
+    """The flight recorder keeps the last N calls (here 4) with what they were and how they ended."""
+    for rank, record in enumerate(pool.run(dc.case_flight_ring)):
+        assert [e["id"] for e in record] == [1, 2, 3, 4], record
+        assert [e["op"] for e in record] == ["all_reduce", "all_reduce", "send/recv", "broadcast"]
+        assert all(e["state"] == "done" for e in record), record
+        assert [e["seq"] for e in record] == [1, 2, 0, 3], "collectives numbered per group, messages per pair"
+        p2p, bcast = record[2], record[3]
+        assert (p2p["peer"], p2p["send"], p2p["root"], p2p["count"]) == (1 - rank, rank == 0, 5, 8), p2p
+        assert (bcast["dtype"], bcast["count"], bcast["root"]) == ("float64", 3, 1), bcast
+        for e in record:
+            assert 0 < e["issued_us"] <= e["started_us"] <= e["ended_us"], e
+        assert record[0]["phase"] and record[0]["steps"] >= 1, record[0]
+
+
 def _start(pool, paths) -> float:
     pool.run(dc.case_start_paths, list(paths), TIMEOUT_S)
     deadline = time.monotonic() + 20
@@ -60,11 +76,12 @@ def _start(pool, paths) -> float:
     return time.time()
 
 
-def test_stopped_store_host():
+def test_stopped_store_host(tmp_path):
     """SIGSTOP on rank 0, which holds the store: rank 1 raises on every path naming rank 0,
     a new group does not wait on the silent store past its timeout, and rank 0, continued,
-    finds every group failed at once."""
-    with RankPool(2, init_gloo=False, timeout=60) as pool:
+    finds every group failed at once. Each error names rank 1's flight record, and the
+    records' verdict names rank 0 for every group."""
+    with RankPool(2, init_gloo=False, timeout=60, env={"PYCOLLECT_FLIGHT_DIR": str(tmp_path)}) as pool:
         _start(pool, dc.PATHS)
         os.kill(pool.procs[0].pid, signal.SIGSTOP)
         stopped = time.time()
@@ -72,6 +89,13 @@ def test_stopped_store_host():
             (ok, outcomes), = pool.run_raw(dc.case_path_outcomes, BOUND_S + 1, ranks=[1], timeout=30)
             assert ok, outcomes
             _check(outcomes, 1, stopped, names=0)
+            for path, (_, msg, _, _) in outcomes.items():
+                assert f"flight record: {tmp_path}" in msg, (path, msg)
+            records = flight.load(str(tmp_path))
+            assert len(records) == len(dc.PATHS)
+            for group, ranks in records.items():
+                lines, culprits = flight.verdict(ranks)
+                assert culprits == [0] and "rank 0 wrote no record" in "\n".join(lines), (group, lines)
             (ok, rendezvous), = pool.run_raw(dc.case_rendezvous, "late", TIMEOUT_S, ranks=[1], timeout=30)
             assert ok, rendezvous
             _check_rendezvous(rendezvous, 1, "rendezvous store did not answer")
@@ -86,6 +110,7 @@ def test_stopped_store_host():
 def test_killed_rank():
     with RankPool(2, init_gloo=False, timeout=60) as pool:
         _ended_at_once(pool)
+        _flight_ring(pool)
         _start(pool, dc.PATHS)
         pool.kill(1)
         killed = time.time()

@@ -30,7 +30,7 @@ LAYERS: List[List[str]] = [
     ["api"],                                   # init_process_group, all_reduce, ...
     ["rendezvous"],
     ["group"],                                 # ProcessGroup: owns one C++ Communicator
-    ["work", "_device"],
+    ["work", "_device", "flight"],             # ...; the flight recorder's files
     ["options"],
     ["tuning"],                                # what the engine needs of the cost model at run time
     ["_buffers", "errors"],

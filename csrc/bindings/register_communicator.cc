@@ -109,6 +109,7 @@ void registerCommunicator(py::module_& m) {
             o.shmSingleCopyBytes = v;
           })
       .def_readwrite("trace", &CommOptions::trace)
+      .def_readwrite("flight_entries", &CommOptions::flightEntries)
       .def_property(
           "staging_bytes", [](const CommOptions& o) { return o.staging.pieceBytes; },
           [](CommOptions& o, size_t v) {
@@ -365,6 +366,38 @@ void registerCommunicator(py::module_& m) {
                                   e.bytes);
         }
         return py::make_tuple(out, dropped);
+      })
+      // The flight recorder's entries, oldest first, each a dict (pycollect/flight.py).
+      .def("flight_record", [](Communicator& c) {
+        std::vector<flight::Record> records;
+        {
+          py::gil_scoped_release release;  // only the recorder's mutex is taken
+          records = c.flightRecord();
+        }
+        py::list out(records.size());
+        for (size_t i = 0; i < records.size(); ++i) {
+          const flight::Record& r = records[i];
+          py::dict d;
+          d["id"] = r.id;
+          d["seq"] = r.call.seq;
+          d["op"] = opKindName(static_cast<OpKind>(r.call.kind));
+          d["dtype"] = dtypeName(static_cast<DType>(r.call.dtype));
+          d["algo"] = algoName(static_cast<Algo>(r.call.algo));
+          d["root"] = r.call.root;
+          d["count"] = r.call.count;
+          d["peer"] = r.call.peer;
+          d["send"] = r.call.send;
+          d["state"] = flight::stateName(r.state);
+          d["phase"] = r.phase;
+          d["step"] = r.step;
+          d["steps"] = r.steps;
+          d["waiting_on"] = r.waitingOn;
+          d["issued_us"] = r.issuedUs;
+          d["started_us"] = r.startedUs;
+          d["ended_us"] = r.endedUs;
+          out[i] = d;
+        }
+        return out;
       });
 }
 

@@ -99,12 +99,14 @@ std::string Context::describeWait(const Link& l, const char* what) const {
 }
 
 void Context::wait(Link& l, const std::function<bool()>& done, const char* what) {
+  if (flight_ != nullptr) flight_->waiting(l.peer());
   waitUntil(transport_, done, deadline_, [&] { return describeWait(l, what); },
             std::chrono::microseconds(tunables.spinUs));
 }
 
 void Context::waitFor(const std::function<bool()>& done, const std::string& what) {
   if (done()) return;
+  if (flight_ != nullptr) flight_->waiting(flight::kAnyPeer);
   waitUntil(transport_, done, deadline_, [&] {
     double waited = std::chrono::duration<double>(Clock::now() - start_).count();
     char buf[64];

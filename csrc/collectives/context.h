@@ -18,6 +18,7 @@
 #include "collectives/wire_header.h"
 #include "common/clock.h"
 #include "common/types.h"
+#include "trace/flight.h"
 #include "trace/hooks.h"
 #include "transport/link.h"
 #include "transport/transport.h"
@@ -58,8 +59,11 @@ class Context {
     phase_ = phase;
     step_ = step;
     steps_ = steps;
+    if (flight_ != nullptr) flight_->step(phase, step, steps);
     if (trace::Recorder* r = trace::active()) trace::setUnit(*r, trace::Unit{phase, step, -1, -1});
   }
+  // The call's flight-recorder entry: steps and waits are written to it.
+  void setFlight(const flight::Mark* mark) { flight_ = mark; }
   // The unit the next posts and reductions belong to, for the trace only: pipelined
   // algorithms post ahead of the step they wait in, so they name each unit they post.
   void setUnit(const char* phase, int step, int64_t chunk, int64_t segment) {
@@ -116,6 +120,7 @@ class Context {
   Clock::time_point deadline_;
   Clock::time_point start_;
   std::vector<char>& scratch_;
+  const flight::Mark* flight_ = nullptr;
   const char* phase_ = "start";
   int step_ = 0, steps_ = 0;
 };

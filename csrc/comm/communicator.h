@@ -32,6 +32,7 @@
 #include "common/fork.h"
 #include "common/types.h"
 #include "device/host_device.h"
+#include "trace/flight.h"
 #include "trace/recorder.h"
 #include "transport/link.h"
 #include "transport/transport.h"
@@ -64,6 +65,7 @@ struct CommOptions {
   size_t shmSingleCopyBytes = kDefaultShmSingleCopyBytes;  // PYCOLLECT_SHM_SINGLE_COPY_BYTES
   StagingOptions staging;                          // device buffers (PYCOLLECT_STAGING_BYTES)
   bool trace = false;                              // PYCOLLECT_TRACE: trace every call
+  size_t flightEntries = 1024;                     // PYCOLLECT_FLIGHT_ENTRIES: the flight ring's size
 };
 
 // Where a call on device memory comes from: the CUDA device its buffers live on, and
@@ -177,6 +179,8 @@ class Communicator {
   // Bytes this rank has posted for sending on its links (headers included), as of the
   // last finished operation: the communication volume the engine measured.
   uint64_t bytesSent() const;
+  // The flight recorder's entries (trace/flight.h), oldest first: the last calls issued.
+  std::vector<flight::Record> flightRecord() const { return flight_.snapshot(); }
   // Fails the group from any thread (e.g. on Ctrl-C in a wait): records `reason` as
   // the failure, and shuts the links down so the peers learn of it at once.
   void abort(const std::string& reason);
@@ -207,6 +211,8 @@ class Communicator {
   using Op = std::variant<Collective, std::unique_ptr<PendingP2P>>;
   static WireHeader& headerOf(Op& op);
   static std::shared_ptr<Work>& workOf(Op& op);
+  // What the flight recorder keeps of a call being issued (numbered).
+  static flight::Call flightCall(Op& op);
 
   // Numbers the op, gives it its Work and queues it (or runs it inline, see
   // InlineScope); throws if the group failed.
@@ -302,6 +308,7 @@ class Communicator {
   std::map<std::string, uint64_t> calls_;
   std::atomic<bool> tracing_{false};
   trace::Recorder recorder_;
+  flight::Recorder flight_;
 };
 
 }  // namespace pycollect

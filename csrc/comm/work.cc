@@ -32,6 +32,7 @@ void Work::finish(std::exception_ptr error) {
     done_ = true;
     error_ = error;
   }
+  flight_.ended(error != nullptr);
   cv_.notify_all();
   finished(error != nullptr);
 }

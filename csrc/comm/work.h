@@ -6,6 +6,8 @@
 #include <mutex>
 #include <string>
 
+#include "trace/flight.h"
+
 namespace pycollect {
 
 class Work {
@@ -22,6 +24,9 @@ class Work {
 
   // The first call decides the outcome; later ones (a second error) are ignored.
   void finish(std::exception_ptr error);
+  // Its entry in the group's flight recorder (trace/flight.h): finish() ends it.
+  void setFlight(flight::Mark mark) { flight_ = mark; }
+  const flight::Mark& flight() const { return flight_; }
 
  protected:
   // Runs once, on the thread that finished the op, after waiters were woken.
@@ -33,6 +38,7 @@ class Work {
   std::condition_variable cv_;
   bool done_ = false;
   std::exception_ptr error_;
+  flight::Mark flight_;
 };
 
 }  // namespace pycollect

@@ -43,6 +43,24 @@ std::shared_ptr<Work>& Communicator::workOf(Op& op) {
   return std::get<Collective>(op).work;
 }
 
+flight::Call Communicator::flightCall(Op& op) {
+  const WireHeader& h = headerOf(op);
+  flight::Call c;
+  c.seq = h.seq;
+  c.kind = h.kind;
+  c.dtype = h.dtype;
+  c.algo = h.algo;
+  c.root = h.root;
+  c.count = h.count;
+  if (auto* p2p = std::get_if<std::unique_ptr<PendingP2P>>(&op)) {
+    c.peer = (*p2p)->peer;
+    c.send = (*p2p)->isSend;
+  } else if (h.kind == static_cast<uint8_t>(OpKind::kSend)) {
+    c.peer = flight::kAnyPeer;  // a recv from any source
+  }
+  return c;
+}
+
 std::shared_ptr<Work> Communicator::enqueue(Op op) {
   checkNotForked();
   std::unique_lock<std::mutex> lock(mu_);
@@ -64,6 +82,7 @@ std::shared_ptr<Work> Communicator::enqueue(Op op) {
   auto work = collective != nullptr && collective->makeWork ? collective->makeWork(std::move(what))
                                                             : std::make_shared<Work>(std::move(what));
   workOf(op) = work;
+  work->setFlight(flight_.issued(flightCall(op)));
   ++calls_[opKindName(static_cast<OpKind>(header.kind))];  // send and recv both count as "send/recv"
   if (collective != nullptr) collective->trace = tracing_.load(std::memory_order_relaxed);
   if (tInline && queue_.empty() && !driving_ && p2p_.empty()) {
@@ -90,8 +109,10 @@ std::shared_ptr<Work> Communicator::enqueue(Op op) {
 void Communicator::runCollective(Collective& c) {
   trace::Recorder::Scope traced(c.trace ? &recorder_ : nullptr, c.header.kind, c.header.seq);
   try {
+    c.work->flight().started();
     Context ctx(rank_, size_, *transport_, links_, inbox_, c.header, deadlineFromNow(c.timeoutSec),
                 options_.tunables, scratch_);
+    ctx.setFlight(&c.work->flight());
     c.run(ctx);
     ctx.drainSends();  // header sends of early-returning algorithms
     scratchBytes_.store(scratch_.capacity());
@@ -103,7 +124,11 @@ void Communicator::runCollective(Collective& c) {
 }
 
 void Communicator::postP2P(PendingP2P& p) {
-  if (!p.isSend) p.header.seq = recvSeq_[p.peer]++;
+  if (!p.isSend) {
+    p.header.seq = recvSeq_[p.peer]++;
+    p.work->flight().numbered(p.header.seq);
+  }
+  p.work->flight().started();
   p.post(links_[p.peer], inbox_, deadlineFromNow());
 }
 

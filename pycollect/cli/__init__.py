@@ -5,6 +5,7 @@
     pycollect memory    memory and communication planner
     pycollect trace     one collective traced step by step: Perfetto JSON and a PNG timeline
     pycollect model     the cost model: fit, validate, what-if
+    pycollect flight    the flight records of a failed group: who is behind, and where
 """
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ from typing import List, Optional
 # Each module exposes register(subparsers), which adds its subcommand with
 # set_defaults(func=run), run(args) -> exit code.
 SUBCOMMANDS = ("pycollect.cli.demo", "pycollect.cli.bench", "pycollect.cli.memory", "pycollect.cli.trace",
-               "pycollect.cli.model")
+               "pycollect.cli.model", "pycollect.cli.flight")
 
 
 def build_parser() -> argparse.ArgumentParser:

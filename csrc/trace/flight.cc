@@ -1,0 +1,120 @@
+#include "trace/flight.h"
+
+#include <chrono>
+
+namespace pycollect {
+namespace flight {
+namespace {
+
+int64_t nowUs() {
+  return std::chrono::duration_cast<std::chrono::microseconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+}  // namespace
+
+const char* stateName(State s) {
+  switch (s) {
+    case State::kQueued: return "queued";
+    case State::kRunning: return "running";
+    case State::kDone: return "done";
+    case State::kFailed: return "failed";
+  }
+  return "?";
+}
+
+Recorder::Recorder(size_t capacity) : slots_(capacity) {}
+
+Mark Recorder::issued(const Call& call) {
+  if (slots_.empty()) return Mark();  // off
+  std::lock_guard<std::mutex> lock(mu_);
+  uint64_t id = next_++;
+  Slot& s = slots_[id % slots_.size()];
+  s.id.store(id, std::memory_order_relaxed);
+  s.call = call;
+  s.state = State::kQueued;
+  s.issuedUs = nowUs();
+  s.startedUs = s.endedUs = 0;
+  s.phase.store(nullptr, std::memory_order_relaxed);
+  s.step.store(0, std::memory_order_relaxed);
+  s.steps.store(0, std::memory_order_relaxed);
+  s.waitingOn.store(call.send || call.peer == kNoPeer ? kNoPeer : call.peer, std::memory_order_relaxed);
+  return Mark(this, id);
+}
+
+Recorder::Slot* Recorder::slotOf(uint64_t id) {
+  Slot& s = slots_[id % slots_.size()];
+  return s.id.load(std::memory_order_relaxed) == id ? &s : nullptr;
+}
+
+void Recorder::setState(uint64_t id, State state, int64_t Slot::*when) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (Slot* s = slotOf(id)) {
+    s->state = state;
+    s->*when = nowUs();
+  }
+}
+
+void Recorder::setSeq(uint64_t id, uint64_t seq) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (Slot* s = slotOf(id)) s->call.seq = seq;
+}
+
+std::vector<Record> Recorder::snapshot() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<Record> out;
+  if (slots_.empty()) return out;
+  uint64_t first = next_ > slots_.size() ? next_ - slots_.size() : 0;
+  for (uint64_t id = first; id < next_; ++id) {
+    const Slot& s = slots_[id % slots_.size()];
+    Record r;
+    r.id = s.id.load(std::memory_order_relaxed);
+    r.call = s.call;
+    r.state = s.state;
+    const char* phase = s.phase.load(std::memory_order_relaxed);
+    r.phase = phase != nullptr ? phase : "";
+    r.step = s.step.load(std::memory_order_relaxed);
+    r.steps = s.steps.load(std::memory_order_relaxed);
+    r.waitingOn = s.waitingOn.load(std::memory_order_relaxed);
+    r.issuedUs = s.issuedUs;
+    r.startedUs = s.startedUs;
+    r.endedUs = s.endedUs;
+    out.push_back(std::move(r));
+  }
+  return out;
+}
+
+void Mark::started() const {
+  if (recorder_ != nullptr) recorder_->setState(id_, State::kRunning, &Recorder::Slot::startedUs);
+}
+
+void Mark::numbered(uint64_t seq) const {
+  if (recorder_ != nullptr) recorder_->setSeq(id_, seq);
+}
+
+void Mark::ended(bool failed) const {
+  if (recorder_ != nullptr) {
+    recorder_->setState(id_, failed ? State::kFailed : State::kDone, &Recorder::Slot::endedUs);
+  }
+}
+
+// A step or a wait: the running call's own slot, written without the lock (a snapshot
+// may read a half-updated step: it is a diagnostic, and each field is atomic).
+void Mark::step(const char* phase, int step, int steps) const {
+  if (recorder_ == nullptr) return;
+  Recorder::Slot& s = recorder_->slots_[id_ % recorder_->slots_.size()];
+  if (s.id.load(std::memory_order_relaxed) != id_) return;  // overwritten
+  s.phase.store(phase, std::memory_order_relaxed);
+  s.step.store(step, std::memory_order_relaxed);
+  s.steps.store(steps, std::memory_order_relaxed);
+}
+
+void Mark::waiting(int peer) const {
+  if (recorder_ == nullptr) return;
+  Recorder::Slot& s = recorder_->slots_[id_ % recorder_->slots_.size()];
+  if (s.id.load(std::memory_order_relaxed) == id_) s.waitingOn.store(peer, std::memory_order_relaxed);
+}
+
+}  // namespace flight
+}  // namespace pycollect

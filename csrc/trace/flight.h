@@ -1,0 +1,102 @@
+// The flight recorder: each group keeps its last calls in a fixed ring, always on, so that
+// when a call fails or times out every rank can say what it was doing (pycollect/flight.py
+// writes the ring to a file; `pycollect flight DIR` reads the files of all ranks and
+// names the rank that is behind).
+//
+// An entry is made when a call is issued (queued), marked when it starts running, then
+// at each step the algorithm enters (Context::setStep) and each peer it waits for
+// (Context's waits), and when it ends, done or failed. Nothing here allocates after the
+// ring is made; issue, start and end take an uncontended lock each, a step or a wait one
+// relaxed store: well under a microsecond a call (measured: docs/traces.md).
+//
+// The ring is overwritten oldest first; a Mark whose entry was overwritten (more than
+// `capacity` later calls issued while it was still queued) records nothing more.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <mutex>
+#include <string>
+#include <vector>
+
+namespace pycollect {
+namespace flight {
+
+enum class State : uint8_t { kQueued = 0, kRunning = 1, kDone = 2, kFailed = 3 };
+const char* stateName(State s);
+
+constexpr int kNoPeer = -1;   // waiting on nobody (yet)
+constexpr int kAnyPeer = -2;  // a receive from any source
+
+// What a call is, as issued.
+struct Call {
+  uint64_t seq = 0;      // collectives: the group's call number; send/recv: the message number
+  uint8_t kind = 0;      // OpKind
+  uint8_t dtype = 0;     // DType
+  uint8_t algo = 0;      // Algo
+  int32_t root = -1;     // rooted calls; send/recv: the tag
+  uint64_t count = 0;    // elements
+  int32_t peer = kNoPeer;  // send/recv: the other rank
+  bool send = false;       // send/recv: this rank sends
+};
+
+// One entry as read back (snapshot): the call, its state, where it is, and its times
+// in microseconds of the system clock (0: not yet).
+struct Record {
+  uint64_t id = 0;  // issue order within the group, from 0
+  Call call;
+  State state = State::kQueued;
+  std::string phase;
+  int32_t step = 0, steps = 0, waitingOn = kNoPeer;
+  int64_t issuedUs = 0, startedUs = 0, endedUs = 0;
+};
+
+class Recorder;
+
+// A call's handle on its entry.
+class Mark {
+ public:
+  Mark() = default;
+  Mark(Recorder* r, uint64_t id) : recorder_(r), id_(id) {}
+  void started() const;
+  void numbered(uint64_t seq) const;  // a recv is numbered when it is posted
+  void step(const char* phase, int step, int steps) const;
+  void waiting(int peer) const;
+  void ended(bool failed) const;
+
+ private:
+  Recorder* recorder_ = nullptr;
+  uint64_t id_ = 0;
+};
+
+class Recorder {
+ public:
+  explicit Recorder(size_t capacity);  // 0: off (nothing is recorded)
+  Mark issued(const Call& call);
+  // Oldest first.
+  std::vector<Record> snapshot() const;
+  size_t capacity() const { return slots_.size(); }
+
+ private:
+  friend class Mark;
+  struct Slot {
+    std::atomic<uint64_t> id{UINT64_MAX};  // UINT64_MAX: never used
+    Call call;
+    State state = State::kQueued;
+    int64_t issuedUs = 0, startedUs = 0, endedUs = 0;
+    // Written by the thread that runs the call while it runs, read by a snapshot.
+    std::atomic<const char*> phase{nullptr};
+    std::atomic<int32_t> step{0}, steps{0}, waitingOn{kNoPeer};
+  };
+  // The slot of `id` while it still holds it, else nullptr (under mu_).
+  Slot* slotOf(uint64_t id);
+  void setState(uint64_t id, State s, int64_t Slot::*when);
+  void setSeq(uint64_t id, uint64_t seq);
+
+  mutable std::mutex mu_;
+  std::vector<Slot> slots_;
+  uint64_t next_ = 0;  // under mu_
+};
+
+}  // namespace flight
+}  // namespace pycollect
