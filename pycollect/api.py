@@ -122,8 +122,11 @@ def unregister_group(group: ProcessGroup) -> None:
 
 
 def destroy_process_group(group=None) -> None:
-    """Close a group's links; without an argument, every group and the default one."""
-    global _world, _store
+    """Close a group's links; without an argument, every group and the default one, and
+    group names start again from g0 (as torch's group count does): processes that
+    re-initialise together agree on names whatever groups each made before, and the
+    rendezvous never reads an earlier group's keys (ProcessGroup._exchange)."""
+    global _world, _store, _group_seq
     if group is NON_GROUP_MEMBER:
         return
     if group is None:
@@ -132,6 +135,7 @@ def destroy_process_group(group=None) -> None:
         _groups.clear()
         _world = None
         _store = None
+        _group_seq = 0
         return
     g = _group(group)
     g.destroy()

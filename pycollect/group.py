@@ -8,7 +8,7 @@ import os
 import secrets
 import threading
 import time
-from typing import Dict, List, Optional, Sequence
+from typing import Dict, List, Optional, Sequence, Tuple
 
 from . import _C, flight
 from ._buffers import copy_into
@@ -67,6 +67,26 @@ def store_scope(name: str) -> str:
     return f"{name}@{os.environ.get('TORCHELASTIC_RESTART_COUNT', '0')}"
 
 
+def published_address(store, name: str, rank: int, timeout: float = 15.0) -> Tuple[str, int]:
+    """(host, port) where `rank` of the group named `name` listens: its address while the
+    group forms, the roster once it formed; what any stranger with the store can read
+    (tests, tools)."""
+    scope = store_scope(name)
+    key, deadline = f"{scope}/addr/{rank}", time.monotonic() + timeout
+    while True:
+        if store.check([key]):
+            host, port = store.get(key).decode().split(" ", 1)[1].rsplit(" ", 1)
+            return host, int(port)
+        if store.check([f"{scope}/token"]):  # never a blocking get: the client is shared
+            roster = f"{scope}/{int(store.get(f'{scope}/token').decode()):016x}/roster"
+            if store.check([roster]):
+                host, port = json.loads(store.get(roster).decode())[rank].rsplit(" ", 1)
+                return host, int(port)
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"no address of rank {rank} of group {name} in the store within {timeout:g} s")
+        time.sleep(0.01)
+
+
 class ProcessGroup:
     """A set of ranks with its own links. Collectives on it run in issue order.
 
@@ -91,6 +111,7 @@ class ProcessGroup:
         self._store_silent = False  # the store did not answer while explaining a failure
         self._flight_path: Optional[str] = None  # this rank's flight record, once written
         self._token = 0
+        self._keys = self._prefix  # under this formation's token once the ranks met (_exchange)
         self.cuda_device: Optional[int] = None  # the CUDA device its CUDA tensors live on (first use)
         self.host_device = False  # tests: CPU tensors take the staged path (use_host_device)
         self.host_stream_wait = False  # tests: wait() on them makes the host device's stream wait
@@ -107,13 +128,13 @@ class ProcessGroup:
         """Rank 0: the cost model's parameters behind the automatic algorithm choice
         (PYCOLLECT_MODEL, else the built-in defaults), in the store before its address."""
         params = Params.load(self.options.model) if self.options.model else Params()
-        self._store.set(f"{self._prefix}/model", params.to_json())
+        self._store.set(f"{self._keys}/model", params.to_json())
 
     def _adopt_model(self) -> None:
         """Every rank, once rank 0's address is in the store (so its model is too): the same
         tables from the same parameters, given to the engine before it connects. A rank
         never waits for the others before it listens and publishes its own address."""
-        self.model = Params.from_json(self._store.get(f"{self._prefix}/model").decode())
+        self.model = Params.from_json(self._store.get(f"{self._keys}/model").decode())
         self.auto = auto_tables(self.model, self.size, self.options)
         self._comm.set_auto_tables(self.auto["allreduce_auto"], self.auto["allgather_auto"])
 
@@ -146,32 +167,78 @@ class ProcessGroup:
         self._connect_mesh(hosts, ports, token)
 
     def _exchange(self, address: str, deadline: float):
-        """Publish this rank's address (rank 0: the token, the model first), wait for every
-        rank's until `deadline`; (hosts, ports, token)."""
+        """The group's rendezvous in the store; (hosts, ports, token).
+
+        A job that re-initialises on the same store (destroy_process_group, then
+        init_process_group with other ranks or another world size) makes groups whose
+        names its earlier groups had, and their keys are still there. So no rank reads a
+        key it did not see written fresh: each rank publishes its address with a random
+        nonce; rank 0 reads and deletes the others' (a later formation cannot meet them),
+        writes the roster of addresses under a token new to this formation, and answers
+        each nonce with the token. A rank that never joins is named by rank 0, and rank 0
+        tells the ranks that did."""
         store, p = self._store, self._prefix
+        nonce = f"{secrets.randbits(63):016x}"
+        store.set(f"{p}/addr/{self.rank}", f"{nonce} {address}")
+
+        def left() -> datetime.timedelta:
+            return datetime.timedelta(seconds=max(0.001, deadline - time.monotonic()))
+
         if self.rank == 0:
-            store.set(f"{p}/token", str(secrets.randbits(63)))
+            token = secrets.randbits(63)
+            store.set(f"{p}/token", str(token))  # where a tool finds the roster, once written
+            joins = [f"{p}/addr/{r}" for r in range(1, self.size)]
+            missing = self._wait_keys(joins, left()) if joins else []
+            found = {k: store.get(k).decode().split(" ", 1) for k in joins if k not in missing}
+            for k in found:
+                store.delete_key(k)
+            if missing:
+                names = ", ".join(self._rank_name(joins.index(k) + 1) for k in missing)
+                for their_nonce, _ in found.values():
+                    store.set(f"{p}/ack/{their_nonce}", f"!{names}")  # they raise at once, naming them
+                raise self._join_timeout(f"{names} did not join")
+            self._keys = f"{p}/{token:016x}"
+            roster = [address] + [found[k][1] for k in joins]
+            store.set(f"{self._keys}/roster", json.dumps(roster))
             if self._uses_model():
                 self._publish_model()
-        store.set(f"{p}/addr/{self.rank}", address)
-        keys = [f"{p}/addr/{r}" for r in range(self.size)]
-        try:
-            store.wait(keys, datetime.timedelta(seconds=max(0.001, deadline - time.monotonic())))
-        except Exception:  # noqa: BLE001 - the store's own timeout error: say who is missing
-            missing = [f"rank {r}" + (f" (global rank {self.ranks[r]})" if self.ranks[r] != r else "")
-                       for r in range(self.size) if not store.check([keys[r]])]
-            raise CollectiveTimeoutError(
-                f"forming group {self.name} on rank {self.rank}: {', '.join(missing) or 'a rank'} did not join within "
-                f"{self.timeout.total_seconds():.1f} s (stalled, dead, or not making this group)") from None
+            for their_nonce, _ in found.values():
+                store.set(f"{p}/ack/{their_nonce}", str(token))
+        else:
+            ack = f"{p}/ack/{nonce}"
+            if self._wait_keys([ack], left()):
+                raise self._join_timeout(f"{self._rank_name(0)} did not admit this rank (it waits for every rank "
+                                         "to join, or is stalled or dead itself)")
+            answer = store.get(ack).decode()
+            store.delete_key(ack)
+            if answer.startswith("!"):
+                raise self._join_timeout(f"{answer[1:]} did not join (rank 0 says)")
+            token = int(answer)
+            self._keys = f"{p}/{token:016x}"
+            roster = json.loads(store.get(f"{self._keys}/roster").decode())
         hosts, ports = [], []
-        for key in keys:
-            h, pt = store.get(key).decode().rsplit(" ", 1)
+        for entry in roster:
+            h, pt = entry.rsplit(" ", 1)
             hosts.append(h)
             ports.append(int(pt))
-        token = int(store.get(f"{p}/token").decode())
         if self._uses_model():
             self._adopt_model()
         return hosts, ports, token
+
+    def _wait_keys(self, keys: List[str], timeout: datetime.timedelta) -> List[str]:
+        """Wait until every key is in the store; the keys still missing when `timeout` passed."""
+        try:
+            self._store.wait(keys, timeout)
+            return []
+        except Exception:  # noqa: BLE001 - the store's own timeout error: say which are missing
+            return [k for k in keys if not self._store.check([k])]
+
+    def _rank_name(self, r: int) -> str:
+        return f"rank {r}" + (f" (global rank {self.ranks[r]})" if self.ranks[r] != r else "")
+
+    def _join_timeout(self, what: str) -> CollectiveTimeoutError:
+        return CollectiveTimeoutError(f"forming group {self.name} on rank {self.rank}: {what} within "
+                                      f"{self.timeout.total_seconds():.1f} s (stalled, dead, or not making this group)")
 
     def _connect_mesh(self, hosts: List[str], ports: List[int], token: int) -> None:
         """Connect the mesh on a helper thread (the engine releases the GIL) while this one
@@ -180,7 +247,7 @@ class ProcessGroup:
         for the rendezvous timeout for a peer that will never come (e.g. a rank whose
         PYCOLLECT_SECRET differs: only the rank that checks the proof can tell, the other
         end only sees a stranger fail)."""
-        store, key = self._store, f"{self._prefix}/connect_failed"
+        store, key = self._store, f"{self._keys}/connect_failed"
         outcome: list = []
 
         def connect() -> None:
@@ -373,7 +440,7 @@ class ProcessGroup:
             return True
         kind = "GroupFailedError" if isinstance(error, GroupFailedError) else type(error).__name__
         try:
-            self._store.set(f"{self._prefix}/failed/{self.rank}", json.dumps({"kind": kind, "message": str(error)}))
+            self._store.set(f"{self._keys}/failed/{self.rank}", json.dumps({"kind": kind, "message": str(error)}))
         except Exception:
             return False
         self._published = True
@@ -388,7 +455,7 @@ class ProcessGroup:
             for r in range(self.size):
                 if r == self.rank or r in reports:
                     continue
-                key = f"{self._prefix}/failed/{r}"
+                key = f"{self._keys}/failed/{r}"
                 try:
                     if self._store.check([key]):
                         report = json.loads(self._store.get(key).decode(errors="replace"))

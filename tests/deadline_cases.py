@@ -185,3 +185,33 @@ def case_flight_ring() -> list:
     record = g._comm.flight_record()
     pc.destroy_process_group(g)
     return record
+
+
+def case_reinit() -> list:
+    """destroy_process_group, then init_process_group again on the same store: first
+    process 1 alone (world size 1), then both with their ranks swapped, then as at first.
+    Every formation reuses the name g0, whose earlier keys are still in the store. What
+    each world saw: (rank, world size, all-reduce of rank + 1)."""
+    import pycollect.api as api
+
+    store, first = api._store, pc.get_rank()
+    seen = []
+
+    def world(rank, size):
+        pc.init_process_group(store=store, rank=rank, world_size=size, timeout=datetime.timedelta(seconds=20))
+        t = torch.full((4,), float(pc.get_rank() + 1))
+        pc.all_reduce(t)
+        seen.append((pc.get_rank(), pc.get_world_size(), t[0].item()))
+        pc.barrier()
+        pc.destroy_process_group()
+
+    pc.barrier()
+    pc.destroy_process_group()
+    if first == 1:
+        world(0, 1)
+    else:
+        time.sleep(0.5)
+    world(1 - first, 2)
+    pc.init_process_group(store=store, rank=first, world_size=2, timeout=datetime.timedelta(seconds=30))
+    pc.barrier()
+    return seen

@@ -82,15 +82,10 @@ def next_group_name() -> str:
 def next_group_address(rank: int, group: str | None = None, timeout: float = 15.0):
     """Worker side: (host, port) where `rank` listens for `group` (default: the next group
     this process makes), read from the store as any stranger could, once published."""
-    import datetime
-
     import pycollect.api as api
-    from pycollect.group import store_scope
+    from pycollect.group import published_address
 
-    key = f"{store_scope(group or next_group_name())}/addr/{rank}"
-    api._store.wait([key], datetime.timedelta(seconds=timeout))
-    host, port = api._store.get(key).decode().rsplit(" ", 1)
-    return host, int(port)
+    return published_address(api._store, group or next_group_name(), rank, timeout)
 
 
 class RankPool:

@@ -43,6 +43,13 @@ def _check_rendezvous(outcome, rank: int, names: str) -> None:
     assert took < BOUND_S, f"rank {rank}: forming the group took {took:.1f} s (bound {BOUND_S:g} s): {msg}"
 
 
+def _reinitialised(pool) -> None:
+    """Re-initialising on the same store, with other ranks and another world size, never
+    meets an earlier formation's keys (each reuses the name g0)."""
+    p0, p1 = pool.run(dc.case_reinit)
+    assert p0 == [(1, 2, 3.0)] and p1 == [(0, 1, 1.0), (0, 2, 3.0)], (p0, p1)
+
+
 def _ended_at_once(pool) -> None:
     """pc.destroy_process_group and a group's abort, called while a call blocks on another
     thread: each returns within a second, and the blocked call raises within one too."""
@@ -109,6 +116,7 @@ def test_stopped_store_host(tmp_path):
 
 def test_killed_rank():
     with RankPool(2, init_gloo=False, timeout=60) as pool:
+        _reinitialised(pool)
         _ended_at_once(pool)
         _flight_ring(pool)
         _start(pool, dc.PATHS)
