@@ -149,6 +149,12 @@ def verdict(ranks: Dict[int, dict]) -> Tuple[List[str], List[int]]:
                 culprits.append(r)
         for how, rs in waiting.items():
             lines.append(f"  {_ranks(rs)} {how}")
+        starts = {r: fronts[r][0]["started_us"] for r in ranks
+                  if fronts[r][0] is not None and fronts[r][0]["seq"] == seq and fronts[r][0]["started_us"]}
+        for r, at in sorted(starts.items()):
+            late = (at - min(starts.values())) / 1e6
+            if late > LATE_S:
+                lines.append(f"  rank {r} started it {late:.1f} s after the first rank did")
     else:
         lines.append("no collective call was pending on any rank that wrote a record")
     p2p = [(r, e) for r, rec in sorted(ranks.items()) for e in rec["entries"]

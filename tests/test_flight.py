@@ -53,6 +53,15 @@ def test_the_rank_a_timed_out_rank_waited_for_is_the_culprit():
     assert culprits == [1], lines
 
 
+def test_a_late_start_is_shown():
+    early = [_entry(4, "failed", phase="header exchange", steps=1, waiting_on=2, ended_us=3_000_002)]
+    late = [dict(_entry(4, "failed", phase="reduce-scatter", steps=2, waiting_on=1, ended_us=9_000_000),
+                 started_us=7_500_000)]
+    lines, culprits = flight.verdict({0: _record(0, 3, early), 1: _record(1, 3, early),
+                                      2: _record(2, 3, late, error="PeerLostError")})
+    assert culprits == [2] and "  rank 2 started it 7.5 s after the first rank did" in lines, lines
+
+
 def test_without_a_timeout_the_rank_that_failed_long_after_the_others_was_stalled():
     """Nobody timed out (the others failed on a lost link at 3 s); rank 1 failed at 20 s."""
     lost = "PeerLostError"
