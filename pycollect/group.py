@@ -58,6 +58,9 @@ def auto_tables(params: Params, size: int, options: Options) -> Dict[str, list]:
             for op, algos in ENGINE_ALGOS.items()}
 
 
+ADMIT_GRACE_S = 1.0  # a rank > 0 waits this much longer than rank 0 for rank 0's answer
+
+
 def store_scope(name: str) -> str:
     """Where a group named `name` keeps its keys in the store: under this torchrun attempt
     too. `torchrun --max-restarts` restarts every worker on the same agent store, which
@@ -155,11 +158,11 @@ class ProcessGroup:
 
         helper = threading.Thread(target=exchange, name=f"pycollect-rendezvous-{self._prefix}", daemon=True)
         helper.start()
-        helper.join(seconds + 1.0)
+        helper.join(seconds + ADMIT_GRACE_S + 1.0)
         if not outcome:
             raise CollectiveTimeoutError(
                 f"forming group {self.name} on rank {self.rank}: the rendezvous store did not answer within "
-                f"{seconds + 1.0:.1f} s (its host, global rank 0 or the MASTER_ADDR process, may be stalled or out of reach)")
+                f"{seconds + ADMIT_GRACE_S + 1.0:.1f} s (its host, global rank 0 or the MASTER_ADDR process, may be stalled or out of reach)")
         if isinstance(outcome[0], BaseException):
             raise outcome[0]
         hosts, ports, token = outcome[0]
@@ -205,8 +208,8 @@ class ProcessGroup:
             for their_nonce, _ in found.values():
                 store.set(f"{p}/ack/{their_nonce}", str(token))
         else:
-            ack = f"{p}/ack/{nonce}"
-            if self._wait_keys([ack], left()):
+            ack = f"{p}/ack/{nonce}"  # rank 0 answers by its deadline: wait a little past ours
+            if self._wait_keys([ack], left() + datetime.timedelta(seconds=ADMIT_GRACE_S)):
                 raise self._join_timeout(f"{self._rank_name(0)} did not admit this rank (it waits for every rank "
                                          "to join, or is stalled or dead itself)")
             answer = store.get(ack).decode()
