@@ -96,7 +96,10 @@ class Work:
         seconds = to_seconds(timeout)
         deadline = None if seconds is None else time.monotonic() + seconds
         try:
-            while not self._cwork.wait(_slice(deadline)):
+            # The caller drives the links itself while the worker only progresses posted
+            # sends and receives (Communicator::waitDriving): no wake-up hand-off at the end.
+            comm = self._group._comm
+            while not comm.wait_driving(self._cwork, _slice(deadline)):
                 self._check_deadline(deadline, seconds)
             while self._staged and not self._cwork.wait_device(_slice(deadline)):  # its last copies too
                 self._check_deadline(deadline, seconds)

@@ -346,6 +346,7 @@ void registerCommunicator(py::module_& m) {
       .def("link_kinds", &Communicator::linkKinds)
       .def("scratch_bytes", &Communicator::scratchBytes)
       .def("bytes_sent", &Communicator::bytesSent)
+      .def("wait_driving", &Communicator::waitDriving, py::arg("work"), py::arg("timeout") = -1.0, R())
       .def("abort", &Communicator::abort, py::arg("reason"), R())
       .def("set_tracing", &Communicator::setTracing, py::arg("on"))
       .def("tracing", &Communicator::tracing)

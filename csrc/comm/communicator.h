@@ -165,6 +165,12 @@ class Communicator {
   size_t stagingPinnedBytes();
   uint64_t stagedPieces() const { return stagedPieces_.load(); }
 
+  // Waits for `work` (a Work of this group) up to `timeoutSec` (< 0: no limit), as
+  // Work::wait does, but when the worker is only progressing posted sends and receives
+  // the caller drives the links itself meanwhile (the worker stands aside): the wait
+  // ends when the bytes arrive, not when another thread has noticed and woken it.
+  bool waitDriving(const std::shared_ptr<Work>& work, double timeoutSec);
+
   // Aborts running work, fails queued work, stops the worker and closes the links.
   void shutdown();
   bool failed();
@@ -229,6 +235,10 @@ class Communicator {
   // A blocking send/recv run inline (see InlineScope): post, then drive the links until it
   // completes; on failure fails the group.
   void runP2P(PendingP2P& p);
+  // An asynchronous send/recv posted by its caller when the links are free: post, one
+  // pass over the links; true once it is finished (done, or failed the group), false
+  // when the worker must carry it on (p2p_).
+  bool postInline(PendingP2P& p);
   std::shared_ptr<Work> enqueueP2P(bool isSend, void* data, size_t count, DType dtype, int peer,
                                    int tag);
   // Completes finished point-to-point transfers; throws on a mismatch or timeout.
@@ -236,6 +246,8 @@ class Communicator {
   // Idle with transfers in flight: wait for the links or a wake-up, then reap.
   // A mismatch found in an arrived header wins over a peer that has since left.
   void progressIdle();
+  // One pass: move bytes on every link, then complete what finished (reapP2P).
+  void progressP2P();
   Clock::time_point deadlineFromNow(double timeoutSec = -1) const;
   // The header of a call by this rank; refuses an (op, dtype) the kernels lack.
   WireHeader makeHeader(OpKind kind, DType dtype, ReduceOp op, size_t count, int root);
@@ -299,7 +311,8 @@ class Communicator {
   std::thread worker_;
   bool idlePolling_ = false;    // (under mu_) the worker is in progressIdle: wake it
   bool driving_ = false;        // (under mu_) a thread runs an op or polls the links
-  std::deque<std::unique_ptr<PendingP2P>> p2p_;  // worker thread only
+  int drivers_ = 0;             // (under mu_) callers waiting to drive the links (waitDriving)
+  std::deque<std::unique_ptr<PendingP2P>> p2p_;  // the driving thread's (or under mu_ with nobody driving)
 
   uint64_t seq_ = 0;                 // collective calls issued (under mu_)
   std::vector<uint64_t> sendSeq_;    // p2p messages issued to each peer

@@ -5,8 +5,10 @@
 // pair and direction). A blocking caller with nothing queued ahead of it runs its call
 // inline, on its own thread (driving_: the worker stands aside meanwhile), which saves
 // two thread hand-offs per small call; otherwise the op is queued and the worker runs the
-// queue in order. A posted send or recv moves on to p2p_, which the worker progresses
-// while idle (progressIdle) until it completes (reapP2P).
+// queue in order. An asynchronous send or recv with nothing ahead of it is posted by its
+// caller, who also makes one pass over the links (postInline): a small send is gone
+// before the call returns. A posted send or recv that is not done moves on to p2p_,
+// which the worker progresses while idle (progressIdle) until it completes (reapP2P).
 //
 // Failure. A call that fails fails the group (failRunning -> failWith): its message is
 // kept, every link is aborted so the neighbours fail within milliseconds, and every
@@ -97,13 +99,94 @@ std::shared_ptr<Work> Communicator::enqueue(Op op) {
     driving_ = false;
     // Wake the worker for what queued behind us, a shutdown waiting, or a scratch grown
     // large enough for its idle release.
-    if (!queue_.empty() || stopping_ || scratch_.capacity() > kScratchKeepBytes) cv_.notify_all();
+    if (!queue_.empty() || stopping_ || drivers_ > 0 || scratch_.capacity() > kScratchKeepBytes) {
+      cv_.notify_all();
+    }
+    return work;
+  }
+  auto* p2p = std::get_if<std::unique_ptr<PendingP2P>>(&op);
+  if (p2p != nullptr && queue_.empty() && !driving_) {
+    // An asynchronous send or recv with nothing ahead of it: post it here, so a small
+    // send's bytes leave now and a recv takes what already came, without waking the
+    // worker first; the worker carries on with what is left (postInline).
+    driving_ = true;
+    lock.unlock();
+    bool done = postInline(**p2p);
+    lock.lock();
+    driving_ = false;
+    if (!done) p2p_.push_back(std::move(*p2p));
+    cv_.notify_all();  // the worker progresses what is left, or runs what queued meanwhile
     return work;
   }
   queue_.push_back(std::move(op));
-  cv_.notify_one();
+  if (drivers_ > 0) {
+    cv_.notify_all();  // callers wait on cv_ too (waitDriving): the worker must hear it
+  } else {
+    cv_.notify_one();
+  }
   if (idlePolling_) transport_->wake();
   return work;
+}
+
+bool Communicator::waitDriving(const std::shared_ptr<Work>& work, double timeoutSec) {
+  checkNotForked();
+  const bool limited = timeoutSec >= 0;
+  const auto deadline = limited ? deadlineFromNow(timeoutSec) : Clock::time_point::max();
+  if (!work->isCompleted()) {
+    std::unique_lock<std::mutex> lock(mu_);
+    auto others = [this] { return !queue_.empty() || stopping_ || !failure_.empty(); };
+    if (!others()) {
+      ++drivers_;
+      if (idlePolling_) transport_->wake();  // the worker stands aside (workerLoop)
+      auto ready = [&] { return !driving_ || work->isCompleted() || others(); };
+      if (limited) {
+        cv_.wait_until(lock, deadline, ready);
+      } else {
+        cv_.wait(lock, ready);
+      }
+      const bool drive = !driving_ && !work->isCompleted() && !others() && !p2p_.empty();
+      if (drive) idlePolling_ = driving_ = true;  // enqueue wakes us for what it queues
+      while (drive) {
+        lock.unlock();
+        std::string error;
+        try {
+          // Busy-poll first, as an inline call does (PYCOLLECT_SPIN_US): a peer that
+          // answers within microseconds is seen within microseconds; then sleep.
+          const auto spinEnd = Clock::now() + std::chrono::microseconds(options_.tunables.spinUs);
+          do {
+            progressP2P();
+          } while (!work->isCompleted() && Clock::now() < spinEnd);
+          if (!work->isCompleted()) progressIdle();
+        } catch (const std::exception& e) {
+          error = e.what();
+        }
+        if (!error.empty()) failWith(error);
+        lock.lock();
+        if (drivers_ > 1) cv_.notify_all();  // another waiter's call may have completed
+        if (work->isCompleted() || others() || p2p_.empty() || Clock::now() >= deadline) break;
+      }
+      if (drive) idlePolling_ = driving_ = false;
+      --drivers_;
+      lock.unlock();
+      cv_.notify_all();  // the worker takes over what is left, or runs what queued
+    }
+  }
+  if (!limited) return work->wait(-1);
+  double left = std::chrono::duration<double>(deadline - Clock::now()).count();
+  return work->wait(left > 0 ? left : 0);
+}
+
+bool Communicator::postInline(PendingP2P& p) {
+  try {
+    postP2P(p);
+    transport_->progress();
+    if (!p.poll()) return false;
+    countBytesSent();
+    p.work->finish(nullptr);
+  } catch (const std::exception& e) {
+    failRunning(p.work, e);
+  }
+  return true;
 }
 
 void Communicator::runCollective(Collective& c) {
@@ -202,6 +285,10 @@ void Communicator::progressIdle() {
   auto until = Clock::now() + std::chrono::milliseconds(10);
   for (auto& p : p2p_) until = std::min(until, p->deadline);
   transport_->waitReady(until);
+  progressP2P();
+}
+
+void Communicator::progressP2P() {
   try {
     transport_->progress();
   } catch (const PeerLostError&) {
@@ -219,11 +306,13 @@ void Communicator::workerLoop() {
     {
       std::unique_lock<std::mutex> lock(mu_);
       while ((queue_.empty() || driving_) && !stopping_) {
-        if (p2p_.empty() || driving_) {
+        if (driving_ || drivers_ > 0 || p2p_.empty()) {
           if (driving_ || scratch_.capacity() <= kScratchKeepBytes) {
             cv_.wait(lock);
-          } else if (!cv_.wait_for(lock, kScratchIdle, [this] { return !queue_.empty() || stopping_; }) &&
-                     !driving_) {
+          } else if (!cv_.wait_for(lock, kScratchIdle, [this] {
+                       // also sends and receives a waiting caller left to it (waitDriving)
+                       return !queue_.empty() || stopping_ || (!driving_ && drivers_ == 0 && !p2p_.empty());
+                     }) && !driving_) {
             // Idle for a while after a large op: give the scratch back (it is kept
             // across back-to-back large ops, where reallocating would cost page faults).
             // Not while a caller runs a call inline (driving_): that call is using it.
@@ -242,6 +331,7 @@ void Communicator::workerLoop() {
         }
         lock.lock();
         idlePolling_ = driving_ = false;
+        if (drivers_ > 0) cv_.notify_all();  // a caller waits to drive (waitDriving)
         if (!error.empty()) {
           lock.unlock();
           failWith(error);
@@ -269,6 +359,7 @@ void Communicator::workerLoop() {
     }
     std::lock_guard<std::mutex> lock(mu_);
     driving_ = false;
+    if (drivers_ > 0) cv_.notify_all();  // a caller waits for the links (waitDriving)
   }
 }
 

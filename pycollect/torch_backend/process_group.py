@@ -104,8 +104,15 @@ class PyCollectProcessGroup(dist.ProcessGroup):
         except PyCollectError as e:
             outcome = e
         work = TorchWork(method, [_Done(outcome)], result)
-        work._settle()
+        work._settle_once()
         return work
+
+    def _run(self, method: str, call, result: List[torch.Tensor], tensors) -> TorchWork:
+        """`call(blocking)`: at once on this thread when every tensor is small (_eager),
+        else queued (its Work settled when waited on)."""
+        if all(_small(t) for t in tensors):
+            return self._eager(method, lambda: call(True), result)
+        return self._submit(method, [call(False)], result)
 
     def _many(self, method: str, outputs, inputs, one) -> TorchWork:
         if len(outputs) != len(inputs):
@@ -145,22 +152,22 @@ class PyCollectProcessGroup(dist.ProcessGroup):
         tensor = single(tensors, "reduce")
         root = opts.rootRank if opts is not None else 0
         op, _ = reduce_args(opts, "reduce", [tensor], in_place=True)
-        work = api.reduce(tensor, root, op, group=self._engine, async_op=True)
-        return self._submit("reduce", [work], [tensor])
+        call = lambda blocking: api.reduce(tensor, root, op, group=self._engine, async_op=not blocking)  # noqa: E731
+        return self._run("reduce", call, [tensor], [tensor])
 
     def gather(self, output_tensors, input_tensors, opts=None) -> TorchWork:
         tensor = single(input_tensors, "gather", "input_tensors")
         root = opts.rootRank if opts is not None else 0
         outputs = single(output_tensors, "gather", "output_tensors") if self.rank() == root else None
-        work = api.gather(tensor, outputs, root, group=self._engine, async_op=True)
-        return self._submit("gather", [work], list(outputs or []))
+        call = lambda blocking: api.gather(tensor, outputs, root, group=self._engine, async_op=not blocking)  # noqa: E731
+        return self._run("gather", call, list(outputs or []), [tensor, *(outputs or [])])
 
     def scatter(self, output_tensors, input_tensors, opts=None) -> TorchWork:
         tensor = single(output_tensors, "scatter", "output_tensors")
         root = opts.rootRank if opts is not None else 0
         inputs = single(input_tensors, "scatter", "input_tensors") if self.rank() == root else None
-        work = api.scatter(tensor, inputs, root, group=self._engine, async_op=True)
-        return self._submit("scatter", [work], [tensor])
+        call = lambda blocking: api.scatter(tensor, inputs, root, group=self._engine, async_op=not blocking)  # noqa: E731
+        return self._run("scatter", call, [tensor], [tensor, *(inputs or [])])
 
     # -- broadcast / barrier -----------------------------------------------------
     def broadcast(self, tensors, opts=None) -> TorchWork:
@@ -214,11 +221,13 @@ class PyCollectProcessGroup(dist.ProcessGroup):
     def allgather(self, output_tensors, input_tensors, opts=None) -> TorchWork:
         outputs = single(output_tensors, "allgather", "output_tensors")
         tensor = single(input_tensors, "allgather", "input_tensors")
-        work = api.all_gather(outputs, tensor, group=self._engine, async_op=True)
-        return self._submit("allgather", [work], list(outputs))
+        call = lambda blocking: api.all_gather(outputs, tensor, group=self._engine, async_op=not blocking)  # noqa: E731
+        return self._run("allgather", call, list(outputs), [tensor, *outputs])
 
     def all_gather_single(self, output, input, opts=None) -> TorchWork:
-        return self._submit("all_gather_single", [self._gather_one(output, input)], [output])
+        call = lambda blocking: api.all_gather_into_tensor(output, input, group=self._engine,  # noqa: E731
+                                                           async_op=not blocking)
+        return self._run("all_gather_single", call, [output], [output, input])
 
     def all_gather_single_coalesced(self, outputs, inputs, opts=None) -> TorchWork:
         return self._many("all_gather_single_coalesced", outputs, inputs, self._gather_one)
@@ -235,20 +244,22 @@ class PyCollectProcessGroup(dist.ProcessGroup):
         output = single(output_tensors, "reduce_scatter", "output_tensors")
         inputs = single(input_tensors, "reduce_scatter", "input_tensors")
         op, inputs = reduce_args(opts, "reduce_scatter", inputs, in_place=False, outputs=[output])
-        work = api.reduce_scatter(output, inputs, op, group=self._engine, async_op=True)
-        return self._submit("reduce_scatter", [work], [output])
+        call = lambda blocking: api.reduce_scatter(output, inputs, op, group=self._engine,  # noqa: E731
+                                                   async_op=not blocking)
+        return self._run("reduce_scatter", call, [output], [output, *inputs])
 
     def reduce_scatter_single(self, output, input, opts=None) -> TorchWork:
-        work = self._scatter_one("reduce_scatter_single", output, input, opts)
-        return self._submit("reduce_scatter_single", [work], [output])
+        call = lambda blocking: self._scatter_one("reduce_scatter_single", output, input, opts,  # noqa: E731
+                                                  async_op=not blocking)
+        return self._run("reduce_scatter_single", call, [output], [output, input])
 
     def reduce_scatter_single_coalesced(self, outputs, inputs, opts=None) -> TorchWork:
         method = "reduce_scatter_single_coalesced"
         return self._many(method, outputs, inputs, lambda o, i: self._scatter_one(method, o, i, opts))
 
-    def _scatter_one(self, method: str, output, input, opts):
+    def _scatter_one(self, method: str, output, input, opts, async_op: bool = True):
         op, (input,) = reduce_args(opts, method, [input], in_place=False)
-        return api.reduce_scatter_tensor(output, input, op, group=self._engine, async_op=True)
+        return api.reduce_scatter_tensor(output, input, op, group=self._engine, async_op=async_op)
 
     _reduce_scatter_base = reduce_scatter_single
     reduce_scatter_tensor_coalesced = reduce_scatter_single_coalesced
@@ -346,4 +357,7 @@ class _Done:
     def wait(self, blocking=None) -> bool:
         if self._error is not None:
             raise self._error
+        return True
+
+    def is_completed(self) -> bool:
         return True

@@ -2,12 +2,16 @@
 
 torch hands every collective a `Work` back and, for DDP, chains on its Future
 (`work.get_future().then(...)`, waited on from C++ by the reducer). pycollect's own
-Work (pycollect.work.Work) only completes when somebody waits on it, so each torch
-group gets one completer thread: it takes the group's operations in issue order
-(the engine completes them in that order too), blocks on each one without the GIL
-(the engine's wait releases it), runs its copy-out, then marks the torch Work done
-and completes its Future. `Work.wait(timeout)` waits for that moment with a
-deadline; an error of the operation is raised by `wait()` and carried by the Future.
+Work (pycollect.work.Work) only completes when somebody waits on it. Whoever comes
+first settles a torch Work, once (`_settle`: wait for the engine, run its copy-out,
+mark it done, complete its Future): the caller, when the call is already done as it
+returns (a small send posted on the caller's thread) or when it calls `wait()` (it then
+waits on the engine itself, woken by the engine's own completion, no thread between),
+`is_completed()` once the engine is done; else, once its Future is asked for (DDP's
+buckets chain on it) or a wait has a timeout, the group's completer thread, which waits
+for the engine without the GIL. A Work nobody asks about costs no thread at all.
+`Work.wait(timeout)` waits for that moment with a deadline; an error of the operation
+is raised by `wait()` and carried by the Future.
 
 CUDA tensors, as NCCL's Work: when every engine operation of a Work is a staged call
 without a finish step, `wait()` makes the caller's current stream wait for them and
@@ -24,6 +28,7 @@ from __future__ import annotations
 
 import queue
 import threading
+import time
 from typing import List, Optional, Sequence
 
 import torch
@@ -50,18 +55,48 @@ class TorchWork(dist.Work):
         # instead of the host. A finish step (all_gather's list form copies its flat buffer
         # into the list there) runs on the completer thread once the call is done, so
         # wait() must wait for the completer, as the host wait below does.
-        streamable = [isinstance(w, EngineWork) and w._can_stream_wait() and w._finish is None
-                      for w in self._engine_works]
-        self._stream_works = list(self._engine_works) if streamable and all(streamable) else []
+        streamable = bool(self._engine_works) and all(
+            isinstance(w, EngineWork) and w._staged and w._can_stream_wait() and w._finish is None
+            for w in self._engine_works)
+        self._stream_works = list(self._engine_works) if streamable else []
         self._result = result
-        self._done = threading.Event()
+        # Held by whoever settles it, until it is settled: a waiter that did not get it
+        # waits on it (cheaper to make than an Event, and a call makes one per Work).
+        self._claim = threading.Lock()
+        self._completer: Optional["Completer"] = None  # settles it once asked to (_hand_over)
+        self._handed = False
+        self._done = False
         self._error: Optional[BaseException] = None
         # CUDA results: the Future knows their devices, so a consumer's stream syncs with it.
         devices = sorted({t.device for t in result if isinstance(t, torch.Tensor) and t.is_cuda}, key=str)
         self._future: torch.futures.Future = torch.futures.Future(devices=devices) if devices else torch.futures.Future()
 
+    def _engine_completed(self) -> bool:
+        return all(w.is_completed() for w in self._engine_works)
+
+    def _hand_over(self) -> None:
+        """Let the completer settle it: its Future completes with nobody waiting."""
+        if not self._handed and not self._done and self._completer is not None:
+            self._handed = True
+            self._completer._queue.put(self)
+
+    def _settle_once(self) -> bool:
+        """Settle it on this thread unless another thread does (then return False at once)."""
+        if not self._claim.acquire(blocking=False):
+            return False
+        self._settle_claimed()
+        return True
+
+    def _settle_claimed(self) -> None:
+        try:
+            if not self._done:
+                self._settle()
+        finally:
+            self._claim.release()
+        self._publish()
+
     def _settle(self) -> None:
-        """Completer thread: wait for the engine, then publish the outcome."""
+        """Wait for the engine and keep the outcome (under the claim)."""
         try:
             for w in self._engine_works:
                 w.wait(blocking=True)  # the Future is set once the results are in place
@@ -70,35 +105,53 @@ class TorchWork(dist.Work):
         except BaseException as e:  # noqa: BLE001 - delivered to every waiter
             self._error = e
         self._engine_works = []  # drops the buffers' keep-alives
-        self._done.set()
-        if self._error is None:
-            self._future.set_result(self._result)
-        else:
-            self._future.set_exception(self._error)
+        self._done = True
+
+    def _publish(self) -> None:
+        """Complete the Future, outside the claim: its callbacks may wait on this Work."""
+        if self._future.done():
+            return
+        try:
+            if self._error is None:
+                self._future.set_result(self._result)
+            else:
+                self._future.set_exception(self._error)
+        except RuntimeError:  # another thread completed it first
+            pass
 
     def wait(self, timeout=None) -> bool:
         if (self._stream_works and self._error is None and not self._stream_works[0]._group.options.blocking_wait
                 and all(w._stream_wait() for w in self._stream_works)):
+            self._hand_over()  # the Future completes once the results are in device memory
             return True  # the caller's stream waits; the host does not
         seconds = to_seconds(timeout)
         if seconds is not None and seconds <= 0:
             seconds = None  # torch's convention: a zero timeout means none
-        if not self._done.wait(seconds):  # Event.wait releases the GIL
-            raise CollectiveTimeoutError(
-                f"pycollect backend: {self._method} not completed within {seconds:.3g} s of "
-                "Work.wait(timeout); it is still running"
-            )
+        if not self._done:
+            if seconds is not None:  # the engine first, with the deadline; settling is quick after
+                deadline = time.monotonic() + seconds
+                for w in list(self._engine_works):
+                    if not _wait_engine(w, max(0.0, deadline - time.monotonic())):
+                        raise CollectiveTimeoutError(
+                            f"pycollect backend: {self._method} not completed within {seconds:.3g} s of "
+                            "Work.wait(timeout); it is still running")
+            # Settle it here (waiting on the engine), or wait for the thread that does.
+            self._claim.acquire()  # without the GIL
+            self._settle_claimed()
         if self._error is not None:
             raise self._error
         return True
 
     def is_completed(self) -> bool:
-        return self._done.is_set()
+        if not self._done and self._engine_completed():
+            self._settle_once()
+        return self._done
 
     def is_success(self) -> bool:
-        return self._done.is_set() and self._error is None
+        return self.is_completed() and self._error is None
 
     def exception(self):
+        self.is_completed()
         return self._error
 
     def result(self) -> List[torch.Tensor]:
@@ -113,18 +166,30 @@ class TorchWork(dist.Work):
         return self._source()
 
     def get_future(self) -> torch.futures.Future:
+        self._hand_over()
         return self._future
 
     def synchronize(self) -> None:
         self.wait()
 
     def __repr__(self) -> str:
-        state = "done" if self._done.is_set() else "pending"
+        state = "done" if self._done else "pending"
         return f"<pycollect.torch_backend.Work {self._method} {state}>"
 
 
+def _wait_engine(w, seconds: float) -> bool:
+    """Whether engine Work `w` completed within `seconds` (the GIL released meanwhile)."""
+    cwork = getattr(w, "_cwork", None)
+    if cwork is None:
+        return w.is_completed()
+    try:
+        return bool(cwork.wait(seconds))
+    except Exception:  # noqa: BLE001 - it failed: done; _settle raises it to the waiters
+        return True
+
+
 class Completer:
-    """The thread that settles a group's torch Works in issue order."""
+    """The thread that settles the torch Works handed to it (TorchWork._hand_over), in order."""
 
     def __init__(self, name: str):
         self._queue: "queue.SimpleQueue[Optional[TorchWork]]" = queue.SimpleQueue()
@@ -132,7 +197,9 @@ class Completer:
         self._thread.start()
 
     def add(self, work: TorchWork) -> TorchWork:
-        self._queue.put(work)
+        work._completer = self
+        if work._engine_completed():
+            work._settle_once()  # done already (a small send): nothing to hand over
         return work
 
     def _loop(self) -> None:
@@ -140,10 +207,15 @@ class Completer:
             work = self._queue.get()  # blocks without the GIL
             if work is None:
                 return
-            work._settle()
+            # Wait for the engine first, claiming nothing: a caller that waits meanwhile
+            # settles the Work itself, woken by the engine directly.
+            for w in list(work._engine_works):
+                while not work._done and not _wait_engine(w, 0.05):
+                    pass
+            work._settle_once()
 
     def close(self, timeout: float = 5.0) -> None:
-        """Settle what is queued, then stop the thread."""
+        """Settle what was handed over, then stop the thread."""
         self._queue.put(None)
         if self._thread is not threading.current_thread():
             self._thread.join(timeout)

@@ -1,0 +1,216 @@
+"""Point-to-point and pipelines, in one table (issue 33's targets; docs/measurements.md).
+
+On 2 local ranks, each figure the median of single calls (p99 beside it), the peer in the
+same run:
+
+1. 8-byte ping-pong (a send and the reply) on shared memory and on TCP: pycollect's API,
+   pycollect through torch.distributed (a "pycollect" group), Gloo; and the wire's own
+   limit, loopback TCP with a busy-polling receive (pycollect._C.tcp_round_trip_us).
+2. Each call through torch against the same call on pycollect's API (8 bytes a rank;
+   target: at most 2x).
+3. torch.distributed.pipelining: 2 stages (an 8-layer MLP cut in half), Schedule1F1B,
+   8 micro-batches, step time with "pycollect" and with "gloo" as the default group's
+   backend (target: at most 0.7x), and whether the losses are equal.
+4. pycollect's own pipeline (pycollect.pp), 1F1B at 2 stages: the measured idle fraction
+   against the textbook (p-1)/(m+p-1) for m = 4 and 8 (target: within 0.05).
+
+    .venv/bin/python bench/p2p.py [--iters 2000] [--steps 20]
+"""
+import argparse
+import os
+import statistics
+import sys
+import time
+
+OPS = ("ping_pong", "all_reduce", "broadcast", "barrier", "reduce", "all_gather", "reduce_scatter", "gather",
+       "scatter", "all_to_all")
+
+
+def _median_p99(xs):
+    xs = sorted(xs)
+    return statistics.median(xs) * 1e6, xs[min(len(xs) - 1, int(len(xs) * 0.99))] * 1e6
+
+
+def _caller(api, rank, op, group):
+    """One call of `op` with pycollect.api's or torch.distributed's names (the same for both)."""
+    import torch
+
+    t = torch.ones(2)
+    out2 = torch.empty(4)
+    parts = [torch.empty(2), torch.empty(2)]
+    if op == "ping_pong":
+        def call():
+            if rank == 0:
+                api.send(t, 1, group=group)
+                api.recv(t, 1, group=group)
+            else:
+                api.recv(t, 0, group=group)
+                api.send(t, 0, group=group)
+    elif op == "all_reduce":
+        def call():
+            api.all_reduce(t, group=group)
+    elif op == "broadcast":
+        def call():
+            api.broadcast(t, 0, group=group)
+    elif op == "barrier":
+        def call():
+            api.barrier(group=group)
+    elif op == "reduce":
+        def call():
+            api.reduce(t, 0, group=group)
+    elif op == "all_gather":
+        def call():
+            api.all_gather_into_tensor(out2, t, group=group)
+    elif op == "reduce_scatter":
+        def call():
+            api.reduce_scatter_tensor(t[:1], out2[:2], group=group)
+    elif op == "gather":
+        def call():
+            api.gather(t, parts if rank == 0 else None, 0, group=group)
+    elif op == "scatter":
+        def call():
+            api.scatter(t, parts if rank == 0 else None, 0, group=group)
+    else:
+        def call():
+            api.all_to_all_single(out2, out2.clone(), group=group)
+    return call
+
+
+def latency_job(rank, world, emit, ops, iters):
+    import torch.distributed as dist
+
+    import pycollect as pc
+    import pycollect.api as api
+    from pycollect import _C
+
+    pg = dist.new_group(backend="pycollect")
+    gloo = dist.new_group(backend="gloo")
+    engines = {"api": (api, None), "torch": (dist, pg), "gloo": (dist, gloo)}
+    out = {}
+    for op in ops:
+        calls = {name: _caller(mod, rank, op, grp) for name, (mod, grp) in engines.items()}
+        times = {name: [] for name in calls}
+        for block in range(4):  # alternating blocks, each engine warm
+            for name, call in calls.items():
+                for _ in range(50):
+                    call()
+                pc.barrier()
+                for _ in range(iters // 4):
+                    t0 = time.perf_counter()
+                    call()
+                    times[name].append(time.perf_counter() - t0)
+        out[op] = {name: _median_p99(v) for name, v in times.items()}
+    out["wire_us"] = _C.tcp_round_trip_us(2000, True) if rank == 0 else None
+    out["links"] = sorted(set(pc.get_transport_info().values()))
+    dist.destroy_process_group(pg)
+    dist.destroy_process_group(gloo)
+    return out
+
+
+def pipelining_job(rank, world, emit, backend, steps, port, hidden=256, rows=16, micro=8):
+    """torch.distributed.pipelining with `backend` as the default group's."""
+    import torch
+    import torch.distributed as dist
+    from torch import nn
+    from torch.distributed.pipelining import PipelineStage, Schedule1F1B
+
+    import pycollect  # noqa: F401 - registers the "pycollect" backend
+
+    dist.init_process_group(backend, init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
+    torch.manual_seed(0)
+    model = nn.Sequential(*[m for _ in range(8) for m in (nn.Linear(hidden, hidden), nn.ReLU())])
+    half = len(model) // 2
+    part = model[:half] if rank == 0 else model[half:]
+    stage = PipelineStage(part, rank, world, torch.device("cpu"), input_args=(torch.randn(rows, hidden),))
+    schedule = Schedule1F1B(stage, micro, loss_fn=lambda out, y: ((out - y) ** 2).mean())
+    opt = torch.optim.SGD(part.parameters(), lr=0.01)
+    g = torch.Generator().manual_seed(1)
+    x, y = torch.randn(rows * micro, hidden, generator=g), torch.randn(rows * micro, hidden, generator=g)
+    times, losses = [], []
+    for _ in range(steps):
+        opt.zero_grad()
+        t0 = time.perf_counter()
+        if rank == 0:
+            schedule.step(x)
+        else:
+            got: list = []
+            schedule.step(target=y, losses=got)
+            losses.append(float(sum(v.item() for v in got)))
+        times.append(time.perf_counter() - t0)
+        opt.step()
+    dist.barrier()
+    dist.destroy_process_group()
+    return statistics.median(times[2:]), losses
+
+
+def bubble_job(rank, world, emit, micro, steps):
+    import torch
+    from torch import nn
+
+    from pycollect.pp import train_steps
+
+    torch.manual_seed(0)
+    layers = [m for _ in range(8) for m in (nn.Linear(512, 512), nn.ReLU())]
+    g = torch.Generator().manual_seed(2)
+    batches = [(torch.randn(64 * micro, 512, generator=g), torch.randn(64 * micro, 512, generator=g))
+               for _ in range(steps)]
+    out = train_steps(layers, batches, lambda o, t: ((o - t) ** 2).mean(), micro_batches=micro, schedule="1f1b",
+                      optimizer="sgd", warmup_steps=2)
+    b = out["bubble"]
+    return b.mean_measured, b.textbook, b.measured
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--iters", type=int, default=2000, help="timed calls per engine and op")
+    ap.add_argument("--steps", type=int, default=20, help="pipeline steps per run")
+    args = ap.parse_args()
+    from pycollect.launch import free_port, run_ranks
+
+    print(f"# bench/p2p.py: 2 local ranks, load {os.getloadavg()[0]:.1f}; medians (p99) in microseconds")
+    rows = []
+    for transport in ("shm", "tcp"):
+        res = run_ranks(latency_job, 2, ["pycollect", "gloo"], job_args=(OPS if transport == "shm" else ("ping_pong",),
+                                                                         args.iters), timeout=900,
+                        env={"PYCOLLECT_TRANSPORT": transport})[0]
+        rows.append((transport, res))
+    wire = rows[1][1]["wire_us"]
+    print("\n## 8-byte ping-pong (a round trip)")
+    print("| links | pycollect API | through torch | Gloo | target |")
+    print("|---|---|---|---|---|")
+    for transport, res in rows:
+        pp = res["ping_pong"]
+        target = "<= 15 us, p99 <= 5x" if transport == "shm" else f"<= 1.5x wire ({wire:.1f} us busy-poll TCP)"
+        print(f"| {transport} ({','.join(res['links'])}) | {pp['api'][0]:.1f} ({pp['api'][1]:.0f}) | "
+              f"{pp['torch'][0]:.1f} ({pp['torch'][1]:.0f}) | {pp['gloo'][0]:.1f} ({pp['gloo'][1]:.0f}) | {target} |")
+    print("\n## Through torch against pycollect's API (shared memory, 8 bytes a rank)")
+    print("| op | API | through torch | ratio (target <= 2x) | Gloo |")
+    print("|---|---|---|---|---|")
+    for op in OPS:
+        r = rows[0][1][op]
+        print(f"| {op} | {r['api'][0]:.1f} | {r['torch'][0]:.1f} | {r['torch'][0] / r['api'][0]:.2f}x | "
+              f"{r['gloo'][0]:.1f} |")
+    print("\n## torch.distributed.pipelining: 2 stages, Schedule1F1B, 8 micro-batches (step, ms)")
+    step = {}
+    for backend in ("pycollect", "gloo", "pycollect", "gloo"):
+        res = run_ranks(pipelining_job, 2, ["pycollect"], job_args=(backend, args.steps, free_port()), timeout=600)
+        step.setdefault(backend, []).append((max(r[0] for r in res) * 1e3, res[1][1]))
+    same = all(step["pycollect"][0][1] == s[1] for b in step for s in step[b])
+    pc_ms = statistics.median(s[0] for s in step["pycollect"])
+    gl_ms = statistics.median(s[0] for s in step["gloo"])
+    print("| pycollect | gloo | ratio (target <= 0.7x) | losses equal |")
+    print("|---|---|---|---|")
+    print(f"| {pc_ms:.1f} | {gl_ms:.1f} | {pc_ms / gl_ms:.2f}x | {same} |")
+    print("\n## pycollect.pp 1F1B at 2 stages: idle fraction against the textbook")
+    print("| micro-batches | measured (mean of stages) | per stage | textbook | difference (target <= 0.05) |")
+    print("|---|---|---|---|---|")
+    for micro in (4, 8):
+        measured, textbook, per = run_ranks(bubble_job, 2, ["pycollect"], job_args=(micro, args.steps // 2 + 2),
+                                            timeout=600)[0]
+        print(f"| {micro} | {measured:.3f} | {', '.join(f'{v:.3f}' for v in per)} | {textbook:.3f} | "
+              f"{measured - textbook:+.3f} |")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
