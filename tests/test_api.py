@@ -122,6 +122,36 @@ def case_ring_send_recv():
     return int(got[0]), int(got[-1])
 
 
+def case_transfers_complete_whoever_moves_the_bytes(iters: int, limit_s: float):
+    """Pairs (0, 1) and (2, 3) exchange messages of 8 B, 16 KiB and 4 MiB, each rank
+    posting its irecv, then (after a random pause) its isend, and polling is_completed()
+    (which leaves the progress to the engine's threads) until both are done. A transfer
+    that one thread's pass completed while another thread held it must still complete:
+    the longest wait (seconds), which a missed wake-up would stretch to the group's
+    timeout (there is no periodic re-check to hide it)."""
+    import random
+
+    r = pc.get_rank()
+    peer, rng = r ^ 1, random.Random(r)
+    longest = 0.0
+    for i in range(iters):
+        n = (2, 4096, 1 << 20)[i % 3]
+        got, out = torch.empty(n), torch.full((n,), float(r))
+        q = pc.irecv(got, peer, tag=11)
+        time.sleep(rng.random() * 3e-4)
+        s = pc.isend(out, peer, tag=11)
+        t0 = time.perf_counter()
+        while not (s.is_completed() and q.is_completed()):
+            if time.perf_counter() - t0 > limit_s:
+                raise AssertionError(f"call {i} ({n} floats) not complete after {limit_s} s: a missed wake-up")
+            time.sleep(0)
+        longest = max(longest, time.perf_counter() - t0)
+        s.wait()
+        q.wait()
+        assert got[0].item() == got[-1].item() == float(peer)
+    return longest
+
+
 def case_large_exchange_both_ways():
     """Both ranks isend 8 MiB to each other before receiving: must not deadlock."""
     r, n = pc.get_rank(), pc.get_world_size()
@@ -430,6 +460,11 @@ def test_send_recv_ring(pool4):
 def test_large_isend_irecv_both_ways_does_not_deadlock(pool4):
     for r, res in enumerate(pool4.run(case_large_exchange_both_ways, timeout=60)):
         assert res == (float(r ^ 1), float(r ^ 1), 10.0 * (r ^ 1)), (r, res)
+
+
+def test_transfers_complete_whoever_moves_the_bytes(pool4):
+    for r, longest in enumerate(pool4.run(case_transfers_complete_whoever_moves_the_bytes, 300, 5.0, timeout=60)):
+        assert longest < 5.0, (r, longest)
 
 
 def test_recv_of_the_wrong_size_names_both_calls(pool4):

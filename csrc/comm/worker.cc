@@ -179,7 +179,10 @@ bool Communicator::waitDriving(const std::shared_ptr<Work>& work, double timeout
 bool Communicator::postInline(PendingP2P& p) {
   try {
     postP2P(p);
-    transport_->progress();
+    // The pass may complete transfers posted before (p2p_): they are reaped here too,
+    // else their waiters would wait for a wake-up that never comes (nothing is left
+    // to move on the links, so the worker's wait does not end).
+    progressP2P();
     if (!p.poll()) return false;
     countBytesSent();
     p.work->finish(nullptr);
@@ -279,10 +282,11 @@ void Communicator::reapP2P() {
 }
 
 void Communicator::progressIdle() {
-  // Wake at the nearest transfer deadline, and at least every 10 ms, as a safety net:
-  // a wake-up the transport missed would cost 10 ms, not a hang. (The one seen, a
-  // shared-memory send posted just before the wait and never written, is fixed.)
-  auto until = Clock::now() + std::chrono::milliseconds(10);
+  // Sleep until the links have something, a wake() (a new op, a waiter that drives), or
+  // the nearest transfer deadline: no periodic re-check. Every way a posted transfer can
+  // complete passes through reapP2P (progressP2P), so nothing completes unseen; the
+  // 10 ms re-check that stood here hid one that did not (postInline's pass).
+  auto until = Clock::time_point::max();
   for (auto& p : p2p_) until = std::min(until, p->deadline);
   transport_->waitReady(until);
   progressP2P();
