@@ -53,8 +53,8 @@ def pytest_configure(config):
 
 
 # Modules whose tests are mostly waiting on subprocesses of their own (torch's suite in
-# three runs, gpu_check's steps): run first, so that under `-n 2` (scripts/test.sh) one
-# worker waits on them while the other goes through the rest, instead of all waiting at
+# three runs, gpu_check's steps): run first, so that under `-n 3` (scripts/test.sh) one
+# worker waits on them while the others go through the rest, instead of all waiting at
 # the end.
 LONG_FIRST = ("test_torch_conformance.py", "test_staging.py")
 
