@@ -21,7 +21,7 @@ from __future__ import annotations
 import datetime
 import os
 import time
-from typing import List, Optional
+from typing import List
 
 import torch
 import torch.distributed as dist
@@ -100,12 +100,9 @@ class PyCollectProcessGroup(dist.ProcessGroup):
         peer, a mismatch, a timeout) are the Work's, as there."""
         try:
             call()
-            outcome = None
         except PyCollectError as e:
-            outcome = e
-        work = TorchWork(method, [_Done(outcome)], result)
-        work._settle_once()
-        return work
+            return TorchWork.settled(method, result, e)
+        return TorchWork.settled(method, result, None)
 
     def _run(self, method: str, call, result: List[torch.Tensor], tensors) -> TorchWork:
         """`call(blocking)`: at once on this thread when every tensor is small (_eager),
@@ -346,18 +343,3 @@ EAGER_MAX_BYTES = 64 * 1024  # collectives up to this size run at once on the ca
 
 def _small(tensor: torch.Tensor) -> bool:
     return not tensor.is_sparse and tensor.numel() * tensor.element_size() <= EAGER_MAX_BYTES
-
-
-class _Done:
-    """An engine call already made: wait() raises its error, if it had one."""
-
-    def __init__(self, error: Optional[BaseException]):
-        self._error = error
-
-    def wait(self, blocking=None) -> bool:
-        if self._error is not None:
-            raise self._error
-        return True
-
-    def is_completed(self) -> bool:
-        return True

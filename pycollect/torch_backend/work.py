@@ -67,9 +67,15 @@ class TorchWork(dist.Work):
         self._handed = False
         self._done = False
         self._error: Optional[BaseException] = None
-        # CUDA results: the Future knows their devices, so a consumer's stream syncs with it.
-        devices = sorted({t.device for t in result if isinstance(t, torch.Tensor) and t.is_cuda}, key=str)
-        self._future: torch.futures.Future = torch.futures.Future(devices=devices) if devices else torch.futures.Future()
+        self._future: Optional[torch.futures.Future] = None  # made when asked for (get_future)
+
+    @classmethod
+    def settled(cls, method: str, result: List[torch.Tensor], error: Optional[BaseException]) -> "TorchWork":
+        """A Work for a call that already ran on the caller's thread (its engine error, if any)."""
+        work = cls(method, [], result)
+        work._error = None if error is None else _torch_error(method, error)
+        work._done = True
+        return work
 
     def _engine_completed(self) -> bool:
         return all(w.is_completed() for w in self._engine_works)
@@ -100,22 +106,22 @@ class TorchWork(dist.Work):
         try:
             for w in self._engine_works:
                 w.wait(blocking=True)  # the Future is set once the results are in place
-        except CollectiveTimeoutError as e:  # worded as Gloo's, which callers match on
-            self._error = CollectiveTimeoutError(f"pycollect backend: {self._method} Timed out (the group's timeout): {e}")
         except BaseException as e:  # noqa: BLE001 - delivered to every waiter
-            self._error = e
+            self._error = _torch_error(self._method, e)
         self._engine_works = []  # drops the buffers' keep-alives
         self._done = True
 
     def _publish(self) -> None:
-        """Complete the Future, outside the claim: its callbacks may wait on this Work."""
-        if self._future.done():
+        """Complete the Future, if one was asked for, outside the claim: its callbacks may
+        wait on this Work."""
+        future = self._future
+        if future is None or future.done():
             return
         try:
             if self._error is None:
-                self._future.set_result(self._result)
+                future.set_result(self._result)
             else:
-                self._future.set_exception(self._error)
+                future.set_exception(self._error)
         except RuntimeError:  # another thread completed it first
             pass
 
@@ -166,7 +172,14 @@ class TorchWork(dist.Work):
         return self._source()
 
     def get_future(self) -> torch.futures.Future:
-        self._hand_over()
+        if self._future is None:
+            # CUDA results: the Future knows their devices, so a consumer's stream syncs with it.
+            devices = sorted({t.device for t in self._result if isinstance(t, torch.Tensor) and t.is_cuda}, key=str)
+            self._future = torch.futures.Future(devices=devices) if devices else torch.futures.Future()
+        if self._done:
+            self._publish()  # settled before anyone asked
+        else:
+            self._hand_over()
         return self._future
 
     def synchronize(self) -> None:
@@ -175,6 +188,13 @@ class TorchWork(dist.Work):
     def __repr__(self) -> str:
         state = "done" if self._done else "pending"
         return f"<pycollect.torch_backend.Work {self._method} {state}>"
+
+
+def _torch_error(method: str, e: BaseException) -> BaseException:
+    """An engine timeout worded as Gloo's ("Timed out"), which callers match on; else `e`."""
+    if isinstance(e, CollectiveTimeoutError):
+        return CollectiveTimeoutError(f"pycollect backend: {method} Timed out (the group's timeout): {e}")
+    return e
 
 
 def _wait_engine(w, seconds: float) -> bool:
