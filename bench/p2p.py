@@ -8,9 +8,10 @@ same run:
    limit, loopback TCP with a busy-polling receive (pycollect._C.tcp_round_trip_us).
 2. Each call through torch against the same call on pycollect's API (8 bytes a rank;
    target: at most 2x).
-3. torch.distributed.pipelining: 2 stages (an 8-layer MLP cut in half), Schedule1F1B,
-   8 micro-batches, step time with "pycollect" and with "gloo" as the default group's
-   backend (target: at most 0.7x), and whether the losses are equal.
+3. torch.distributed.pipelining: 2 stages (an 8-layer MLP cut in half, 256 and 64 wide:
+   the narrower, the larger the communication's share of a step), Schedule1F1B,
+   8 micro-batches of 16 rows, step time with "pycollect" and with "gloo" as the default
+   group's backend (target: at most 0.7x), and whether the losses are equal.
 4. pycollect's own pipeline (pycollect.pp), 1F1B at 2 stages: the measured idle fraction
    against the textbook (p-1)/(m+p-1) for m = 4 and 8 (target: within 0.05).
 
@@ -191,16 +192,18 @@ def main() -> int:
         print(f"| {op} | {r['api'][0]:.1f} | {r['torch'][0]:.1f} | {r['torch'][0] / r['api'][0]:.2f}x | "
               f"{r['gloo'][0]:.1f} |")
     print("\n## torch.distributed.pipelining: 2 stages, Schedule1F1B, 8 micro-batches (step, ms)")
-    step = {}
-    for backend in ("pycollect", "gloo", "pycollect", "gloo"):
-        res = run_ranks(pipelining_job, 2, ["pycollect"], job_args=(backend, args.steps, free_port()), timeout=600)
-        step.setdefault(backend, []).append((max(r[0] for r in res) * 1e3, res[1][1]))
-    same = all(step["pycollect"][0][1] == s[1] for b in step for s in step[b])
-    pc_ms = statistics.median(s[0] for s in step["pycollect"])
-    gl_ms = statistics.median(s[0] for s in step["gloo"])
-    print("| pycollect | gloo | ratio (target <= 0.7x) | losses equal |")
-    print("|---|---|---|---|")
-    print(f"| {pc_ms:.1f} | {gl_ms:.1f} | {pc_ms / gl_ms:.2f}x | {same} |")
+    print("| MLP width | pycollect | gloo | ratio (target <= 0.7x) | losses equal |")
+    print("|---|---|---|---|---|")
+    for hidden in (256, 64):
+        step = {}
+        for backend in ("pycollect", "gloo", "pycollect", "gloo"):
+            res = run_ranks(pipelining_job, 2, ["pycollect"], job_args=(backend, args.steps, free_port(), hidden),
+                            timeout=600)
+            step.setdefault(backend, []).append((max(r[0] for r in res) * 1e3, res[1][1]))
+        same = all(step["pycollect"][0][1] == s[1] for b in step for s in step[b])
+        pc_ms = statistics.median(s[0] for s in step["pycollect"])
+        gl_ms = statistics.median(s[0] for s in step["gloo"])
+        print(f"| {hidden} | {pc_ms:.1f} | {gl_ms:.1f} | {pc_ms / gl_ms:.2f}x | {same} |")
     print("\n## pycollect.pp 1F1B at 2 stages: idle fraction against the textbook")
     print("| micro-batches | measured (mean of stages) | per stage | textbook | difference (target <= 0.05) |")
     print("|---|---|---|---|---|")
