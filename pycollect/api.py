@@ -29,6 +29,7 @@ from ._buffers import (
 )
 from ._device import device_call, needs_host_staging, through_host
 from .errors import GroupFailedError, NotInitializedError
+from .topology import Topology
 from .group import NON_GROUP_MEMBER, ProcessGroup
 from .options import to_timedelta
 from .rendezvous import listen_address, rendezvous
@@ -658,6 +659,12 @@ def get_transport_info(group=None) -> dict:
     """{peer's global rank: "shm" or "tcp"}: what carries each of this rank's links in the
     group (PYCOLLECT_TRANSPORT; shared memory to ranks on this host under "auto")."""
     return _group(group).transport_info()
+
+
+def get_topology(group=None) -> Topology:
+    """Which of the group's ranks share a host (pycollect.topology.Topology): learned when the
+    group formed, by the test the shared-memory upgrade makes (PYCOLLECT_HOST_TAG counts)."""
+    return _group(group).topology
 
 
 def get_bytes_sent(group=None) -> int:

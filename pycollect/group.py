@@ -16,6 +16,7 @@ from .tuning import DEFAULT_SEGMENT_BYTES, ENGINE_ALGOS, Params, auto_table
 from .errors import (CollectiveTimeoutError, DeviceError, GroupFailedError, MismatchError, PeerLostError,
                      PyCollectError)
 from .options import Options, default_single_copy_bytes, default_spin_us
+from .topology import Topology
 from .types import Algo, TraceEvent
 from .work import Work
 
@@ -78,12 +79,12 @@ def published_address(store, name: str, rank: int, timeout: float = 15.0) -> Tup
     key, deadline = f"{scope}/addr/{rank}", time.monotonic() + timeout
     while True:
         if store.check([key]):
-            host, port = store.get(key).decode().split(" ", 1)[1].rsplit(" ", 1)
+            host, port = json.loads(store.get(key).decode())["addr"].rsplit(" ", 1)
             return host, int(port)
         if store.check([f"{scope}/token"]):  # never a blocking get: the client is shared
             roster = f"{scope}/{int(store.get(f'{scope}/token').decode()):016x}/roster"
             if store.check([roster]):
-                host, port = json.loads(store.get(roster).decode())[rank].rsplit(" ", 1)
+                host, port = json.loads(store.get(roster).decode())[rank]["addr"].rsplit(" ", 1)
                 return host, int(port)
         if time.monotonic() > deadline:
             raise TimeoutError(f"no address of rank {rank} of group {name} in the store within {timeout:g} s")
@@ -115,6 +116,7 @@ class ProcessGroup:
         self._flight_path: Optional[str] = None  # this rank's flight record, once written
         self._token = 0
         self._keys = self._prefix  # under this formation's token once the ranks met (_exchange)
+        self.topology: Optional[Topology] = None  # which ranks share a host, once the ranks met
         self.cuda_device: Optional[int] = None  # the CUDA device its CUDA tensors live on (first use)
         self.host_device = False  # tests: CPU tensors take the staged path (use_host_device)
         self.host_stream_wait = False  # tests: wait() on them makes the host device's stream wait
@@ -182,7 +184,9 @@ class ProcessGroup:
         tells the ranks that did."""
         store, p = self._store, self._prefix
         nonce = f"{secrets.randbits(63):016x}"
-        store.set(f"{p}/addr/{self.rank}", f"{nonce} {address}")
+        # The host identity rides along: every rank learns the group's topology from the roster.
+        mine = {"addr": address, "host": _C.host_identity(self.options.host_tag or "")}
+        store.set(f"{p}/addr/{self.rank}", json.dumps({"nonce": nonce, **mine}))
 
         def left() -> datetime.timedelta:
             return datetime.timedelta(seconds=max(0.001, deadline - time.monotonic()))
@@ -192,21 +196,21 @@ class ProcessGroup:
             store.set(f"{p}/token", str(token))  # where a tool finds the roster, once written
             joins = [f"{p}/addr/{r}" for r in range(1, self.size)]
             missing = self._wait_keys(joins, left()) if joins else []
-            found = {k: store.get(k).decode().split(" ", 1) for k in joins if k not in missing}
+            found = {k: json.loads(store.get(k).decode()) for k in joins if k not in missing}
             for k in found:
                 store.delete_key(k)
             if missing:
                 names = ", ".join(self._rank_name(joins.index(k) + 1) for k in missing)
-                for their_nonce, _ in found.values():
-                    store.set(f"{p}/ack/{their_nonce}", f"!{names}")  # they raise at once, naming them
+                for theirs in found.values():
+                    store.set(f"{p}/ack/{theirs['nonce']}", f"!{names}")  # they raise at once, naming them
                 raise self._join_timeout(f"{names} did not join")
             self._keys = f"{p}/{token:016x}"
-            roster = [address] + [found[k][1] for k in joins]
+            roster = [mine] + [{"addr": found[k]["addr"], "host": found[k]["host"]} for k in joins]
             store.set(f"{self._keys}/roster", json.dumps(roster))
             if self._uses_model():
                 self._publish_model()
-            for their_nonce, _ in found.values():
-                store.set(f"{p}/ack/{their_nonce}", str(token))
+            for theirs in found.values():
+                store.set(f"{p}/ack/{theirs['nonce']}", str(token))
         else:
             ack = f"{p}/ack/{nonce}"  # rank 0 answers by its deadline: wait a little past ours
             if self._wait_keys([ack], left() + datetime.timedelta(seconds=ADMIT_GRACE_S)):
@@ -221,9 +225,10 @@ class ProcessGroup:
             roster = json.loads(store.get(f"{self._keys}/roster").decode())
         hosts, ports = [], []
         for entry in roster:
-            h, pt = entry.rsplit(" ", 1)
+            h, pt = entry["addr"].rsplit(" ", 1)
             hosts.append(h)
             ports.append(int(pt))
+        self.topology = Topology.from_identities([e["host"] for e in roster], self.ranks, self.ranks[self.rank])
         if self._uses_model():
             self._adopt_model()
         return hosts, ports, token

@@ -30,7 +30,7 @@ LAYERS: List[List[str]] = [
     ["api"],                                   # init_process_group, all_reduce, ...
     ["rendezvous"],
     ["group"],                                 # ProcessGroup: owns one C++ Communicator
-    ["work", "_device", "flight"],             # ...; the flight recorder's files
+    ["work", "_device", "flight", "topology"],  # ...; the flight recorder's files; hosts
     ["options"],
     ["tuning"],                                # what the engine needs of the cost model at run time
     ["_buffers", "errors"],

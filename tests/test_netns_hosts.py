@@ -39,10 +39,18 @@ def host_pool4(netns_hosts4):
         yield pool
 
 
+def _hosts_of_default_group():
+    import pycollect as pc
+
+    return pc.get_topology().hosts
+
+
 def test_each_rank_listens_on_its_host(netns_hosts4, host_pool4):
     results = host_pool4.run(case_host_and_sum)
     assert [host for host, _ in results] == netns_hosts4.addrs
     assert all(ok for _, ok in results)
+    # each namespace host is a host of its own in the group's topology (its PYCOLLECT_HOST_TAG)
+    assert host_pool4.run(_hosts_of_default_group) == [((0,), (1,), (2,), (3,))] * 4
 
 
 @pytest.mark.parametrize("ws", [3, 4])
