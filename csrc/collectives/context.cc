@@ -87,13 +87,17 @@ void Context::checkHeaders(const std::vector<uint64_t>* recvCounts) {
   }
 }
 
-std::string Context::describeWait(const Link& l, const char* what) const {
+std::string Context::timedOut() const {
   double waited = std::chrono::duration<double>(Clock::now() - start_).count();
   char buf[64];
   std::snprintf(buf, sizeof(buf), "%.1f", waited);
   return std::string(opKindName(static_cast<OpKind>(call.kind))) + " (call #" +
          std::to_string(call.seq) + ") on rank " + std::to_string(rank) + " timed out after " +
-         buf + " s in " + phase_ + " step " + std::to_string(step_ + 1) + "/" +
+         buf + " s";
+}
+
+std::string Context::describeWait(const Link& l, const char* what) const {
+  return timedOut() + " in " + phase_ + " step " + std::to_string(step_ + 1) + "/" +
          std::to_string(std::max(steps_, 1)) + " waiting to " + what + " rank " +
          std::to_string(l.peer());
 }
@@ -107,14 +111,7 @@ void Context::wait(Link& l, const std::function<bool()>& done, const char* what)
 void Context::waitFor(const std::function<bool()>& done, const std::string& what) {
   if (done()) return;
   if (flight_ != nullptr) flight_->waiting(flight::kAnyPeer);
-  waitUntil(transport_, done, deadline_, [&] {
-    double waited = std::chrono::duration<double>(Clock::now() - start_).count();
-    char buf[64];
-    std::snprintf(buf, sizeof(buf), "%.1f", waited);
-    return std::string(opKindName(static_cast<OpKind>(call.kind))) + " (call #" +
-           std::to_string(call.seq) + ") on rank " + std::to_string(rank) + " timed out after " +
-           buf + " s waiting to " + what;
-  });
+  waitUntil(transport_, done, deadline_, [&] { return timedOut() + " waiting to " + what; });
 }
 
 std::vector<uint64_t> Context::postRecvs(const std::vector<int>& peers, const std::vector<Span>& spans,

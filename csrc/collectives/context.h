@@ -107,6 +107,8 @@ class Context {
   char* scratch(size_t bytes);
 
  private:
+  // "<op> (call #N) on rank R timed out after S s": how every timeout message starts.
+  std::string timedOut() const;
   std::string describeWait(const Link& l, const char* what) const;
   void wait(Link& l, const std::function<bool()>& done, const char* what);
 

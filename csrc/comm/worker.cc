@@ -72,7 +72,8 @@ std::shared_ptr<Work> Communicator::enqueue(Op op) {
   if (stopping_) throw GroupFailedError("process group was destroyed");
   if (!connected_) throw InvalidArgument("communicator is not connected");
   WireHeader& header = headerOf(op);
-  if (auto* p2p = std::get_if<std::unique_ptr<PendingP2P>>(&op)) {
+  auto* p2p = std::get_if<std::unique_ptr<PendingP2P>>(&op);
+  if (p2p != nullptr) {
     // p2p messages are numbered per pair and direction; a recv when it is posted (a
     // recv from any source before it may take a message from the same peer).
     if ((*p2p)->isSend) header.seq = sendSeq_[(*p2p)->peer]++;
@@ -93,7 +94,7 @@ std::shared_ptr<Work> Communicator::enqueue(Op op) {
     if (collective != nullptr) {
       runCollective(*collective);
     } else {
-      runP2P(*std::get<std::unique_ptr<PendingP2P>>(op));
+      runP2P(**p2p);
     }
     lock.lock();
     driving_ = false;
@@ -104,7 +105,6 @@ std::shared_ptr<Work> Communicator::enqueue(Op op) {
     }
     return work;
   }
-  auto* p2p = std::get_if<std::unique_ptr<PendingP2P>>(&op);
   if (p2p != nullptr && queue_.empty() && !driving_) {
     // An asynchronous send or recv with nothing ahead of it: post it here, so a small
     // send's bytes leave now and a recv takes what already came, without waking the

@@ -102,18 +102,17 @@ void Mark::ended(bool failed) const {
 // A step or a wait: the running call's own slot, written without the lock (a snapshot
 // may read a half-updated step: it is a diagnostic, and each field is atomic).
 void Mark::step(const char* phase, int step, int steps) const {
-  if (recorder_ == nullptr) return;
-  Recorder::Slot& s = recorder_->slots_[id_ % recorder_->slots_.size()];
-  if (s.id.load(std::memory_order_relaxed) != id_) return;  // overwritten
-  s.phase.store(phase, std::memory_order_relaxed);
-  s.step.store(step, std::memory_order_relaxed);
-  s.steps.store(steps, std::memory_order_relaxed);
+  if (Recorder::Slot* s = recorder_ != nullptr ? recorder_->slotOf(id_) : nullptr) {
+    s->phase.store(phase, std::memory_order_relaxed);
+    s->step.store(step, std::memory_order_relaxed);
+    s->steps.store(steps, std::memory_order_relaxed);
+  }
 }
 
 void Mark::waiting(int peer) const {
-  if (recorder_ == nullptr) return;
-  Recorder::Slot& s = recorder_->slots_[id_ % recorder_->slots_.size()];
-  if (s.id.load(std::memory_order_relaxed) == id_) s.waitingOn.store(peer, std::memory_order_relaxed);
+  if (Recorder::Slot* s = recorder_ != nullptr ? recorder_->slotOf(id_) : nullptr) {
+    s->waitingOn.store(peer, std::memory_order_relaxed);
+  }
 }
 
 }  // namespace flight

@@ -88,7 +88,8 @@ class Recorder {
     std::atomic<const char*> phase{nullptr};
     std::atomic<int32_t> step{0}, steps{0}, waitingOn{kNoPeer};
   };
-  // The slot of `id` while it still holds it, else nullptr (under mu_).
+  // The slot of `id` while it still holds it, else nullptr (overwritten). Under mu_, or
+  // without it for the running call's steps and waits (each field is atomic).
   Slot* slotOf(uint64_t id);
   void setState(uint64_t id, State s, int64_t Slot::*when);
   void setSeq(uint64_t id, uint64_t seq);
