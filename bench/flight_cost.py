@@ -10,7 +10,7 @@
     .venv/bin/python bench/flight_cost.py [--blocks 20] [--iters 500]
 """
 import argparse
-import datetime
+import dataclasses
 import os
 import statistics
 import subprocess
@@ -25,16 +25,11 @@ def job(rank, world, emit, iters, blocks):
     import torch
 
     import pycollect as pc
-    import pycollect.api as api
-    from pycollect.group import ProcessGroup
     from pycollect.options import Options
 
-    base = Options.from_env().__dict__
-    groups = {}
-    for mode, entries in (("off", 0), ("on", 1024)):
-        g = ProcessGroup(f"flight-{mode}", api._store, range(world), rank, datetime.timedelta(seconds=60),
-                         api._host, Options(**{**base, "flight_entries": entries}))
-        groups[mode] = pc.register_group(g)
+    base = Options.from_env()
+    groups = {mode: pc.new_group(timeout=60, pg_options=dataclasses.replace(base, flight_entries=entries))
+              for mode, entries in (("off", 0), ("on", 1024))}
     t = torch.ones(2)
     times = {"off": [], "on": []}
     for b in range(blocks):

@@ -31,7 +31,7 @@ from ._device import device_call, needs_host_staging, through_host
 from .errors import GroupFailedError, NotInitializedError
 from .topology import Topology
 from .group import NON_GROUP_MEMBER, ProcessGroup
-from .options import to_timedelta
+from .options import Options, to_timedelta
 from .rendezvous import listen_address, rendezvous
 from .types import Algo, ReduceOp, TraceEvent, is_torch_tensor, to_reduce_op
 from .work import Work, WorkList
@@ -85,9 +85,14 @@ def _group(group) -> ProcessGroup:
     return group
 
 
-def new_group(ranks: Optional[Sequence[int]] = None, timeout=None, backend: Optional[str] = None, **unused):
+def new_group(ranks: Optional[Sequence[int]] = None, timeout=None, backend: Optional[str] = None,
+              pg_options: Optional[Options] = None, **unused):
     """Make a sub-group with its own links. Every rank of the default group must call it,
-    in the same order; ranks outside `ranks` get NON_GROUP_MEMBER."""
+    in the same order; ranks outside `ranks` get NON_GROUP_MEMBER. `pg_options` (torch's
+    name): the group's pycollect.Options, e.g. dataclasses.replace(Options.from_env(),
+    transport="tcp"); default Options.from_env()."""
+    if pg_options is not None and not isinstance(pg_options, Options):
+        raise TypeError(f"new_group(pg_options=): expected pycollect.Options, got {type(pg_options).__name__}")
     world = _default()
     members = list(range(world.size)) if ranks is None else sorted(int(r) for r in ranks)
     if len(set(members)) != len(members) or not members:
@@ -101,7 +106,7 @@ def new_group(ranks: Optional[Sequence[int]] = None, timeout=None, backend: Opti
     if _global_rank not in members:
         return NON_GROUP_MEMBER
     td = to_timedelta(timeout) if timeout is not None else world.timeout
-    g = ProcessGroup(name, _store, members, _global_rank, td, _host)
+    g = ProcessGroup(name, _store, members, _global_rank, td, _host, pg_options)
     _groups.append(g)
     return g
 

@@ -71,6 +71,11 @@ def store_scope(name: str) -> str:
     return f"{name}@{os.environ.get('TORCHELASTIC_RESTART_COUNT', '0')}"
 
 
+def _formation_keys(scope: str, token: int) -> str:
+    """Where one formation of a group (its token) keeps its keys: the roster, model, reports."""
+    return f"{scope}/{token:016x}"
+
+
 def published_address(store, name: str, rank: int, timeout: float = 15.0) -> Tuple[str, int]:
     """(host, port) where `rank` of the group named `name` listens: its address while the
     group forms, the roster once it formed; what any stranger with the store can read
@@ -82,13 +87,31 @@ def published_address(store, name: str, rank: int, timeout: float = 15.0) -> Tup
             host, port = json.loads(store.get(key).decode())["addr"].rsplit(" ", 1)
             return host, int(port)
         if store.check([f"{scope}/token"]):  # never a blocking get: the client is shared
-            roster = f"{scope}/{int(store.get(f'{scope}/token').decode()):016x}/roster"
+            roster = f"{_formation_keys(scope, int(store.get(f'{scope}/token').decode()))}/roster"
             if store.check([roster]):
                 host, port = json.loads(store.get(roster).decode())[rank]["addr"].rsplit(" ", 1)
                 return host, int(port)
         if time.monotonic() > deadline:
             raise TimeoutError(f"no address of rank {rank} of group {name} in the store within {timeout:g} s")
         time.sleep(0.01)
+
+
+def _on_helper(name: str, fn, seconds: float) -> list:
+    """fn() on a daemon thread, waited for up to `seconds`: [(True, what it returned)] or
+    [(False, the exception it raised)], or [] while it still runs (a store client blocked
+    on a silent store waits for the store's own timeout, not ours)."""
+    outcome: list = []
+
+    def body() -> None:
+        try:
+            outcome.append((True, fn()))
+        except BaseException as e:  # noqa: BLE001 - handed to the waiting thread
+            outcome.append((False, e))
+
+    helper = threading.Thread(target=body, name=name, daemon=True)
+    helper.start()
+    helper.join(seconds)
+    return outcome
 
 
 class ProcessGroup:
@@ -114,8 +137,7 @@ class ProcessGroup:
         self._published = False   # this rank's failure is in the store
         self._store_silent = False  # the store did not answer while explaining a failure
         self._flight_path: Optional[str] = None  # this rank's flight record, once written
-        self._token = 0
-        self._keys = self._prefix  # under this formation's token once the ranks met (_exchange)
+        self._token: Optional[int] = None  # this formation's, once the ranks met (_exchange)
         self.topology: Optional[Topology] = None  # which ranks share a host, once the ranks met
         self.cuda_device: Optional[int] = None  # the CUDA device its CUDA tensors live on (first use)
         self.host_device = False  # tests: CPU tensors take the staged path (use_host_device)
@@ -150,29 +172,25 @@ class ProcessGroup:
         addr, port = self._comm.listen(host)
         seconds = self.timeout.total_seconds()
         deadline = time.monotonic() + seconds
-        outcome: list = []
-
-        def exchange() -> None:
-            try:
-                outcome.append(self._exchange(f"{addr} {port}", deadline))
-            except BaseException as e:  # handed to the waiting thread
-                outcome.append(e)
-
-        helper = threading.Thread(target=exchange, name=f"pycollect-rendezvous-{self._prefix}", daemon=True)
-        helper.start()
-        helper.join(seconds + ADMIT_GRACE_S + 1.0)
+        outcome = _on_helper(f"pycollect-rendezvous-{self._prefix}",
+                             lambda: self._exchange(f"{addr} {port}", deadline), seconds + ADMIT_GRACE_S + 1.0)
         if not outcome:
             raise CollectiveTimeoutError(
                 f"forming group {self.name} on rank {self.rank}: the rendezvous store did not answer within "
                 f"{seconds + ADMIT_GRACE_S + 1.0:.1f} s (its host, global rank 0 or the MASTER_ADDR process, may be stalled or out of reach)")
-        if isinstance(outcome[0], BaseException):
-            raise outcome[0]
-        hosts, ports, token = outcome[0]
-        self._token = token
-        self._connect_mesh(hosts, ports, token)
+        returned, value = outcome[0]
+        if not returned:
+            raise value
+        hosts, ports = value
+        self._connect_mesh(hosts, ports, self._token)
+
+    @property
+    def _keys(self) -> str:
+        """Where this formation keeps its keys: under its token once the ranks met (_exchange)."""
+        return self._prefix if self._token is None else _formation_keys(self._prefix, self._token)
 
     def _exchange(self, address: str, deadline: float):
-        """The group's rendezvous in the store; (hosts, ports, token).
+        """The group's rendezvous in the store; (hosts, ports), and its token in self._token.
 
         A job that re-initialises on the same store (destroy_process_group, then
         init_process_group with other ranks or another world size) makes groups whose
@@ -204,7 +222,7 @@ class ProcessGroup:
                 for theirs in found.values():
                     store.set(f"{p}/ack/{theirs['nonce']}", f"!{names}")  # they raise at once, naming them
                 raise self._join_timeout(f"{names} did not join")
-            self._keys = f"{p}/{token:016x}"
+            self._token = token
             roster = [mine] + [{"addr": found[k]["addr"], "host": found[k]["host"]} for k in joins]
             store.set(f"{self._keys}/roster", json.dumps(roster))
             if self._uses_model():
@@ -220,8 +238,7 @@ class ProcessGroup:
             store.delete_key(ack)
             if answer.startswith("!"):
                 raise self._join_timeout(f"{answer[1:]} did not join (rank 0 says)")
-            token = int(answer)
-            self._keys = f"{p}/{token:016x}"
+            self._token = int(answer)
             roster = json.loads(store.get(f"{self._keys}/roster").decode())
         hosts, ports = [], []
         for entry in roster:
@@ -231,7 +248,7 @@ class ProcessGroup:
         self.topology = Topology.from_identities([e["host"] for e in roster], self.ranks, self.ranks[self.rank])
         if self._uses_model():
             self._adopt_model()
-        return hosts, ports, token
+        return hosts, ports
 
     def _wait_keys(self, keys: List[str], timeout: datetime.timedelta) -> List[str]:
         """Wait until every key is in the store; the keys still missing when `timeout` passed."""
@@ -399,13 +416,10 @@ class ProcessGroup:
     def _explained(self, error: PyCollectError, wait_s: float) -> PyCollectError:
         if self._store_silent:
             return error
-        outcome: list = []
-        helper = threading.Thread(target=lambda: outcome.append(self._explain_now(error, wait_s)),
-                                  name=f"pycollect-explain-{self._prefix}", daemon=True)
-        helper.start()
-        helper.join(wait_s + 1.0)
-        if outcome:
-            return outcome[0]
+        outcome = _on_helper(f"pycollect-explain-{self._prefix}", lambda: self._explain_now(error, wait_s),
+                             wait_s + 1.0)
+        if outcome and outcome[0][0]:  # (one that raised is as silent as one that hangs)
+            return outcome[0][1]
         self._store_silent = True
         return type(error)(f"{error}; the rendezvous store did not answer within {wait_s + 1.0:.1f} s, "
                            "so what the other ranks saw is unknown")

@@ -5,7 +5,7 @@ its own, so that one fault (a stopped, killed or cut-off rank) is seen by every 
     case_start_paths(paths, timeout_s)   # forms one group per path, starts the loops
     case_fewest_calls()                  # > 0: every loop is running
     case_path_outcomes(wait_s)           # {path: (error class, message, wall time) or None}
-    case_rendezvous(name, timeout_s)     # forms one more group: the wait for a peer that never comes
+    case_rendezvous(timeout_s)           # forms one more group: the wait for a peer that never comes
 
 A path's loop ends at its first error; its outcome is what it raised and when.
 """
@@ -19,15 +19,15 @@ import torch
 
 import pycollect as pc
 
-# path -> the transport its group asks for (None: the environment's, auto by default)
+# path -> the Options its group changes (ring_tcp and ring_shm: the transport)
 PATHS = {
-    "ring_tcp": "tcp",     # a large all-reduce on TCP links, run inline by the caller
-    "ring_shm": "shm",     # the same on shared-memory links
-    "inline": None,        # 8 bytes: the small-call path
-    "queued": None,        # async calls queued behind each other on the worker, then wait()
-    "send_recv": None,     # each rank sends to its right, receives from its left
-    "recv_any": None,      # ... received from any source
-    "staged": None,        # device tensors staged through pinned memory (the host device here)
+    "ring_tcp": {"transport": "tcp"},  # a large all-reduce on TCP links, run inline by the caller
+    "ring_shm": {"transport": "shm"},  # the same on shared-memory links
+    "inline": {},                      # 8 bytes: the small-call path
+    "queued": {},                      # async calls queued behind each other on the worker, then wait()
+    "send_recv": {},                   # each rank sends to its right, receives from its left
+    "recv_any": {},                    # ... received from any source
+    "staged": {},                      # device tensors staged through pinned memory (the host device here)
 }
 _outcomes: dict = {}
 _calls: dict = {}
@@ -35,18 +35,13 @@ _threads: list = []
 _groups: list = []
 
 
-def _group(name: str, transport, timeout_s: float):
-    import pycollect.api as api
-    from pycollect.group import ProcessGroup
+def _group(timeout_s: float, **options):
+    """A new group over every rank, with these Options fields changed from the environment's."""
+    import dataclasses
+
     from pycollect.options import Options
 
-    options = Options.from_env()
-    if transport is not None:
-        options = Options(**{**options.__dict__, "transport": transport})
-    g = ProcessGroup(name, api._store, range(pc.get_world_size()), pc.get_rank(),
-                     datetime.timedelta(seconds=timeout_s), api._host, options)
-    pc.register_group(g)
-    return g
+    return pc.new_group(timeout=timeout_s, pg_options=dataclasses.replace(Options.from_env(), **options))
 
 
 def _loop(path: str, g) -> None:
@@ -92,7 +87,7 @@ def case_start_paths(paths, timeout_s: float) -> dict:
     """Form a group per path (in this order on every rank), start its loop; the links each uses."""
     kinds = {}
     for path in paths:
-        g = _group(f"dl-{path}", PATHS[path], timeout_s)
+        g = _group(timeout_s, **PATHS[path])
         _groups.append(g)
         kinds[path] = sorted(set(g.transport_info().values()))
     for path, g in zip(paths, _groups):
@@ -117,11 +112,11 @@ def case_path_outcomes(wait_s: float) -> dict:
     return {p: _outcomes.get(p) for p in paths}
 
 
-def case_rendezvous(name: str, timeout_s: float):
+def case_rendezvous(timeout_s: float):
     """Form one more group over every rank: (error class, message, seconds it took) or None."""
     t0 = time.monotonic()
     try:
-        _group(name, None, timeout_s)
+        _group(timeout_s)
     except BaseException as e:  # noqa: BLE001
         return type(e).__name__, str(e), time.monotonic() - t0
     return None
@@ -132,7 +127,7 @@ def case_destroy_while_blocked(how: str) -> dict:
     or queued: async, then wait()), and another thread ends the group with
     `how` ("destroy": pc.destroy_process_group(g); "abort": the group's abort): how long
     that took, and what the blocked call raised, how soon."""
-    g = _group(f"end-{how}", None, 60.0)
+    g = _group(60.0)
     out: dict = {}
     if g.rank == 0:
         def end():
@@ -166,14 +161,7 @@ def case_destroy_while_blocked(how: str) -> dict:
 def case_flight_ring() -> list:
     """A group whose flight recorder keeps 4 entries, after 3 all-reduces, a send/recv pair
     and a broadcast: its ring, oldest first."""
-    import pycollect.api as api
-    from pycollect.group import ProcessGroup
-    from pycollect.options import Options
-
-    options = Options(**{**Options.from_env().__dict__, "flight_entries": 4})
-    g = ProcessGroup("ring4", api._store, range(pc.get_world_size()), pc.get_rank(),
-                     datetime.timedelta(seconds=30), api._host, options)
-    pc.register_group(g)
+    g = _group(30.0, flight_entries=4)
     t = torch.ones(8)
     for _ in range(3):
         pc.all_reduce(t, group=g)

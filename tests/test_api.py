@@ -332,6 +332,8 @@ def case_bad_inputs():
            lambda: pc.all_reduce_coalesced([torch.ones(2), torch.ones(2, dtype=torch.float64)]), "float64")
     expect("agc_shape", ValueError,
            lambda: pc.all_gather_coalesced([[torch.empty(3)] for _ in range(n)], [torch.ones(2)]), "expected 2")
+    expect("new_group_options", TypeError, lambda: pc.new_group(pg_options={"transport": "tcp"}),
+           "pycollect.Options", "dict")
     t = torch.ones(3)
     pc.all_reduce(t)  # the group still works
     errors["still_works"] = "ok" if t.tolist() == [n] * 3 else f"got {t.tolist()}"

@@ -103,7 +103,7 @@ def test_stopped_store_host(tmp_path):
             for group, ranks in records.items():
                 lines, culprits = flight.verdict(ranks)
                 assert culprits == [0] and "rank 0 wrote no record" in "\n".join(lines), (group, lines)
-            (ok, rendezvous), = pool.run_raw(dc.case_rendezvous, "late", TIMEOUT_S, ranks=[1], timeout=30)
+            (ok, rendezvous), = pool.run_raw(dc.case_rendezvous, TIMEOUT_S, ranks=[1], timeout=30)
             assert ok, rendezvous
             _check_rendezvous(rendezvous, 1, "rendezvous store did not answer")
         finally:
@@ -125,7 +125,7 @@ def test_killed_rank():
         (ok, outcomes), = pool.run_raw(dc.case_path_outcomes, BOUND_S + 1, ranks=[0], timeout=30)
         assert ok, outcomes
         _check(outcomes, 0, killed, names=1)
-        (ok, rendezvous), = pool.run_raw(dc.case_rendezvous, "late", TIMEOUT_S, ranks=[0], timeout=30)
+        (ok, rendezvous), = pool.run_raw(dc.case_rendezvous, TIMEOUT_S, ranks=[0], timeout=30)
         assert ok, rendezvous
         _check_rendezvous(rendezvous, 0, r"rank 1 did not join")
 
@@ -149,7 +149,7 @@ def test_cut_cable(netns_hosts4, layout):
                 assert ok, outcomes
                 _check(outcomes, r, cut)
             far = "|".join(f"rank {r}" for r, h in enumerate(layout) if h == 1)
-            for r, (ok, rendezvous) in enumerate(pool.run_raw(dc.case_rendezvous, "late", TIMEOUT_S, timeout=30)):
+            for r, (ok, rendezvous) in enumerate(pool.run_raw(dc.case_rendezvous, TIMEOUT_S, timeout=30)):
                 assert ok, rendezvous
                 _check_rendezvous(rendezvous, r, rf"({far}).* did not join" if layout[r] == 0
                                   else "rendezvous store did not answer")

@@ -1,7 +1,7 @@
 """A group's topology (pycollect.topology): which ranks share a host, learned when the group
 forms by the test the shared-memory upgrade makes, so it agrees with the links the group
 got: shared memory exactly between ranks of one host. Namespace hosts: test_netns_hosts.py."""
-import datetime
+import dataclasses
 
 import pytest
 
@@ -13,17 +13,11 @@ def case_topology(tags):
     """Groups over every rank with PYCOLLECT_HOST_TAG = tags[rank] (None: the environment's):
     (str of its topology, its hosts, host/local rank/local size here, the peers it reaches
     over shared memory)."""
-    import pycollect.api as api
-    from pycollect.group import ProcessGroup
     from pycollect.options import Options
 
     r = pc.get_rank()
-    if tags is None:
-        g = None
-    else:
-        options = Options(**{**Options.from_env().__dict__, "host_tag": tags[r]})
-        g = pc.register_group(ProcessGroup(f"topo-{'-'.join(tags)}", api._store, range(pc.get_world_size()), r,
-                                           datetime.timedelta(seconds=30), api._host, options))
+    g = None if tags is None else pc.new_group(timeout=30, pg_options=dataclasses.replace(Options.from_env(),
+                                                                                          host_tag=tags[r]))
     t = pc.get_topology(g)
     shm = sorted(p for p, kind in pc.get_transport_info(g).items() if kind == "shm")
     out = (str(t), t.hosts, t.host, t.local_rank, t.local_size, shm)

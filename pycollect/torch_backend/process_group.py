@@ -124,9 +124,8 @@ class PyCollectProcessGroup(dist.ProcessGroup):
             op, _ = translate(opts.reduceOp if opts is not None else dist.ReduceOp.SUM, "allreduce")
             sparse_all_reduce(tensor, op, self._engine)
             return self._submit("allreduce", [], [tensor])
-        if _small(tensor):
-            return self._eager("allreduce", lambda: self._allreduce_one("allreduce", tensor, opts, False), [tensor])
-        return self._submit("allreduce", [self._allreduce_one("allreduce", tensor, opts)], [tensor])
+        call = lambda blocking: self._allreduce_one("allreduce", tensor, opts, async_op=not blocking)  # noqa: E731
+        return self._run("allreduce", call, [tensor], [tensor])
 
     def allreduce_coalesced(self, tensors, opts=None) -> TorchWork:
         """One engine call (one header, one pass) per dtype among `tensors`."""
@@ -170,10 +169,8 @@ class PyCollectProcessGroup(dist.ProcessGroup):
     def broadcast(self, tensors, opts=None) -> TorchWork:
         tensor = single(tensors, "broadcast")
         root = opts.rootRank if opts is not None else 0
-        if _small(tensor):
-            return self._eager("broadcast", lambda: api.broadcast(tensor, root, group=self._engine), [tensor])
-        return self._submit("broadcast", [api.broadcast(tensor, root, group=self._engine, async_op=True)],
-                            [tensor])
+        call = lambda blocking: api.broadcast(tensor, root, group=self._engine, async_op=not blocking)  # noqa: E731
+        return self._run("broadcast", call, [tensor], [tensor])
 
     def barrier(self, opts=None) -> TorchWork:
         """Times out after opts.timeout if set, else the group's (an error saying "Timed out",
@@ -222,15 +219,14 @@ class PyCollectProcessGroup(dist.ProcessGroup):
         return self._run("allgather", call, list(outputs), [tensor, *outputs])
 
     def all_gather_single(self, output, input, opts=None) -> TorchWork:
-        call = lambda blocking: api.all_gather_into_tensor(output, input, group=self._engine,  # noqa: E731
-                                                           async_op=not blocking)
+        call = lambda blocking: self._gather_one(output, input, async_op=not blocking)  # noqa: E731
         return self._run("all_gather_single", call, [output], [output, input])
 
     def all_gather_single_coalesced(self, outputs, inputs, opts=None) -> TorchWork:
         return self._many("all_gather_single_coalesced", outputs, inputs, self._gather_one)
 
-    def _gather_one(self, output, input):
-        return api.all_gather_into_tensor(output, input, group=self._engine, async_op=True)
+    def _gather_one(self, output, input, async_op: bool = True):
+        return api.all_gather_into_tensor(output, input, group=self._engine, async_op=async_op)
 
     # torch's older names for the same calls
     _allgather_base = all_gather_single

@@ -19,7 +19,7 @@ returns at once (the host is not blocked; pycollect.work.Work.wait); the complet
 still settles the Future once the results are in device memory, and an error surfaces
 from is_completed(), exception(), the Future and the group's next call. A call with a
 finish step (the list form of all-gather copies its flat buffer into the list there)
-waits on the host until the completer ran the step, so that a read right after
+waits on the host and runs the step as it settles the Work, so that a read right after
 `wait()` (DDP's constructor checks the model with `.item()`) sees the result.
 PYCOLLECT_BLOCKING_WAIT=1 (or CUDA_DEVICE_MAX_CONNECTIONS <= 2) keeps the host-blocking
 wait for every call.
@@ -53,8 +53,8 @@ class TorchWork(dist.Work):
         self._engine_works = list(engine_works)
         # Staged calls without a finish step only: wait() may make the caller's stream wait
         # instead of the host. A finish step (all_gather's list form copies its flat buffer
-        # into the list there) runs on the completer thread once the call is done, so
-        # wait() must wait for the completer, as the host wait below does.
+        # into the list there) runs when the Work is settled, so wait() settles it on the
+        # host, as for any other call.
         streamable = bool(self._engine_works) and all(
             isinstance(w, EngineWork) and w._staged and w._can_stream_wait() and w._finish is None
             for w in self._engine_works)
@@ -84,7 +84,7 @@ class TorchWork(dist.Work):
         """Let the completer settle it: its Future completes with nobody waiting."""
         if not self._handed and not self._done and self._completer is not None:
             self._handed = True
-            self._completer._queue.put(self)
+            self._completer.settle_later(self)
 
     def _settle_once(self) -> bool:
         """Settle it on this thread unless another thread does (then return False at once)."""
@@ -215,6 +215,9 @@ class Completer:
         self._queue: "queue.SimpleQueue[Optional[TorchWork]]" = queue.SimpleQueue()
         self._thread = threading.Thread(target=self._loop, name=f"pycollect-{name}-completer", daemon=True)
         self._thread.start()
+
+    def settle_later(self, work: TorchWork) -> None:
+        self._queue.put(work)
 
     def add(self, work: TorchWork) -> TorchWork:
         work._completer = self
