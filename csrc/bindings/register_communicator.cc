@@ -140,6 +140,14 @@ void registerCommunicator(py::module_& m) {
             c.setAutoTables(autoRows(allreduce), autoRows(allgather));
           },
           py::arg("allreduce"), py::arg("allgather"))
+      .def(
+          "set_topology",
+          [](Communicator& c, std::vector<int> hostOf, size_t allreduce, size_t allgather, size_t reduceScatter,
+             size_t broadcast) {
+            c.setTopology(std::move(hostOf), HierarchicalFrom{allreduce, allgather, reduceScatter, broadcast});
+          },
+          py::arg("host_of"), py::arg("allreduce_from"), py::arg("allgather_from"), py::arg("reduce_scatter_from"),
+          py::arg("broadcast_from"))
       .def("connect", &Communicator::connect, py::arg("hosts"), py::arg("ports"), py::arg("token"), R())
       .def("cancel_connect", &Communicator::cancelConnect)
       // blocking=True: the caller waits for the result anyway, so the engine may run the
@@ -163,19 +171,22 @@ void registerCommunicator(py::module_& m) {
           py::arg("blocking") = false, R())
       .def(
           "reduce_scatter",
-          [](Communicator& c, uintptr_t in, uintptr_t out, size_t count, int dtype, int op, bool blocking) {
+          [](Communicator& c, uintptr_t in, uintptr_t out, size_t count, int dtype, int op, int algo,
+             bool blocking) {
             Blocking scope(blocking);
-            return c.reduceScatter(ptr(in), ptr(out), count, checkedDType(dtype), checkedReduceOp(op));
+            return c.reduceScatter(ptr(in), ptr(out), count, checkedDType(dtype), checkedReduceOp(op),
+                                   checkedAlgo(algo));
           },
-          py::arg("inp"), py::arg("out"), py::arg("count"), py::arg("dtype"), py::arg("op"),
+          py::arg("inp"), py::arg("out"), py::arg("count"), py::arg("dtype"), py::arg("op"), py::arg("algo") = 0,
           py::arg("blocking") = false, R())
       .def(
           "broadcast",
-          [](Communicator& c, uintptr_t data, size_t count, int dtype, int root, bool blocking) {
+          [](Communicator& c, uintptr_t data, size_t count, int dtype, int root, int algo, bool blocking) {
             Blocking scope(blocking);
-            return c.broadcast(ptr(data), count, checkedDType(dtype), root);
+            return c.broadcast(ptr(data), count, checkedDType(dtype), root, checkedAlgo(algo));
           },
-          py::arg("data"), py::arg("count"), py::arg("dtype"), py::arg("root"), py::arg("blocking") = false, R())
+          py::arg("data"), py::arg("count"), py::arg("dtype"), py::arg("root"), py::arg("algo") = 0,
+          py::arg("blocking") = false, R())
       .def(
           "barrier",
           [](Communicator& c, double timeout, bool blocking) {
@@ -278,22 +289,23 @@ void registerCommunicator(py::module_& m) {
           py::arg("stream"), py::arg("blocking") = false, R())
       .def(
           "reduce_scatter_staged",
-          [](Communicator& c, uintptr_t in, uintptr_t out, size_t count, int dtype, int op, int device,
+          [](Communicator& c, uintptr_t in, uintptr_t out, size_t count, int dtype, int op, int algo, int device,
              uintptr_t stream, bool blocking) {
             Blocking scope(blocking);
             return c.reduceScatterStaged(ptr(in), ptr(out), count, checkedDType(dtype), checkedReduceOp(op),
-                                         DeviceCall{device, stream});
+                                         checkedAlgo(algo), DeviceCall{device, stream});
           },
-          py::arg("inp"), py::arg("out"), py::arg("count"), py::arg("dtype"), py::arg("op"),
+          py::arg("inp"), py::arg("out"), py::arg("count"), py::arg("dtype"), py::arg("op"), py::arg("algo"),
           py::arg("device"), py::arg("stream"), py::arg("blocking") = false, R())
       .def(
           "broadcast_staged",
-          [](Communicator& c, uintptr_t data, size_t count, int dtype, int root, int device,
+          [](Communicator& c, uintptr_t data, size_t count, int dtype, int root, int algo, int device,
              uintptr_t stream, bool blocking) {
             Blocking scope(blocking);
-            return c.broadcastStaged(ptr(data), count, checkedDType(dtype), root, DeviceCall{device, stream});
+            return c.broadcastStaged(ptr(data), count, checkedDType(dtype), root, checkedAlgo(algo),
+                                     DeviceCall{device, stream});
           },
-          py::arg("data"), py::arg("count"), py::arg("dtype"), py::arg("root"), py::arg("device"),
+          py::arg("data"), py::arg("count"), py::arg("dtype"), py::arg("root"), py::arg("algo"), py::arg("device"),
           py::arg("stream"), py::arg("blocking") = false, R())
       .def(
           "reduce_staged",

@@ -14,60 +14,78 @@
 // crosses each link once: per rank (size-1)*count elements sent and received.
 // Our own chunk is sent straight from `in`, and copied into `out` segment by
 // segment while the transfer runs, instead of before it starts.
+//
+// Blocks. The same ring moves any "chunk" made of pieces of the buffer (blocks.h):
+// the hierarchical algorithms gather a rail's ranks' slots, or a host's. A block goes
+// as its pieces' segments in order; both neighbours cut it alike, as every rank knows
+// every block.
 #include <cstring>
 
 #include "collectives/collectives.h"
 
 namespace pycollect {
 
-void allgatherRing(Context& ctx, const void* in, void* out, size_t count, DType dtype) {
+void allgatherRingBlocks(Context& ctx, char* base, const std::vector<Block>& blocks, const char* own,
+                         DType dtype) {
   const int n = ctx.size;
   const int r = ctx.rank;
   const size_t es = dtypeSize(dtype);
-  char* base = static_cast<char*>(out);
-  const char* src = static_cast<const char*>(in);
-  const size_t chunkBytes = count * es;
-  const bool copyOwn = src != base + r * chunkBytes && chunkBytes > 0;
   ctx.exchangeHeaders(ctx.ringPeers());
-  if (n == 1 || count == 0) {
-    if (copyOwn) std::memmove(base + r * chunkBytes, src, chunkBytes);
-    return;
-  }
-  Segments segs = pipelineSegments(ctx, count, es);
-  const size_t nseg = segs.count;
+  const size_t per = std::max<size_t>(1, ctx.tunables.segmentBytes / es);
+  const std::vector<BlockUnit> mine = unitsOf(blocks[r], per);
+  auto at = [&](const BlockUnit& u) { return base + u.offset * es; };
+  auto ownSrc = [&](const BlockUnit& u) { return own != nullptr ? own + u.position * es : at(u); };
+  // One unit of our own block into place per unit received (the sends read `own`, so
+  // the copy never races them); memmove: `own` may overlap the buffer.
+  size_t copied = 0;
+  auto copyOwn = [&](size_t upTo) {
+    for (upTo = std::min(upTo, mine.size()); own != nullptr && copied < upTo; ++copied) {
+      std::memmove(at(mine[copied]), ownSrc(mine[copied]), mine[copied].length * es);
+    }
+  };
+  if (n == 1) return copyOwn(mine.size());
   const int steps = n - 1;
-  const size_t units = steps * nseg;
   Link& right = ctx.link(ctx.right());
   Link& left = ctx.link(ctx.left());
   auto mod = [n](int x) { return ((x % n) + n) % n; };
-  auto segPtr = [&](int c, size_t j) { return base + (c * count + segs.begin(j, count)) * es; };
-  auto segBytes = [&](size_t j) { return segs.size(j, count) * es; };
 
   // Every receive goes to its final place, so all of them can be posted now.
-  std::vector<uint64_t> tickets(units);
-  for (size_t u = 0; u < units; ++u) {
-    int c = mod(r - static_cast<int>(u / nseg) - 1);
-    ctx.setUnit("all-gather", static_cast<int>(u / nseg), c, u % nseg);
-    tickets[u] = left.postRecv(segPtr(c, u % nseg), segBytes(u % nseg));
-  }
-  auto ownSrc = [&](size_t j) { return src + segs.begin(j, count) * es; };
-  for (size_t j = 0; j < nseg; ++j) {
-    ctx.setUnit("all-gather", 0, r, j);
-    right.postSend(ownSrc(j), segBytes(j));
-  }
-  for (size_t u = 0; u < units; ++u) {
-    const int s = static_cast<int>(u / nseg);
-    ctx.setStep("all-gather", s, steps);
-    ctx.waitRecv(left, tickets[u]);
-    if (s + 1 < steps) {
-      ctx.setUnit("all-gather", s + 1, mod(r - s - 1), u % nseg);
-      right.postSend(segPtr(mod(r - s - 1), u % nseg), segBytes(u % nseg));
+  std::vector<std::vector<BlockUnit>> incoming(steps);
+  std::vector<std::vector<uint64_t>> tickets(steps);
+  for (int s = 0; s < steps; ++s) {
+    const int c = mod(r - s - 1);
+    incoming[s] = unitsOf(blocks[c], per);
+    for (size_t k = 0; k < incoming[s].size(); ++k) {
+      ctx.setUnit("all-gather", s, c, k);
+      tickets[s].push_back(left.postRecv(at(incoming[s][k]), incoming[s][k].length * es));
     }
-    // One segment of our own chunk per received one (units >= nseg); the sends
-    // read `in`, so this copy never races them. memmove: `in` may overlap `out`.
-    if (copyOwn && u < nseg) std::memmove(segPtr(r, u), ownSrc(u), segBytes(u));
   }
+  for (size_t k = 0; k < mine.size(); ++k) {
+    ctx.setUnit("all-gather", 0, r, k);
+    right.postSend(ownSrc(mine[k]), mine[k].length * es);
+  }
+  size_t received = 0;
+  for (int s = 0; s < steps; ++s) {
+    for (size_t k = 0; k < incoming[s].size(); ++k) {
+      ctx.setStep("all-gather", s, steps);
+      ctx.waitRecv(left, tickets[s][k]);
+      if (s + 1 < steps) {
+        ctx.setUnit("all-gather", s + 1, mod(r - s - 1), k);
+        right.postSend(at(incoming[s][k]), incoming[s][k].length * es);
+      }
+      copyOwn(++received);
+    }
+  }
+  copyOwn(mine.size());
   ctx.drainSends();
+}
+
+void allgatherRing(Context& ctx, const void* in, void* out, size_t count, DType dtype) {
+  const std::vector<Block> blocks = rankSlots(ctx.size, count);
+  char* base = static_cast<char*>(out);
+  const char* src = static_cast<const char*>(in);
+  const bool inPlace = src == base + ctx.rank * count * dtypeSize(dtype);
+  allgatherRingBlocks(ctx, base, blocks, inPlace ? nullptr : src, dtype);
 }
 
 }  // namespace pycollect

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "collectives/blocks.h"
 #include "collectives/context.h"
 #include "common/types.h"
 
@@ -17,29 +18,51 @@ void allreduceRing(Context& ctx, void* data, size_t count, DType dtype, ReduceOp
 void allreduceDirect(Context& ctx, void* data, size_t count, DType dtype, ReduceOp op);
 void allreduceHalvingDoubling(Context& ctx, void* data, size_t count, DType dtype, ReduceOp op);
 void allreduceTree(Context& ctx, void* data, size_t count, DType dtype, ReduceOp op);
-// The all-reduce `algo` names (kRing, kDirect, kHalvingDoubling or kTree; checked by
-// checkAllreduceAlgo before the call was queued).
+// Two levels (ctx.hierarchy()): reduce-scatter within hosts, all-reduce across them on
+// each rail, all-gather within hosts.
+void allreduceHierarchical(Context& ctx, void* data, size_t count, DType dtype, ReduceOp op);
+// The all-reduce `algo` names (kRing, kDirect, kHalvingDoubling, kTree or kHierarchical;
+// checked by checkAllreduceAlgo before the call was queued).
 void allreduceWith(Algo algo, Context& ctx, void* data, size_t count, DType dtype, ReduceOp op);
 
 // out holds size*count elements; rank r's `count` inputs land at out + r*count.
 // `in` may be exactly that slot of `out` (in place).
 void allgatherRing(Context& ctx, const void* in, void* out, size_t count, DType dtype);
 void allgatherBruck(Context& ctx, const void* in, void* out, size_t count, DType dtype);
-// The all-gather `algo` names (kRing or kBruck).
+// Two levels: across hosts on each rail, then within hosts.
+void allgatherHierarchical(Context& ctx, const void* in, void* out, size_t count, DType dtype);
+// The all-gather `algo` names (kRing, kBruck or kHierarchical).
 void allgatherWith(Algo algo, Context& ctx, const void* in, void* out, size_t count, DType dtype);
 
+// The ring over blocks (blocks.h): rank r's block of `base` is read from `own` (packed)
+// or, with own == nullptr, already in place; on return every block is in place.
+void allgatherRingBlocks(Context& ctx, char* base, const std::vector<Block>& blocks, const char* own,
+                         DType dtype);
+
 // Throw InvalidArgument naming `algo` and the choices when it is not one of the
-// all-reduce (ring, direct, halving_doubling, tree) or all-gather (ring, bruck)
-// algorithms; kAuto must have been resolved before.
+// all-reduce (ring, direct, halving_doubling, tree, hierarchical), all-gather (ring,
+// bruck, hierarchical), reduce-scatter or broadcast (ring, hierarchical) algorithms;
+// kAuto must have been resolved before.
 void checkAllreduceAlgo(Algo algo, const char* what);
 void checkAllgatherAlgo(Algo algo, const char* what);
+void checkRingOrHierarchy(Algo algo, const char* what);
 
 // in holds size*count elements; out gets the reduction of chunk `rank`.
 void reduceScatterRing(Context& ctx, const void* in, void* out, size_t count, DType dtype,
                        ReduceOp op);
+void reduceScatterHierarchical(Context& ctx, const void* in, void* out, size_t count, DType dtype,
+                               ReduceOp op);
+void reduceScatterWith(Algo algo, Context& ctx, const void* in, void* out, size_t count, DType dtype,
+                       ReduceOp op);
+// The ring over blocks: `out` gets the reduction of rank r's block of `in`, packed.
+void reduceScatterRingBlocks(Context& ctx, const char* in, const std::vector<Block>& blocks, char* out,
+                             DType dtype, ReduceOp op);
 
 // Pipelined chain from `root` along the ring.
 void broadcastChain(Context& ctx, void* data, size_t bytes, int root);
+// Chain across hosts (one rank each, the root on its), then within each host.
+void broadcastHierarchical(Context& ctx, void* data, size_t bytes, int root);
+void broadcastWith(Algo algo, Context& ctx, void* data, size_t bytes, int root);
 
 // Every rank greets every other: returns once all have arrived.
 void barrierAll(Context& ctx);

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <mutex>
+#include <set>
 
 #include "common/error.h"
 #include "transport/wait.h"
@@ -26,7 +28,8 @@ std::string describeCall(const WireHeader& h) {
   }
   auto algo = static_cast<Algo>(h.algo);
   const bool chooses = kind == OpKind::kAllReduce || kind == OpKind::kAllReduceCoalesced ||
-                       kind == OpKind::kAllGather || kind == OpKind::kAllGatherCoalesced;
+                       kind == OpKind::kAllGather || kind == OpKind::kAllGatherCoalesced ||
+                       kind == OpKind::kReduceScatter || kind == OpKind::kBroadcast;
   if (chooses && algo != Algo::kAuto) s += std::string(", ") + algoName(algo);
   s += ")";
   return s;
@@ -36,10 +39,58 @@ Context::Context(int rank, int size, Transport& transport, const std::vector<Lin
                  HeaderInbox& inbox, const WireHeader& call, Clock::time_point deadline,
                  const Tunables& tunables, std::vector<char>& scratch)
     : rank(rank), size(size), call(call), tunables(tunables), transport_(transport), inbox_(inbox),
-      links_(links), deadline_(deadline), start_(Clock::now()), scratch_(scratch) {
+      links_(links), deadline_(deadline), start_(Clock::now()), scratch_(scratch), groupRank_(rank) {
   for (Link* l : links_) {
     if (l != nullptr) active_.push_back(l);
   }
+}
+
+namespace {
+
+int indexIn(const std::vector<int>& ranks, int rank) {
+  auto it = std::find(ranks.begin(), ranks.end(), rank);
+  if (it == ranks.end()) throw Error("a view of ranks that leaves out this rank " + std::to_string(rank));
+  return static_cast<int>(it - ranks.begin());
+}
+
+}  // namespace
+
+Context::Context(const Context& parent, const std::vector<int>& ranks, const char* level)
+    : rank(indexIn(ranks, parent.rank)), size(static_cast<int>(ranks.size())), call(parent.call),
+      tunables(parent.tunables), transport_(parent.transport_), inbox_(parent.inbox_),
+      deadline_(parent.deadline_), start_(parent.start_), scratch_(parent.scratch_),
+      flight_(parent.flight_), groupRank_(parent.groupRank_), level_(level) {
+  for (int r : ranks) {
+    links_.push_back(parent.links_[r]);
+    if (parent.links_[r] != nullptr) active_.push_back(parent.links_[r]);
+  }
+}
+
+const char* Context::named(const char* phase) {
+  if (level_ == nullptr) return phase;
+  if (phase != lastPhase_) {
+    static std::mutex mu;
+    static std::set<std::string> names;  // never shrinks: a few per algorithm and level
+    std::lock_guard<std::mutex> lock(mu);
+    lastNamed_ = names.insert(std::string(level_) + " " + phase).first->c_str();
+    lastPhase_ = phase;
+  }
+  return lastNamed_;
+}
+
+const Hierarchy& Context::hierarchy() const {
+  if (hierarchy_ == nullptr) throw Error("a hierarchical algorithm ran without the group's hosts");
+  return *hierarchy_;
+}
+
+char* Context::stage(size_t bytes) {
+  if (stage_ == nullptr) throw Error("a hierarchical algorithm ran without its stage buffer");
+  if (stage_->size() < bytes) {
+    stage_->clear();
+    stage_->shrink_to_fit();
+    stage_->resize(bytes);
+  }
+  return stage_->data();
 }
 
 std::vector<int> Context::ringPeers() const {
@@ -50,6 +101,7 @@ std::vector<int> Context::ringPeers() const {
 }
 
 void Context::postHeaders(const std::vector<int>& peers, const std::vector<uint64_t>* sendCounts) {
+  if (level_ != nullptr) return;  // a view: the call checked every header
   headerPeers_ = peers;
   setUnit("header", 0, -1, -1);
   ours_.assign(peers.size(), call);
@@ -63,6 +115,7 @@ void Context::postHeaders(const std::vector<int>& peers, const std::vector<uint6
 }
 
 void Context::checkHeaders(const std::vector<uint64_t>* recvCounts) {
+  if (level_ != nullptr) return;
   setStep("header exchange", 0, 1);
   for (size_t i = 0; i < headerPeers_.size(); ++i) {
     const int peer = headerPeers_[i];
@@ -92,7 +145,7 @@ std::string Context::timedOut() const {
   char buf[64];
   std::snprintf(buf, sizeof(buf), "%.1f", waited);
   return std::string(opKindName(static_cast<OpKind>(call.kind))) + " (call #" +
-         std::to_string(call.seq) + ") on rank " + std::to_string(rank) + " timed out after " +
+         std::to_string(call.seq) + ") on rank " + std::to_string(groupRank_) + " timed out after " +
          buf + " s";
 }
 

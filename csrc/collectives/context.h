@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "collectives/hierarchy.h"
 #include "collectives/inbox.h"
 #include "collectives/wire_header.h"
 #include "common/clock.h"
@@ -43,6 +44,12 @@ class Context {
   Context(int rank, int size, Transport& transport, const std::vector<Link*>& links,
           HeaderInbox& inbox, const WireHeader& call, Clock::time_point deadline,
           const Tunables& tunables, std::vector<char>& scratch);
+  // A view of `parent` for an algorithm run among `ranks` (ranks of the parent, this rank
+  // among them): rank and size are its place among them, its links theirs; deadline,
+  // scratch and flight record the parent's. Its phases are named after `level`
+  // ("intra-host reduce-scatter") in timeouts, the flight recorder and traces. It
+  // exchanges no headers: the call that made it checked every peer's.
+  Context(const Context& parent, const std::vector<int>& ranks, const char* level);
 
   const int rank;
   const int size;
@@ -56,6 +63,7 @@ class Context {
   // Names the phase and step for timeout messages ("reduce-scatter", 2, 3), and for
   // the trace events that follow (chunk and segment unknown: -1).
   void setStep(const char* phase, int step, int steps) {
+    phase = named(phase);
     phase_ = phase;
     step_ = step;
     steps_ = steps;
@@ -68,7 +76,7 @@ class Context {
   // algorithms post ahead of the step they wait in, so they name each unit they post.
   void setUnit(const char* phase, int step, int64_t chunk, int64_t segment) {
     if (trace::Recorder* r = trace::active()) {
-      trace::setUnit(*r, trace::Unit{phase, step, static_cast<int32_t>(chunk), static_cast<int32_t>(segment)});
+      trace::setUnit(*r, trace::Unit{named(phase), step, static_cast<int32_t>(chunk), static_cast<int32_t>(segment)});
     }
   }
 
@@ -106,9 +114,22 @@ class Context {
   // Scratch memory owned by the communicator, reused across calls.
   char* scratch(size_t bytes);
 
+  // The group's hosts (the hierarchical algorithms), and a second buffer they keep their
+  // partial results in while the phases they run use scratch(): both the communicator's.
+  void setHierarchy(const Hierarchy* h, std::vector<char>* stage) {
+    hierarchy_ = h;
+    stage_ = stage;
+  }
+  const Hierarchy& hierarchy() const;
+  char* stage(size_t bytes);
+  // This rank in the parent group (its rank, but for a view), for messages.
+  int groupRank() const { return groupRank_; }
+
  private:
   // "<op> (call #N) on rank R timed out after S s": how every timeout message starts.
   std::string timedOut() const;
+  // `phase` as this view names it: "<level> <phase>" (interned: trace units keep it).
+  const char* named(const char* phase);
   std::string describeWait(const Link& l, const char* what) const;
   void wait(Link& l, const std::function<bool()>& done, const char* what);
 
@@ -125,6 +146,11 @@ class Context {
   const flight::Mark* flight_ = nullptr;
   const char* phase_ = "start";
   int step_ = 0, steps_ = 0;
+  int groupRank_;
+  const char* level_ = nullptr;    // a view's level ("intra-host"), nullptr for the call
+  const char* lastPhase_ = nullptr, *lastNamed_ = nullptr;  // named()'s one-entry cache
+  const Hierarchy* hierarchy_ = nullptr;
+  std::vector<char>* stage_ = nullptr;
 };
 
 // Splits `count` elements into `parts` chunks whose sizes differ by at most one.

@@ -9,17 +9,23 @@ namespace pycollect {
 
 void checkAllreduceAlgo(Algo algo, const char* what) {
   if (algo == Algo::kRing || algo == Algo::kDirect || algo == Algo::kHalvingDoubling ||
-      algo == Algo::kTree) {
+      algo == Algo::kTree || algo == Algo::kHierarchical) {
     return;
   }
   throw InvalidArgument(std::string(what) + " has no algorithm \"" + algoName(algo) +
-                        "\" (choose auto, ring, direct, halving_doubling or tree)");
+                        "\" (choose auto, ring, direct, halving_doubling, tree or hierarchical)");
 }
 
 void checkAllgatherAlgo(Algo algo, const char* what) {
-  if (algo == Algo::kRing || algo == Algo::kBruck) return;
+  if (algo == Algo::kRing || algo == Algo::kBruck || algo == Algo::kHierarchical) return;
   throw InvalidArgument(std::string(what) + " has no algorithm \"" + algoName(algo) +
-                        "\" (choose auto, ring or bruck)");
+                        "\" (choose auto, ring, bruck or hierarchical)");
+}
+
+void checkRingOrHierarchy(Algo algo, const char* what) {
+  if (algo == Algo::kRing || algo == Algo::kHierarchical) return;
+  throw InvalidArgument(std::string(what) + " has no algorithm \"" + algoName(algo) +
+                        "\" (choose auto, ring or hierarchical)");
 }
 
 void allreduceWith(Algo algo, Context& ctx, void* data, size_t count, DType dtype, ReduceOp op) {
@@ -30,6 +36,8 @@ void allreduceWith(Algo algo, Context& ctx, void* data, size_t count, DType dtyp
       return allreduceHalvingDoubling(ctx, data, count, dtype, op);
     case Algo::kTree:
       return allreduceTree(ctx, data, count, dtype, op);
+    case Algo::kHierarchical:
+      return allreduceHierarchical(ctx, data, count, dtype, op);
     default:
       return allreduceRing(ctx, data, count, dtype, op);
   }
@@ -37,7 +45,19 @@ void allreduceWith(Algo algo, Context& ctx, void* data, size_t count, DType dtyp
 
 void allgatherWith(Algo algo, Context& ctx, const void* in, void* out, size_t count, DType dtype) {
   if (algo == Algo::kBruck) return allgatherBruck(ctx, in, out, count, dtype);
+  if (algo == Algo::kHierarchical) return allgatherHierarchical(ctx, in, out, count, dtype);
   allgatherRing(ctx, in, out, count, dtype);
+}
+
+void reduceScatterWith(Algo algo, Context& ctx, const void* in, void* out, size_t count, DType dtype,
+                       ReduceOp op) {
+  if (algo == Algo::kHierarchical) return reduceScatterHierarchical(ctx, in, out, count, dtype, op);
+  reduceScatterRing(ctx, in, out, count, dtype, op);
+}
+
+void broadcastWith(Algo algo, Context& ctx, void* data, size_t bytes, int root) {
+  if (algo == Algo::kHierarchical) return broadcastHierarchical(ctx, data, bytes, root);
+  broadcastChain(ctx, data, bytes, root);
 }
 
 }  // namespace pycollect

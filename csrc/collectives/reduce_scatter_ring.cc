@@ -17,6 +17,11 @@
 // accumulators used by alternate steps (none at 2 ranks, where the only step writes
 // `out`): before step s+2 overwrites segment j of the accumulator of step s, the
 // send of that segment must have left, which it almost always has by then.
+//
+// Blocks. As the ring all-gather, it reduces any "chunks" made of pieces of `in`
+// (blocks.h): rank r ends with block r's reduction in `out`, its pieces back to back.
+// The accumulators then hold a block packed (its positions); a unit of step s+2 waits
+// for the sends of step s that read the positions it overwrites.
 #include <cstring>
 
 #include "collectives/collectives.h"
@@ -24,68 +29,91 @@
 
 namespace pycollect {
 
-void reduceScatterRing(Context& ctx, const void* in, void* out, size_t count, DType dtype,
-                       ReduceOp op) {
+void reduceScatterRingBlocks(Context& ctx, const char* in, const std::vector<Block>& blocks, char* out,
+                             DType dtype, ReduceOp op) {
   const int n = ctx.size;
   const int r = ctx.rank;
   const size_t es = dtypeSize(dtype);
   ctx.exchangeHeaders(ctx.ringPeers());
-  if (count == 0) return;
-  const char* src = static_cast<const char*>(in);
   if (n == 1) {
-    if (out != in) std::memmove(out, in, count * es);
+    for (const BlockUnit& u : unitsOf(blocks[r], SIZE_MAX)) {
+      if (out + u.position * es != in + u.offset * es) std::memmove(out + u.position * es, in + u.offset * es, u.length * es);
+    }
     return;
   }
-  Segments segs = pipelineSegments(ctx, count, es);
-  const size_t nseg = segs.count;
+  const size_t per = std::max<size_t>(1, ctx.tunables.segmentBytes / es);
   const int steps = n - 1;
-  const size_t units = steps * nseg;
-  const int slots = std::max(1, ctx.tunables.inflight);
-  const size_t slotBytes = segs.per * es;
+  auto mod = [n](int x) { return ((x % n) + n) % n; };
+  // The units received, in link order: step s brings block r-s-2's partial sums.
+  struct Recv {
+    int step;
+    size_t k;
+    BlockUnit unit;
+  };
+  std::vector<Recv> units;
+  std::vector<size_t> stepStart;
+  size_t maxBlock = 0;
+  for (const Block& b : blocks) maxBlock = std::max(maxBlock, blockLength(b));
+  for (int s = 0; s < steps; ++s) {
+    stepStart.push_back(units.size());
+    const std::vector<BlockUnit> us = unitsOf(blocks[mod(r - s - 2)], per);
+    for (size_t k = 0; k < us.size(); ++k) units.push_back({s, k, us[k]});
+  }
+  stepStart.push_back(units.size());
+  const size_t slots = static_cast<size_t>(std::max(1, ctx.tunables.inflight));
+  const size_t slotBytes = per * es;
   // Scratch: `slots` receive slots, then the two accumulators (steps alternate).
   const size_t accCount = n > 2 ? 2 : 0;
-  char* scratch = ctx.scratch(slots * slotBytes + accCount * count * es);
+  char* scratch = ctx.scratch(slots * slotBytes + accCount * maxBlock * es);
   char* acc = scratch + slots * slotBytes;
   Link& right = ctx.link(ctx.right());
   Link& left = ctx.link(ctx.left());
-  auto mod = [n](int x) { return ((x % n) + n) % n; };
-  auto offset = [&](int c, size_t j) { return (c * count + segs.begin(j, count)) * es; };
-  auto segLen = [&](size_t j) { return segs.size(j, count); };
 
-  std::vector<uint64_t> tickets(units);
-  std::vector<uint64_t> forwarded(units);  // send ticket of each unit's partial sum
+  std::vector<uint64_t> tickets(units.size());
+  std::vector<uint64_t> forwarded(units.size());  // send ticket of each unit's partial sum
   size_t posted = 0;
   auto postRecv = [&](size_t u) {
-    ctx.setUnit("reduce-scatter", static_cast<int>(u / nseg), mod(r - static_cast<int>(u / nseg) - 2), u % nseg);
-    tickets[u] = left.postRecv(scratch + (u % slots) * slotBytes, segLen(u % nseg) * es);
+    ctx.setUnit("reduce-scatter", units[u].step, mod(r - units[u].step - 2), units[u].k);
+    tickets[u] = left.postRecv(scratch + (u % slots) * slotBytes, units[u].unit.length * es);
   };
-  for (; posted < units && posted < static_cast<size_t>(slots); ++posted) postRecv(posted);
-  for (size_t j = 0; j < nseg; ++j) {
-    ctx.setUnit("reduce-scatter", 0, mod(r - 1), j);
-    right.postSend(src + offset(mod(r - 1), j), segLen(j) * es);
+  for (; posted < units.size() && posted < slots; ++posted) postRecv(posted);
+  const std::vector<BlockUnit> first = unitsOf(blocks[mod(r - 1)], per);
+  for (size_t k = 0; k < first.size(); ++k) {
+    ctx.setUnit("reduce-scatter", 0, mod(r - 1), k);
+    right.postSend(in + first[k].offset * es, first[k].length * es);
   }
 
-  for (size_t u = 0; u < units; ++u) {
-    const int s = static_cast<int>(u / nseg);
-    const size_t j = u % nseg;
+  size_t guard = 0;  // the next send of step s-2 not yet known to have left
+  for (size_t u = 0; u < units.size(); ++u) {
+    const auto& [s, k, unit] = units[u];
     const int c = mod(r - s - 2);
     ctx.setStep("reduce-scatter", s, steps);
     ctx.waitRecv(left, tickets[u]);
     const bool last = s == steps - 1;
-    char* dst = last ? static_cast<char*>(out) + segs.begin(j, count) * es
-                     : acc + ((s % 2) * count + segs.begin(j, count)) * es;
-    if (!last && s >= 2) ctx.waitSend(right, forwarded[u - 2 * nseg]);  // same accumulator range
-    ctx.setUnit("reduce-scatter", s, c, j);
-    reduce(dst, src + offset(c, j), scratch + (u % slots) * slotBytes, segLen(j), dtype, op);
-    if (posted < units) postRecv(posted++);
+    char* dst = last ? out + unit.position * es : acc + ((s % 2) * maxBlock + unit.position) * es;
+    if (!last && s >= 2) {  // same accumulator: the sends of step s-2 that read these positions
+      if (k == 0) guard = stepStart[s - 2];
+      for (; guard < stepStart[s - 1] && units[guard].unit.position < unit.position + unit.length; ++guard) {
+        ctx.waitSend(right, forwarded[guard]);
+      }
+    }
+    ctx.setUnit("reduce-scatter", s, c, k);
+    reduce(dst, in + unit.offset * es, scratch + (u % slots) * slotBytes, unit.length, dtype, op);
+    if (posted < units.size()) postRecv(posted++);
     if (last) {
-      if (op == ReduceOp::kAvg) divide(dst, segLen(j), dtype, n);
+      if (op == ReduceOp::kAvg) divide(dst, unit.length, dtype, n);
     } else {
-      ctx.setUnit("reduce-scatter", s + 1, c, j);
-      forwarded[u] = right.postSend(dst, segLen(j) * es);
+      ctx.setUnit("reduce-scatter", s + 1, c, k);
+      forwarded[u] = right.postSend(dst, unit.length * es);
     }
   }
   ctx.drainSends();
+}
+
+void reduceScatterRing(Context& ctx, const void* in, void* out, size_t count, DType dtype,
+                       ReduceOp op) {
+  const std::vector<Block> blocks = rankSlots(ctx.size, count);
+  reduceScatterRingBlocks(ctx, static_cast<const char*>(in), blocks, static_cast<char*>(out), dtype, op);
 }
 
 }  // namespace pycollect

@@ -16,8 +16,24 @@ namespace {
 // algorithm for small messages on small groups (one round instead of 2(size-1)), the
 // ring otherwise.
 Algo chooseAllreduce(const CommOptions& o, int size, size_t bytes) {
+  if (bytes >= o.hierarchicalFrom.allreduce) return Algo::kHierarchical;
   Algo fixed = size > 1 && size <= o.directMaxRanks && bytes <= o.directMaxBytes ? Algo::kDirect : Algo::kRing;
   return lookupAuto(o.allreduceAuto, bytes, fixed);
+}
+
+// A host of its own for each of `size` ranks: the hosts until the group tells them.
+std::vector<int> eachAlone(int size) {
+  std::vector<int> hosts;
+  for (int r = 0; r < size; ++r) hosts.push_back(r);
+  return hosts;
+}
+
+// kAuto for the calls whose only choice is flat (the ring) or hierarchical: the
+// hierarchy from `from` bytes on.
+Algo ringOrHierarchy(Algo algo, size_t bytes, size_t from, const char* what) {
+  Algo chosen = algo != Algo::kAuto ? algo : bytes >= from ? Algo::kHierarchical : Algo::kRing;
+  checkRingOrHierarchy(chosen, what);
+  return chosen;
 }
 
 }  // namespace
@@ -27,6 +43,17 @@ Algo lookupAuto(const std::vector<AutoRow>& table, size_t bytes, Algo fallback) 
     if (bytes <= row.maxBytes) return row.algo;
   }
   return table.empty() ? fallback : table.back().algo;
+}
+
+void Communicator::setTopology(std::vector<int> hostOf, HierarchicalFrom from) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (connected_) throw InvalidArgument("the group's hosts are set before connect()");
+  if (hostOf.size() != static_cast<size_t>(size_)) {
+    throw InvalidArgument("set_topology: need the host of each of the " + std::to_string(size_) +
+                          " ranks, got " + std::to_string(hostOf.size()));
+  }
+  hierarchy_ = Hierarchy(hostOf, rank_);
+  options_.hierarchicalFrom = from;
 }
 
 void Communicator::setAutoTables(std::vector<AutoRow> allreduce, std::vector<AutoRow> allgather) {
@@ -40,7 +67,7 @@ void Communicator::setAutoTables(std::vector<AutoRow> allreduce, std::vector<Aut
 Communicator::Communicator(int rank, int size, CommOptions options)
     : owner_(), rank_(rank), size_(size), options_(options), inbox_(size > 0 ? size : 1),
       sendSeq_(size, 0), recvSeq_(size, 0), tracing_(options.trace), recorder_(size),
-      flight_(options.flightEntries) {
+      flight_(options.flightEntries), hierarchy_(eachAlone(size), rank) {
   if (size < 1) throw InvalidArgument("world size must be >= 1, got " + std::to_string(size));
   if (rank < 0 || rank >= size) {
     throw InvalidArgument("rank " + std::to_string(rank) + " is outside [0, " +
@@ -147,10 +174,25 @@ std::shared_ptr<Work> Communicator::allGather(const void* in, void* out, size_t 
   return enqueue(h, [=](Context& c) { allgatherWith(chosen, c, in, out, count, dtype); });
 }
 
-std::shared_ptr<Work> Communicator::reduceScatter(const void* in, void* out, size_t count,
-                                                  DType dtype, ReduceOp op) {
+WireHeader Communicator::reduceScatterHeader(size_t count, DType dtype, ReduceOp op, Algo algo, size_t inBytes) {
   WireHeader h = makeHeader(OpKind::kReduceScatter, dtype, op, count, -1);
-  return enqueue(h, [=](Context& c) { reduceScatterRing(c, in, out, count, dtype, op); });
+  h.algo = static_cast<uint8_t>(ringOrHierarchy(algo, inBytes, options_.hierarchicalFrom.reduceScatter,
+                                                "reduce_scatter"));
+  return h;
+}
+
+WireHeader Communicator::broadcastHeader(size_t count, DType dtype, int root, Algo algo, size_t bytes) {
+  checkRoot(root, "broadcast");
+  WireHeader h = makeHeader(OpKind::kBroadcast, dtype, ReduceOp::kSum, count, root);
+  h.algo = static_cast<uint8_t>(ringOrHierarchy(algo, bytes, options_.hierarchicalFrom.broadcast, "broadcast"));
+  return h;
+}
+
+std::shared_ptr<Work> Communicator::reduceScatter(const void* in, void* out, size_t count,
+                                                  DType dtype, ReduceOp op, Algo algo) {
+  const WireHeader h = reduceScatterHeader(count, dtype, op, algo, count * dtypeSize(dtype) * size_);
+  const Algo chosen = static_cast<Algo>(h.algo);
+  return enqueue(h, [=](Context& c) { reduceScatterWith(chosen, c, in, out, count, dtype, op); });
 }
 
 Algo Communicator::chooseAlgo(Algo algo, size_t bytes) const {
@@ -158,8 +200,11 @@ Algo Communicator::chooseAlgo(Algo algo, size_t bytes) const {
 }
 
 Algo Communicator::chooseAllgather(Algo algo, size_t outBytes) const {
-  // kAuto: the cost model's table (the ring without one).
-  Algo chosen = algo == Algo::kAuto ? lookupAuto(options_.allgatherAuto, outBytes, Algo::kRing) : algo;
+  // kAuto: the hierarchy where the group set it to run, else the cost model's table (the
+  // ring without one).
+  Algo chosen = algo != Algo::kAuto                                 ? algo
+                : outBytes >= options_.hierarchicalFrom.allgather ? Algo::kHierarchical
+                                                                  : lookupAuto(options_.allgatherAuto, outBytes, Algo::kRing);
   checkAllgatherAlgo(chosen, "all_gather");
   return chosen;
 }
@@ -171,11 +216,11 @@ void Communicator::checkRoot(int root, const char* what) const {
   }
 }
 
-std::shared_ptr<Work> Communicator::broadcast(void* data, size_t count, DType dtype, int root) {
-  checkRoot(root, "broadcast");
-  WireHeader h = makeHeader(OpKind::kBroadcast, dtype, ReduceOp::kSum, count, root);
-  size_t bytes = count * dtypeSize(dtype);
-  return enqueue(h, [=](Context& c) { broadcastChain(c, data, bytes, root); });
+std::shared_ptr<Work> Communicator::broadcast(void* data, size_t count, DType dtype, int root, Algo algo) {
+  const size_t bytes = count * dtypeSize(dtype);
+  const WireHeader h = broadcastHeader(count, dtype, root, algo, bytes);
+  const Algo chosen = static_cast<Algo>(h.algo);
+  return enqueue(h, [=](Context& c) { broadcastWith(chosen, c, data, bytes, root); });
 }
 
 std::shared_ptr<Work> Communicator::reduce(void* data, size_t count, DType dtype, ReduceOp op,

@@ -47,6 +47,15 @@ struct AutoRow {
 // The algorithm `table` names for `bytes`, or `fallback` when the table is empty.
 Algo lookupAuto(const std::vector<AutoRow>& table, size_t bytes, Algo fallback);
 
+// From how many bytes kAuto runs each collective hierarchically (the group's cost
+// model, pycollect/tuning/hierarchy.py, where it spans hosts); SIZE_MAX: never.
+struct HierarchicalFrom {
+  size_t allreduce = SIZE_MAX;  // bytes per rank
+  size_t allgather = SIZE_MAX;  // bytes gathered
+  size_t reduceScatter = SIZE_MAX;  // bytes of the input
+  size_t broadcast = SIZE_MAX;
+};
+
 struct CommOptions {
   double timeoutSec = 1800.0;    // per operation, from when it starts running
   Tunables tunables;
@@ -57,6 +66,7 @@ struct CommOptions {
   // Empty: the directMax* thresholds above.
   std::vector<AutoRow> allreduceAuto;
   std::vector<AutoRow> allgatherAuto;
+  HierarchicalFrom hierarchicalFrom;  // set with the group's hosts (setTopology)
   int socketBuffer = 0;
   std::string secret;         // PYCOLLECT_SECRET: the handshake's challenge-response
   double linkTimeoutSec = 0;  // PYCOLLECT_LINK_TIMEOUT; 0: kDefaultLinkTimeoutSec
@@ -107,6 +117,9 @@ class Communicator {
   // Before connect(): the automatic choice's tables (CommOptions::allreduceAuto /
   // allgatherAuto), known only once the ranks have met in the store.
   void setAutoTables(std::vector<AutoRow> allreduce, std::vector<AutoRow> allgather);
+  // Before connect(): the host of each rank (the group's topology, the same on every
+  // rank), and from which sizes kAuto runs the hierarchical algorithms.
+  void setTopology(std::vector<int> hostOf, HierarchicalFrom from);
   // Any thread: a running connect() gives up soon (another rank failed to connect).
   void cancelConnect() { transport_->cancelConnect(); }
 
@@ -118,9 +131,11 @@ class Communicator {
   // `algo`: kAuto (options().allgatherAuto by the bytes each rank ends with, else the
   // ring), kRing or kBruck.
   std::shared_ptr<Work> allGather(const void* in, void* out, size_t count, DType dtype, Algo algo);
+  // `algo` of reduceScatter and broadcast: kAuto (hierarchical from the group's
+  // HierarchicalFrom on, else the ring), kRing or kHierarchical.
   std::shared_ptr<Work> reduceScatter(const void* in, void* out, size_t count, DType dtype,
-                                      ReduceOp op);
-  std::shared_ptr<Work> broadcast(void* data, size_t count, DType dtype, int root);
+                                      ReduceOp op, Algo algo = Algo::kAuto);
+  std::shared_ptr<Work> broadcast(void* data, size_t count, DType dtype, int root, Algo algo = Algo::kAuto);
   // timeoutSec >= 0: this call's deadline instead of the group's (torch's barrier(timeout=)).
   std::shared_ptr<Work> barrier(double timeoutSec = -1);
   std::shared_ptr<Work> send(const void* data, size_t count, DType dtype, int peer, int tag);
@@ -149,8 +164,8 @@ class Communicator {
   std::shared_ptr<Work> allGatherStaged(const void* in, void* out, size_t count, DType dtype,
                                         Algo algo, DeviceCall call);
   std::shared_ptr<Work> reduceScatterStaged(const void* in, void* out, size_t count, DType dtype,
-                                            ReduceOp op, DeviceCall call);
-  std::shared_ptr<Work> broadcastStaged(void* data, size_t count, DType dtype, int root,
+                                            ReduceOp op, Algo algo, DeviceCall call);
+  std::shared_ptr<Work> broadcastStaged(void* data, size_t count, DType dtype, int root, Algo algo,
                                         DeviceCall call);
   std::shared_ptr<Work> reduceStaged(void* data, size_t count, DType dtype, ReduceOp op, int root,
                                      DeviceCall call);
@@ -265,6 +280,11 @@ class Communicator {
   // (what one run moves); the plain and the staged entries both start here.
   WireHeader allReduceHeader(size_t count, DType dtype, ReduceOp op, Algo algo, size_t bytes);
   WireHeader allGatherHeader(size_t count, DType dtype, Algo algo, size_t outBytes);
+  // A reduce-scatter's / broadcast's, kAuto resolved on `inBytes` / `bytes`.
+  WireHeader reduceScatterHeader(size_t count, DType dtype, ReduceOp op, Algo algo, size_t inBytes);
+  WireHeader broadcastHeader(size_t count, DType dtype, int root, Algo algo, size_t bytes);
+  // The scratch and stage memory the worker holds.
+  size_t heldScratch() const { return scratch_.capacity() + stage_.capacity(); }
   void workerLoop();
   // Fails the group: keeps `message`, aborts every link, fails what is queued or posted.
   void failWith(const std::string& message);
@@ -322,6 +342,8 @@ class Communicator {
   std::atomic<bool> tracing_{false};
   trace::Recorder recorder_;
   flight::Recorder flight_;
+  Hierarchy hierarchy_;     // the group's hosts (setTopology; before: each rank alone)
+  std::vector<char> stage_;  // the hierarchical algorithms' partial results (worker thread)
 };
 
 }  // namespace pycollect

@@ -145,6 +145,7 @@ std::shared_ptr<Work> Communicator::enqueueStaged(const WireHeader& header, size
       WireHeader h = base;
       h.count = count;  // each piece is a collective of its own size: cuts must agree
       Context pc(rank_, size_, *transport_, links_, inbox_, h, deadline, options_.tunables, scratch_);
+      pc.setHierarchy(&hierarchy_, &stage_);
       body(pc);
       pc.drainSends();
       ++stagedPieces_;
@@ -179,11 +180,11 @@ std::shared_ptr<Work> Communicator::allReduceStaged(void* data, size_t count, DT
 }
 
 std::shared_ptr<Work> Communicator::broadcastStaged(void* data, size_t count, DType dtype, int root,
-                                                    DeviceCall dc) {
-  checkRoot(root, "broadcast");
+                                                    Algo algo, DeviceCall dc) {
   const size_t es = dtypeSize(dtype);
   Cut cut(count, options_.staging.pieceBytes / es);
-  WireHeader h = makeHeader(OpKind::kBroadcast, dtype, ReduceOp::kSum, count, root);
+  const WireHeader h = broadcastHeader(count, dtype, root, algo, cut.length(0) * es);
+  const Algo chosen = static_cast<Algo>(h.algo);
   char* base = static_cast<char*>(data);
   const bool isRoot = rank_ == root;
   auto piece = [=](size_t k) {
@@ -193,7 +194,7 @@ std::shared_ptr<Work> Communicator::broadcastStaged(void* data, size_t count, DT
     StageCopy copy{0, base + cut.begin(k) * es, bytes};
     if (isRoot) p.in = {copy};  // the root only sends, the others only receive
     else p.out = {copy};
-    p.run = [=](Context& c, char* slot) { broadcastChain(c, slot, bytes, root); };
+    p.run = [=](Context& c, char* slot) { broadcastWith(chosen, c, slot, bytes, root); };
     return p;
   };
   return enqueueStaged(h, cut.pieces(), cut.per * es, piece, dc);
@@ -243,11 +244,12 @@ std::shared_ptr<Work> Communicator::allGatherStaged(const void* in, void* out, s
 }
 
 std::shared_ptr<Work> Communicator::reduceScatterStaged(const void* in, void* out, size_t count,
-                                                        DType dtype, ReduceOp op, DeviceCall dc) {
+                                                        DType dtype, ReduceOp op, Algo algo, DeviceCall dc) {
   const size_t es = dtypeSize(dtype);
   const size_t n = size_;
   Cut cut(count, options_.staging.pieceBytes / es / (n + 1));
-  WireHeader h = makeHeader(OpKind::kReduceScatter, dtype, op, count, -1);
+  const WireHeader h = reduceScatterHeader(count, dtype, op, algo, cut.length(0) * es * n);
+  const Algo chosen = static_cast<Algo>(h.algo);
   const char* src = static_cast<const char*>(in);
   char* dst = static_cast<char*>(out);
   auto piece = [=](size_t k) {
@@ -256,7 +258,7 @@ std::shared_ptr<Work> Communicator::reduceScatterStaged(const void* in, void* ou
     const size_t len = p.count, a = cut.begin(k), run = len * es;
     for (size_t q = 0; q < n; ++q) p.in.push_back({q * run, const_cast<char*>(src) + (q * count + a) * es, run});
     p.out = {{n * run, dst + a * es, run}};
-    p.run = [=](Context& c, char* slot) { reduceScatterRing(c, slot, slot + n * run, len, dtype, op); };
+    p.run = [=](Context& c, char* slot) { reduceScatterWith(chosen, c, slot, slot + n * run, len, dtype, op); };
     return p;
   };
   return enqueueStaged(h, cut.pieces(), (n + 1) * cut.per * es, piece, dc);

@@ -100,7 +100,7 @@ std::shared_ptr<Work> Communicator::enqueue(Op op) {
     driving_ = false;
     // Wake the worker for what queued behind us, a shutdown waiting, or a scratch grown
     // large enough for its idle release.
-    if (!queue_.empty() || stopping_ || drivers_ > 0 || scratch_.capacity() > kScratchKeepBytes) {
+    if (!queue_.empty() || stopping_ || drivers_ > 0 || heldScratch() > kScratchKeepBytes) {
       cv_.notify_all();
     }
     return work;
@@ -199,9 +199,10 @@ void Communicator::runCollective(Collective& c) {
     Context ctx(rank_, size_, *transport_, links_, inbox_, c.header, deadlineFromNow(c.timeoutSec),
                 options_.tunables, scratch_);
     ctx.setFlight(&c.work->flight());
+    ctx.setHierarchy(&hierarchy_, &stage_);
     c.run(ctx);
     ctx.drainSends();  // header sends of early-returning algorithms
-    scratchBytes_.store(scratch_.capacity());
+    scratchBytes_.store(heldScratch());
     countBytesSent();
     c.work->finish(nullptr);
   } catch (const std::exception& e) {
@@ -311,7 +312,7 @@ void Communicator::workerLoop() {
       std::unique_lock<std::mutex> lock(mu_);
       while ((queue_.empty() || driving_) && !stopping_) {
         if (driving_ || drivers_ > 0 || p2p_.empty()) {
-          if (driving_ || scratch_.capacity() <= kScratchKeepBytes) {
+          if (driving_ || heldScratch() <= kScratchKeepBytes) {
             cv_.wait(lock);
           } else if (!cv_.wait_for(lock, kScratchIdle, [this] {
                        // also sends and receives a waiting caller left to it (waitDriving)
@@ -322,6 +323,7 @@ void Communicator::workerLoop() {
             // Not while a caller runs a call inline (driving_): that call is using it.
             scratchBytes_.store(0);
             std::vector<char>().swap(scratch_);
+            std::vector<char>().swap(stage_);
           }
           continue;
         }

@@ -86,6 +86,7 @@ const char* algoName(Algo a) {
     case Algo::kHalvingDoubling: return "halving_doubling";
     case Algo::kTree: return "tree";
     case Algo::kBruck: return "bruck";
+    case Algo::kHierarchical: return "hierarchical";
   }
   return "?";
 }

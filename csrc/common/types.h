@@ -54,8 +54,9 @@ enum class Algo : uint8_t {
   kHalvingDoubling = 3,  // all-reduce: recursive halving-doubling (Rabenseifner)
   kTree = 4,             // all-reduce: tree reduce + broadcast
   kBruck = 5,            // all-gather: Bruck's log-step exchange
+  kHierarchical = 6,     // two levels: within hosts, then across them (hierarchy.h)
 };
-constexpr int kNumAlgos = 6;
+constexpr int kNumAlgos = 7;
 
 size_t dtypeSize(DType t);
 bool isFloating(DType t);

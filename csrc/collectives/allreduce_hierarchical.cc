@@ -1,0 +1,74 @@
+// Hierarchical all-reduce: the ranks of a host reduce among themselves over shared
+// memory, so that only one share of the vector per rank crosses the network, then put
+// the result back together within the host.
+//
+// With h hosts of L ranks each (hierarchy.h) and a vector of S bytes on every rank:
+//   1. reduce-scatter within each host (the ring over its L ranks): local rank i ends
+//      with chunk i (S/L bytes) reduced over its host;
+//   2. all-reduce across hosts on each rail (the ring over local rank i of every host):
+//      chunk i reduced over all ranks, on every rank of rail i;
+//   3. all-gather within each host: every rank holds the whole result.
+// Each host's cable then carries 2(h-1)/h x S each way (its L rails, each 2(h-1)/h x S/L),
+// where the flat ring over all n = hL ranks carries 2(n-1)/n x S over every cable it
+// crosses: 1.5x less at 2 hosts x 2 ranks, 1.75x at 2 x 4, 1.17x at 4 x 2. The host's
+// phases move (L-1)/L x S per rank each over shared memory, far faster than the cable.
+//
+// Worked example, hosts [0, 1] [2, 3], every rank holding a vector of halves [a b]:
+//   1. rank 0 gets a0+a1, rank 1 b0+b1; rank 2 a2+a3, rank 3 b2+b3
+//   2. rail [0, 2] all-reduces a: ranks 0 and 2 hold a = a0+a1+a2+a3; rail [1, 3] b
+//   3. ranks 0 and 1 swap a and b, ranks 2 and 3 too: every rank holds [a b].
+//
+// Uneven hosts (3 + 1 ranks, 2 + 2 + 1): each host has m = min(ranks per host) core
+// ranks; an extra rank first hands its vector to its partner core rank, which reduces it
+// in, and gets the result back at the end (shared memory both ways). Chunks are S/m.
+//
+// Every rank ends with bit-identical results: each chunk is reduced in one order on one
+// rail and only copied from there. AVG sums, and divides once by the group's size.
+#include "collectives/collectives.h"
+#include "collectives/levels.h"
+#include "reduce/reduce.h"
+
+namespace pycollect {
+
+void allreduceHierarchical(Context& ctx, void* data, size_t count, DType dtype, ReduceOp op) {
+  const Levels levels(ctx);
+  const Hierarchy& hy = levels.hy;
+  const std::vector<int>& core = levels.core;
+  const std::vector<int>& rail = levels.rail;
+  const std::vector<int>& partners = levels.partners;
+  if (ctx.size == 1 || count == 0) {
+    if (op == ReduceOp::kAvg && ctx.size > 1) divide(data, count, dtype, ctx.size);
+    return;
+  }
+  const size_t es = dtypeSize(dtype), bytes = count * es;
+  char* base = static_cast<char*>(data);
+  const ReduceOp inner = op == ReduceOp::kAvg ? ReduceOp::kSum : op;
+  if (!hy.core()) {  // an extra rank: its partner does its part
+    handTo(ctx, hy.partner(), base, bytes, "fold");
+    ctx.drainSends();
+    takeFrom(ctx, hy.partner(), base, bytes, "unfold");
+    return;
+  }
+  for (int extra : partners) {
+    char* theirs = ctx.scratch(bytes);
+    takeFrom(ctx, extra, theirs, bytes, "fold");
+    reduce(base, base, theirs, count, dtype, inner);
+  }
+
+  const Chunks chunks(count, hy.rails());
+  std::vector<Block> blocks;
+  for (int i = 0; i < hy.rails(); ++i) blocks.push_back({{chunks.offset(i), chunks.length(i)}});
+  char* mine = base + chunks.offset(hy.local()) * es;
+  const size_t length = chunks.length(hy.local());
+  Context intra(ctx, core, "intra-host");
+  Context inter(ctx, rail, "inter-host");
+  reduceScatterRingBlocks(intra, base, blocks, mine, dtype, inner);
+  allreduceRing(inter, mine, length, dtype, inner);
+  if (op == ReduceOp::kAvg) divide(mine, length, dtype, ctx.size);
+  allgatherRingBlocks(intra, base, blocks, nullptr, dtype);
+
+  for (int extra : partners) handTo(ctx, extra, base, bytes, "unfold");
+  ctx.drainSends();
+}
+
+}  // namespace pycollect
