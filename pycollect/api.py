@@ -245,8 +245,8 @@ def _input_output(g: ProcessGroup, call: str, inp, in_name: str, out, out_name: 
 def all_reduce(tensor, op=ReduceOp.SUM, group=None, async_op: bool = False, algo=None):
     """Reduce `tensor` across the group, in place, on every rank.
 
-    `algo` (pc.Algo or its name: "auto", "ring", "direct", "halving_doubling", "tree")
-    overrides the group's choice (PYCOLLECT_ALGO, default "auto": the algorithm the cost
+    `algo` (pc.Algo or its name: "auto", "ring", "direct", "halving_doubling", "tree",
+    "hierarchical": docs/hierarchy.md) overrides the group's choice (PYCOLLECT_ALGO, default "auto": the algorithm the cost
     model predicts fastest for this size and group size, from a table the group builds
     once; `pycollect model --validate` shows its picks against measurement). All ranks must
     pass the same value (else every rank gets a MismatchError); an algorithm all_reduce
@@ -266,7 +266,7 @@ def all_reduce(tensor, op=ReduceOp.SUM, group=None, async_op: bool = False, algo
 def all_gather_into_tensor(output_tensor, input_tensor, group=None, async_op: bool = False, algo=None):
     """output = concat of every rank's input, in rank order.
 
-    `algo` (pc.Algo or its name: "auto", "ring", "bruck") overrides the group's choice
+    `algo` (pc.Algo or its name: "auto", "ring", "bruck", "hierarchical") overrides the group's choice
     (PYCOLLECT_ALGO where it names an all-gather algorithm; "auto": the cost model's pick,
     as all_reduce's). All ranks must pass the same value.
     """
@@ -306,21 +306,28 @@ def all_gather(tensor_list, tensor, group=None, async_op: bool = False, algo=Non
                 async_op, finish)
 
 
-def reduce_scatter_tensor(output, input, op=ReduceOp.SUM, group=None, async_op: bool = False):
-    """output = chunk `rank` of the reduction of every rank's input."""
+def reduce_scatter_tensor(output, input, op=ReduceOp.SUM, group=None, async_op: bool = False, algo=None):
+    """output = chunk `rank` of the reduction of every rank's input.
+
+    `algo` ("auto", "ring", "hierarchical") as all_reduce's: "auto" runs the hierarchy on
+    groups that span hosts from the size the two-level model names (docs/hierarchy.md)."""
     g = _group(group)
     op = to_reduce_op(op)
+    algo = Algo.for_call("reduce_scatter", algo, g.algo, "reduce_scatter_tensor")
     i, o, dc = _input_output(g, "reduce_scatter_tensor", input, "input", output, "output", gathers=False)
     if dc is not None:
-        return _run(g, lambda c, blk: c.reduce_scatter_staged(i.address, o.address, o.numel, o.code, int(op), *dc, blk),
+        return _run(g, lambda c, blk: c.reduce_scatter_staged(i.address, o.address, o.numel, o.code, int(op), int(algo), *dc,
+                                                           blk),
                     (i, o), async_op)
-    return _run(g, lambda c, blk: c.reduce_scatter(i.address, o.address, o.numel, o.code, int(op), blk), (i, o), async_op)
+    return _run(g, lambda c, blk: c.reduce_scatter(i.address, o.address, o.numel, o.code, int(op), int(algo), blk), (i, o), async_op)
 
 
-def reduce_scatter(output, input_list, op=ReduceOp.SUM, group=None, async_op: bool = False):
-    """output = reduction over ranks of input_list[rank] (list form)."""
+def reduce_scatter(output, input_list, op=ReduceOp.SUM, group=None, async_op: bool = False, algo=None):
+    """output = reduction over ranks of input_list[rank] (list form); `algo` as
+    reduce_scatter_tensor's."""
     g = _group(group)
     op = to_reduce_op(op)
+    algo = Algo.for_call("reduce_scatter", algo, g.algo)
     check_list(input_list, g.size, "reduce_scatter(input_list)")
     o = as_buffer(output, "reduce_scatter(output)", writable=True)
     ins = []
@@ -333,20 +340,23 @@ def reduce_scatter(output, input_list, op=ReduceOp.SUM, group=None, async_op: bo
     flat = concat_flat(input_list)
     i = as_buffer(flat, "reduce_scatter(staging)")
     if dc is not None:
-        return _run(g, lambda c, blk: c.reduce_scatter_staged(i.address, o.address, o.numel, o.code, int(op), *dc, blk),
+        return _run(g, lambda c, blk: c.reduce_scatter_staged(i.address, o.address, o.numel, o.code, int(op), int(algo), *dc,
+                                                           blk),
                     (i, o), async_op)
-    return _run(g, lambda c, blk: c.reduce_scatter(i.address, o.address, o.numel, o.code, int(op), blk), (i, o), async_op)
+    return _run(g, lambda c, blk: c.reduce_scatter(i.address, o.address, o.numel, o.code, int(op), int(algo), blk), (i, o), async_op)
 
 
-def broadcast(tensor, src: int = 0, group=None, async_op: bool = False):
-    """Copy rank `src`'s tensor (a global rank) to every rank of the group."""
+def broadcast(tensor, src: int = 0, group=None, async_op: bool = False, algo=None):
+    """Copy rank `src`'s tensor (a global rank) to every rank of the group. `algo`: "auto",
+    "ring" (a chain along the ring) or "hierarchical" (across hosts, then within them)."""
     g = _group(group)
+    algo = Algo.for_call("broadcast", algo, g.algo)
     root = g.group_rank(src, "broadcast(src)")
     b = as_buffer(tensor, "broadcast(tensor)", writable=True)
     dc = device_call(g, (b,), "broadcast")
     if dc is not None:
-        return _run(g, lambda c, blk: c.broadcast_staged(b.address, b.numel, b.code, root, *dc, blk), (b,), async_op)
-    return _run(g, lambda c, blk: c.broadcast(b.address, b.numel, b.code, root, blk), (b,), async_op)
+        return _run(g, lambda c, blk: c.broadcast_staged(b.address, b.numel, b.code, root, int(algo), *dc, blk), (b,), async_op)
+    return _run(g, lambda c, blk: c.broadcast(b.address, b.numel, b.code, root, int(algo), blk), (b,), async_op)
 
 
 def barrier(group=None, async_op: bool = False, device_ids=None, timeout=None):

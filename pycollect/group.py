@@ -13,6 +13,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 from . import _C, flight
 from ._buffers import copy_into
 from .tuning import DEFAULT_SEGMENT_BYTES, ENGINE_ALGOS, Params, auto_table
+from .tuning.hierarchy import OPS as HIERARCHY_OPS, hierarchical_from
 from .errors import (CollectiveTimeoutError, DeviceError, GroupFailedError, MismatchError, PeerLostError,
                      PyCollectError)
 from .options import Options, default_single_copy_bytes, default_spin_us
@@ -59,6 +60,7 @@ def auto_tables(params: Params, size: int, options: Options) -> Dict[str, list]:
             for op, algos in ENGINE_ALGOS.items()}
 
 
+NEVER = 2**64 - 1  # a size no call reaches (the engine's SIZE_MAX)
 ADMIT_GRACE_S = 1.0  # a rank > 0 waits this much longer than rank 0 for rank 0's answer
 
 
@@ -145,6 +147,8 @@ class ProcessGroup:
         self.model: Optional[Params] = None  # the cost model behind "auto" (set while connecting)
         # What "auto" runs: {CommOptions field: [(max_bytes, algo code), ...]}; {} keeps the thresholds.
         self.auto: Dict[str, list] = {}
+        # From which bytes "auto" runs each op hierarchically (None: never), once the ranks met.
+        self.hierarchical_from: Dict[str, Optional[int]] = {}
         self._comm = _C.Communicator(self.rank, self.size, _comm_options(timeout, self.options, self.size))
         self._connect(host)
 
@@ -248,7 +252,18 @@ class ProcessGroup:
         self.topology = Topology.from_identities([e["host"] for e in roster], self.ranks, self.ranks[self.rank])
         if self._uses_model():
             self._adopt_model()
+        self._set_hierarchy()
         return hosts, ports
+
+    def _set_hierarchy(self) -> None:
+        """Tell the engine the group's hosts, and from which sizes "auto" runs each collective
+        hierarchically: where the two-level model (tuning.hierarchy) predicts it faster than
+        the flat ring, on a group that spans hosts with several ranks on some."""
+        host_of = [self.topology.host_of(r) for r in self.ranks]
+        layout = tuple(len(h) for h in self.topology.hosts)
+        self.hierarchical_from = {op: hierarchical_from(op, layout, self.model, host_of) if self.model else None
+                                  for op in HIERARCHY_OPS}
+        self._comm.set_topology(host_of, *(NEVER if b is None else b for b in self.hierarchical_from.values()))
 
     def _wait_keys(self, keys: List[str], timeout: datetime.timedelta) -> List[str]:
         """Wait until every key is in the store; the keys still missing when `timeout` passed."""

@@ -90,8 +90,8 @@ def op_function(op: str):
 
 
 def run_op(op: str, a, b, group=None, algo: Optional[str] = None) -> None:
-    """One pycollect call of `op` on buffers()'s (a, b); `algo` (all_reduce and all_gather
-    take one) None or "auto": the group's choice; broadcast's root is rank 0."""
+    """One pycollect call of `op` on buffers()'s (a, b); `algo` (pycollect.types.CALL_ALGOS)
+    None or "auto": the group's choice; broadcast's root is rank 0."""
     fn = op_function(op)
     kwargs = {"group": group}
     if algo and algo != "auto":

@@ -6,7 +6,7 @@
 
 | variable                    | meaning                                               | default           |
 |-----------------------------|-------------------------------------------------------|-------------------|
-| PYCOLLECT_ALGO              | algorithm of the calls that have it: auto, ring, direct, halving_doubling, tree (all-reduce), bruck (all-gather); a call without it runs auto | auto |
+| PYCOLLECT_ALGO              | algorithm of the calls that have it: auto, ring, direct, halving_doubling, tree (all-reduce), bruck (all-gather), hierarchical (all four of all-reduce, all-gather, reduce-scatter, broadcast); a call without it runs auto | auto |
 | PYCOLLECT_SEGMENT_BYTES     | pipelining unit of the ring algorithms (> 0)          | engine's (512 KiB)|
 | PYCOLLECT_INFLIGHT          | receive segments posted ahead (>= 1)                  | engine's (4)      |
 | PYCOLLECT_DIRECT_MAX_BYTES  | "auto" uses the direct all-reduce up to this (>= 0), instead of the cost model's table | the model decides |

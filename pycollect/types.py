@@ -35,9 +35,12 @@ class ReduceOp(enum.IntEnum):
 class Algo(enum.IntEnum):
     """Collective algorithms (codes shared with csrc/common/types.h; docs/algorithms.md
     describes each). all_reduce: RING, DIRECT, HALVING_DOUBLING, TREE; all_gather: RING,
-    BRUCK. AUTO picks by size and group size from the cost model's table
-    (pycollect.costmodel; PYCOLLECT_MODEL), or with PYCOLLECT_DIRECT_MAX_BYTES set, DIRECT
-    up to that size on small groups and RING above."""
+    BRUCK; reduce_scatter and broadcast: RING (broadcast's a chain along the ring). Every
+    one of them also HIERARCHICAL: within hosts, then across them (docs/hierarchy.md).
+    AUTO picks by size and group size from the cost model's table (pycollect.costmodel;
+    PYCOLLECT_MODEL), or with PYCOLLECT_DIRECT_MAX_BYTES set, DIRECT up to that size on
+    small groups and RING above; on a group that spans hosts, HIERARCHICAL from the size
+    the two-level model names (pycollect.tuning.hierarchy)."""
 
     AUTO = 0
     RING = 1
@@ -45,6 +48,7 @@ class Algo(enum.IntEnum):
     HALVING_DOUBLING = 3
     TREE = 4
     BRUCK = 5
+    HIERARCHICAL = 6
 
     @classmethod
     def parse(cls, value, what: str) -> "Algo":
@@ -58,7 +62,7 @@ class Algo(enum.IntEnum):
 
     @classmethod
     def for_call(cls, call: str, value, default: "Algo", name: str = "") -> "Algo":
-        """The algorithm `call` ("all_reduce" or "all_gather") runs: `value` (an Algo or its
+        """The algorithm `call` (a key of CALL_ALGOS) runs: `value` (an Algo or its
         name) when given, ValueError naming it (and the function `name`, default `call`) if
         `call` has no such algorithm; else the group's `default` (PYCOLLECT_ALGO) where
         `call` has it, AUTO otherwise (so PYCOLLECT_ALGO=bruck changes the all-gathers and
@@ -77,8 +81,10 @@ class Algo(enum.IntEnum):
 
 # The algorithms each call with a choice can run.
 CALL_ALGOS = {
-    "all_reduce": (Algo.AUTO, Algo.RING, Algo.DIRECT, Algo.HALVING_DOUBLING, Algo.TREE),
-    "all_gather": (Algo.AUTO, Algo.RING, Algo.BRUCK),
+    "all_reduce": (Algo.AUTO, Algo.RING, Algo.DIRECT, Algo.HALVING_DOUBLING, Algo.TREE, Algo.HIERARCHICAL),
+    "all_gather": (Algo.AUTO, Algo.RING, Algo.BRUCK, Algo.HIERARCHICAL),
+    "reduce_scatter": (Algo.AUTO, Algo.RING, Algo.HIERARCHICAL),
+    "broadcast": (Algo.AUTO, Algo.RING, Algo.HIERARCHICAL),
 }
 
 

@@ -691,3 +691,67 @@ def test_engine_refuses_a_bad_automatic_choice_table():
     with pytest.raises(InvalidArgumentError, match="unknown algorithm code 9"):
         comm.set_auto_tables([(100, 9)], [])
     comm.set_auto_tables([(100, 2), (2**64 - 1, 1)], [(2**64 - 1, 5)])  # accepted before connect
+
+
+def test_validate_on_namespace_hosts_fits_the_links_first(monkeypatch):
+    """--validate --netns-hosts with no parameters given probes the namespace links, fits
+    them and validates against that fit, never the loopback model; a failed step ends the
+    command (exit 2) naming it; parameters given skip the probe. No namespaces or ranks:
+    the probe's measurement and the benchmark are replaced (the probe's samples come from
+    a 1 Gbit/s link: ping-pong 2 (overhead + alpha + n beta), all-reduces by the formulas)."""
+    from pycollect import netns
+    from pycollect.costmodel import DEFAULT_SEGMENT_BYTES, measure
+
+    link = Params(alpha=50e-6, beta=1 / 0.125e9, gamma=1 / 10e9, overhead=10e-6)
+    good = ([("ping_pong", "-", float(n), 2, 2 * (link.overhead + link.alpha + n * link.beta))
+             for n in (8, 1 << 20, 4 << 20)]
+            + [("all_reduce", a, float(n), 2, predict("all_reduce", n, 2, a, link)) for a in ("ring", "direct")
+               for n in (8, 65536)])
+    probed, validated, samples = [], [], list(good)
+
+    def probe(iters, line_rate=None):
+        probed.append(line_rate)
+        return [s + (DEFAULT_SEGMENT_BYTES,) for s in samples], [link.gamma]
+
+    monkeypatch.setattr(netns, "unavailable", lambda: None)
+    monkeypatch.setattr(measure, "_probe_samples", probe)
+    monkeypatch.setattr(measure, "available", lambda ops: {})
+    monkeypatch.setattr(measure, "validate", lambda params, *a, **kw: validated.append(params) or [])
+
+    r = _cli("--validate", "--quick", "--netns-hosts", "--line-rate", "1gbit")
+    assert r.returncode == 0, r.stderr
+    assert probed == ["1gbit"] and validated[0].beta == pytest.approx(link.beta, rel=1e-3)
+    assert validated[0].alpha == pytest.approx(link.alpha, rel=1e-2) and validated[0].cores is None
+    assert "# fitted on the namespace links: alpha 50.00 us, beta 0.125 GB/s" in r.stdout
+
+    del samples[2:]  # too few to fit alpha, beta and overhead
+    r = _cli("--validate", "--quick", "--netns-hosts")
+    assert r.returncode == 2 and "step 2 of 2, the fit of the probe's samples, failed: 2 usable" in r.stderr
+    assert len(validated) == 1, "a failed fit must not validate against other parameters"
+
+    monkeypatch.setattr(netns, "unavailable", lambda: "needs root")
+    r = _cli("--validate", "--quick", "--netns-hosts")
+    assert r.returncode == 2 and "step 1 of 2, the probe on 2 namespace hosts with 1gbit cables, failed" in r.stderr
+    assert "needs root" in r.stderr and len(validated) == 1
+
+    probed.clear()
+    r = _cli("--validate", "--quick", "--netns-hosts", "--beta", "1gbit")
+    assert r.returncode == 0 and probed == [] and validated[-1].beta == pytest.approx(link.beta)
+
+
+def test_two_level_model():
+    """The hierarchy's cable traffic: on 1 Gbit/s links between hosts, 64 MiB all-reduce on
+    2 x 2 is predicted near the flat ring's 1.5x / 2(h-1)/h; never on one host or one rank a
+    host; interleaved ranks make the flat ring cross each cable more often."""
+    from pycollect.tuning.hierarchy import crossings, flat, hierarchical_from, two_level
+
+    p = Params(inter_host=Params(alpha=5e-6, beta=1 / 0.125e9, gamma=1 / 6e9, overlap=1.0))
+    ratio = flat("all_reduce", 64 << 20, (2, 2), p) / two_level("all_reduce", 64 << 20, (2, 2), p)
+    assert 1.3 < ratio < 1.5, ratio
+    assert hierarchical_from("all_reduce", (2, 2), p) is not None
+    assert all(hierarchical_from(op, lay, p) is None for op in ("all_reduce", "broadcast") for lay in ((4,), (1, 1, 1)))
+    assert crossings((2, 2)) == 1 and crossings((2, 2), [0, 1, 0, 1]) == 2 and crossings((4,)) == 0
+    assert hierarchical_from("broadcast", (2, 2), p, [0, 1, 0, 1]) is not None
+    assert Params.from_json(p.to_json()).inter_host.with_(source="") == p.inter_host.with_(source="")
+    with pytest.raises(ValueError, match="layout must list each host's ranks"):
+        two_level("all_reduce", 1, (2, 0), p)

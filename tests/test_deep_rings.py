@@ -2,20 +2,26 @@
 reuses its step accumulators and every ring runs 4-6 steps per phase; and the log-step
 algorithms where their non-power-of-two handling matters most (halving-doubling folds 1,
 2 and 3 ranks away, the tree and Bruck run 3 steps with a partial last one). Checked
-against numpy, with all ranks bit-identical. Small segments force many pipelined units."""
+against numpy, with all ranks bit-identical. Small segments force many pipelined units.
+
+The same 8-rank pool plays hosts (PYCOLLECT_HOST_TAG per group) for the hierarchical
+collectives: every layout the issue names, uneven ones and interleaved ranks, then a rank
+killed mid-call on one host (the last test: it breaks the pool)."""
 import hashlib
 import os
+import time
 
 import numpy as np
 import pytest
 import torch
 
+import hierarchy_cases as hc
 import pycollect as pc
 from rank_pool import RankPool
 
 pytestmark = pytest.mark.slow  # its own 6-rank pool, several sizes per world
 
-WORLD = 7
+WORLD = 8
 COUNTS = [0, 1, 13, 100003]
 
 
@@ -100,3 +106,42 @@ def test_deep_rings_match_numpy_and_agree(pool, ws):
     results = [res for res in pool.run(case_deep_ring, ws) if res is not None]
     assert len(results) == ws
     assert all(res == results[0] for res in results), "float AVG results differ between ranks"
+
+
+# layout (a host letter per rank) -> its topology as the group reports it
+LAYOUTS = {
+    "aabb": "2 hosts x 2 ranks: [0, 1] [2, 3]",
+    "aaabbb": "2 hosts x 3 ranks: [0, 1, 2] [3, 4, 5]",
+    "aabbcc": "3 hosts x 2 ranks: [0, 1] [2, 3] [4, 5]",
+    "aaaabbbb": "2 hosts x 4 ranks: [0, 1, 2, 3] [4, 5, 6, 7]",
+    "aaab": "2 hosts of 3+1 ranks: [0, 1, 2] [3]",
+    "aabbc": "3 hosts of 2+2+1 ranks: [0, 1] [2, 3] [4]",
+    "abab": "2 hosts x 2 ranks: [0, 2] [1, 3]",
+    "aaaa": "1 host x 4 ranks: [0, 1, 2, 3]",
+}
+
+
+@pytest.mark.parametrize("layout", list(LAYOUTS))
+def test_hierarchical_collectives_on_every_layout(pool, layout):
+    """All-reduce (4 ops), reduce-scatter (4 ops), all-gather and broadcast (3 roots), forced
+    hierarchical, in six dtypes, exact against numpy; AVG and random float sums identical on
+    every rank."""
+    results = [res for res in pool.run(hc.case_hierarchical, layout) if res is not None]
+    assert len(results) == len(layout)
+    assert {topo for topo, _ in results} == {LAYOUTS[layout]}
+    assert len({digest for _, digest in results}) == 1, "float results differ between ranks"
+
+
+def test_killed_rank_on_one_host_fails_every_host(pool):
+    """2 hosts x 4 ranks looping on hierarchical all-reduces: rank 5 (host 1) is killed; every
+    other rank, on both hosts, raises within 5 s (the group's timeout is 60 s)."""
+    pool.run(hc.case_start_loop, "aaaabbbb")
+    pool.kill(5)
+    killed = time.time()
+    others = [r for r in range(WORLD) if r != 5]
+    for r, (ok, outcome) in zip(others, pool.run_raw(hc.case_loop_outcome, 6.0, ranks=others, timeout=30)):
+        assert ok, outcome
+        error, when = outcome
+        assert error is not None, f"rank {r} still running 6 s after the kill"
+        assert when - killed < 5.0, f"rank {r} raised {when - killed:.1f} s after the kill: {error}"
+        assert error.split(":")[0] in ("PeerLostError", "GroupFailedError") and "rank" in error, (r, error)

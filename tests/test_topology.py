@@ -48,3 +48,61 @@ def test_topology_reads_well():
     assert str(Topology.from_identities(["h"] * 2 + ["k"] * 2, [4, 5, 6, 7], 5)) == "2 hosts x 2 ranks: [4, 5] [6, 7]"
     with pytest.raises(ValueError, match="rank 9 is not in this group"):
         t.host_of(9)
+
+
+def case_auto_choice(layout):
+    """On a group of `layout` (tags): from which sizes "auto" runs each op hierarchically, and
+    the phases of an automatic 4 MiB all-reduce's trace."""
+    import hierarchy_cases as hc
+    import torch
+
+    g = hc.tagged_group(layout, "auto")
+    t = torch.ones(1 << 20)
+    pc.take_trace(g)
+    with pc.tracing(g):
+        pc.all_reduce(t, group=g)
+    phases = sorted({e.phase for e in pc.take_trace(g)})
+    frm = dict(pc.api._group(g).hierarchical_from)
+    pc.destroy_process_group(g)
+    return frm, phases, float(t[0])
+
+
+def test_auto_runs_the_hierarchy_across_hosts_only(pool4):
+    for frm, phases, value in pool4.run(case_auto_choice, "aabb"):
+        assert frm["all_reduce"] is not None and frm["all_reduce"] <= 4 << 20, frm
+        assert "inter-host all-reduce" not in phases and "inter-host reduce-scatter" in phases, phases
+        assert value == 4.0
+    for frm, phases, value in pool4.run(case_auto_choice, "aaaa"):  # one host: as before
+        assert set(frm.values()) == {None} and not any("host" in p for p in phases), (frm, phases)
+
+
+def test_hierarchical_results_match_gloo(pool4):
+    import hierarchy_cases as hc
+
+    for layout in ("aabb", "aaab"):
+        for r, diffs in enumerate(pool4.run(hc.case_against_gloo, layout)):
+            assert max(diffs) < 1e-4, (layout, r, diffs)
+
+
+def case_bad_algo():
+    import torch
+
+    out = []
+    for call in (lambda: pc.reduce_scatter_tensor(torch.empty(1), torch.ones(4), algo="bruck"),
+                 lambda: pc.broadcast(torch.ones(1), algo="tree")):
+        try:
+            call()
+        except ValueError as e:
+            out.append(str(e))
+    return out
+
+
+def test_hierarchy_has_clear_errors(pool4):
+    for msgs in pool4.run(case_bad_algo):
+        assert "'bruck' is not an algorithm of reduce_scatter" in msgs[0], msgs
+        assert "'tree' is not an algorithm of broadcast: choose one of auto, ring, hierarchical" in msgs[1], msgs
+    from pycollect import _C
+
+    c = _C.Communicator(0, 2, _C.CommOptions())
+    with pytest.raises(Exception, match="need the host of each of the 2 ranks, got 3"):
+        c.set_topology([0, 0, 1], 1, 1, 1, 1)

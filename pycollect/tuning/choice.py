@@ -13,10 +13,13 @@ from ..types import CALL_ALGOS, Algo  # enum and tuples only: no torch, no engin
 from .formulas import DEFAULT_SEGMENT_BYTES, FORMULAS
 from .params import Params
 
-# The algorithms the engine has, per op (pycollect.types.CALL_ALGOS, the one list): the
-# automatic choice picks only among these, and prefers the earlier one in a near-tie.
+# The one-level algorithms the engine has, per op with a choice among them
+# (pycollect.types.CALL_ALGOS, the one list): the automatic choice's table picks only among
+# these, and prefers the earlier one in a near-tie. The hierarchical ones are chosen by
+# the two-level model (hierarchy.py) where a group spans hosts.
 ENGINE_ALGOS: Dict[str, Tuple[str, ...]] = {
-    op: tuple(a.name.lower() for a in algos if a is not Algo.AUTO) for op, algos in CALL_ALGOS.items()}
+    op: tuple(a.name.lower() for a in algos if a not in (Algo.AUTO, Algo.HIERARCHICAL))
+    for op, algos in CALL_ALGOS.items() if op in ("all_reduce", "all_gather")}
 # Sizes (bytes per rank) above which the automatic choice never picks an algorithm,
 # whatever the model says. direct: the model puts its crossover near 145 KiB, but
 # --validate here measured direct slower than the others from 64 KiB on (it moves

@@ -50,6 +50,10 @@ crowded: the parameters of calls whose ranks outnumber `cores` (Params.at), a fu
   development machine (2 cores) one set for 2, 3 and 4 ranks put 121 of 144 points of one
   measurement within 25 % of the other's, the two sets 130. None (the default): these
   parameters for every call.
+inter_host: the links between hosts, for groups that span several (the two-level model,
+  pycollect/tuning/hierarchy.py): a full set of their own, typically a NIC's (no cores,
+  caches or shared memory terms). None (the default): hierarchy.INTER_HOST, a 10 Gbit/s
+  network with 30 us messages, until `pycollect model --fit` measures one.
 """
 from __future__ import annotations
 
@@ -101,6 +105,7 @@ class Params:
     single_copy_bytes: Optional[float] = None
     single_copy_alpha: float = 0.0
     crowded: Optional["Params"] = None
+    inter_host: Optional["Params"] = None
     source: str = "built-in defaults"
 
     def __post_init__(self):
@@ -129,6 +134,10 @@ class Params:
             if self.cores is None or self.crowded.cores != self.cores:
                 raise ValueError(f"Params.crowded is for ranks that outnumber the cores: it needs cores set, "
                                  f"and the same ({self.cores!r} here, {self.crowded.cores!r} in crowded)")
+
+        if self.inter_host is not None and (not isinstance(self.inter_host, Params)
+                                            or self.inter_host.inter_host is not None):
+            raise ValueError("Params.inter_host must be None or a Params without an inter_host of its own")
 
     def at(self, world_size: int) -> "Params":
         """The parameters of a `world_size`-rank call: `crowded` where the ranks outnumber
@@ -274,6 +283,8 @@ class Params:
             d["source"] = source
         if isinstance(d.get("crowded"), dict):
             d["crowded"] = cls.from_dict(d["crowded"], source=f"{source or d.get('source', '')}, crowded")
+        if isinstance(d.get("inter_host"), dict):
+            d["inter_host"] = cls.from_dict(d["inter_host"], source=f"{source or d.get('source', '')}, between hosts")
         return cls(**d)
 
     @classmethod
@@ -301,7 +312,9 @@ class Params:
     def describe(self) -> str:
         crowded = "" if self.crowded is None else (
             f"; where ranks outnumber the cores: {self.crowded.with_(source='').describe()}")
-        return self._describe_one() + crowded
+        between = "" if self.inter_host is None else (
+            f"; between hosts: {self.inter_host.with_(source='').describe()}")
+        return self._describe_one() + crowded + between
 
     def _describe_one(self) -> str:
         cores = "own core per rank" if self.cores is None else f"{self.cores} shared cores"
