@@ -203,7 +203,7 @@ def test_cli_refuses_an_algorithm_the_op_has_not(capsys):
     from pycollect.cli import main
 
     assert main(["trace", "-o", "broadcast", "--algo", "tree", "-g", "2"]) == 2
-    assert "broadcast takes no algorithm choice" in capsys.readouterr().err
+    assert "broadcast has no algorithm 'tree': choose one of auto, ring, hierarchical" in capsys.readouterr().err
 
 
 def test_pycollect_trace_variable():
@@ -261,3 +261,22 @@ def test_torch_profiler_sees_named_ranges(pool3):
     for found_ar, found_bc, value in pool3.run(case_profiled):
         assert found_ar and found_bc
         assert value == 3.0
+
+
+def test_hierarchy_levels_get_tracks_of_their_own():
+    """A hierarchical call's intra- and inter-host phases land on tracks named by level,
+    after the one-level ones (the header exchange)."""
+    from pycollect.trace.chrome import chrome_events
+    from pycollect.types import TraceEvent
+
+    def pair(ns, phase, peer):
+        return [TraceEvent(0, ns, "send_posted", "all_reduce", 1, phase, 0, -1, -1, peer, 8),
+                TraceEvent(0, ns + 5, "send_done", "all_reduce", 1, phase, 0, -1, -1, peer, 8)]
+
+    spans = to_spans(pair(10, "inter-host all-gather", 2) + pair(20, "intra-host reduce-scatter", 1)
+                     + pair(30, "header", 3))
+    assert [(s.level, s.track) for s in spans] == [
+        ("inter-host", "inter-host: send -> rank 2"), ("intra-host", "intra-host: send -> rank 1"),
+        ("", "send -> rank 3")]
+    names = [e["args"]["name"] for e in chrome_events(spans)["traceEvents"] if e["name"] == "thread_name"]
+    assert names == ["send -> rank 3", "intra-host: send -> rank 1", "inter-host: send -> rank 2"]

@@ -19,6 +19,9 @@ def register(subparsers) -> None:
     p.add_argument("-s", "--size", default="4M", help="bytes (e.g. 64K, 4M): the all-reduce's buffer, the "
                                                        "all-gather's output, the reduce-scatter's input")
     p.add_argument("-g", "--world-size", type=int, default=4, help="ranks on this machine")
+    p.add_argument("--ranks-per-host", type=int, default=0, metavar="G",
+                   help="play hosts of G consecutive ranks (PYCOLLECT_HOST_TAG: shared memory within, TCP "
+                        "between); with --algo hierarchical the intra- and inter-host phases get tracks of their own")
     p.add_argument("-d", "--dtype", default="float32", choices=sorted(DTYPE_BYTES))
     p.add_argument("--algo", default="auto", choices=[a.name.lower() for a in Algo],
                    help="algorithm, passed to the op (algo=); ops without a choice accept only auto")
@@ -51,13 +54,18 @@ def run(args) -> int:
     except ValueError as e:
         print(f"pycollect trace: {e}", file=sys.stderr)
         return 2
-    result = run_trace(args.op, nbytes, args.world_size, algo=algo, dtype=args.dtype, warmup=args.warmup,
-                       env=env)
+    try:
+        result = run_trace(args.op, nbytes, args.world_size, algo=algo, dtype=args.dtype, warmup=args.warmup,
+                           env=env, ranks_per_host=args.ranks_per_host)
+    except ValueError as e:
+        print(f"pycollect trace: {e}", file=sys.stderr)
+        return 2
     spans = to_spans(result.events)
     os.makedirs(args.out, exist_ok=True)
     stem = args.name or f"{args.op}_{algo}_g{args.world_size}_{format_size(nbytes)}"
     kinds = sorted({k for links in result.links.values() for k in links.values()})
-    title = (f"{args.op} {format_size(nbytes)}B {args.dtype}, algo={algo}, {args.world_size} ranks, "
+    hosts = f" on {args.world_size // args.ranks_per_host} hosts" if args.ranks_per_host else ""
+    title = (f"{args.op} {format_size(nbytes)}B {args.dtype}, algo={algo}, {args.world_size} ranks{hosts}, "
              f"links: {'+'.join(kinds) or 'none'}")
     meta = {"op": args.op, "bytes": nbytes, "world_size": args.world_size, "algo": algo, "dtype": args.dtype,
             "links": kinds}

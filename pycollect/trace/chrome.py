@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 from typing import Dict, List, Sequence, Tuple
 
-from .spans import Span
+from .spans import LEVELS, Span
 
 
 def span_name(s: Span) -> str:
@@ -25,10 +25,12 @@ def span_name(s: Span) -> str:
     return " ".join(parts)
 
 
-def _track_order(track: str) -> Tuple[int, int]:
-    kind, _, peer = track.partition(" rank ")
+def _track_order(track: str) -> Tuple[int, int, int]:
+    """One-level tracks, then intra-host, then inter-host ones; sends, receives, reductions; by peer."""
+    level, _, name = track.rpartition(": ")
+    kind, _, peer = name.partition(" rank ")
     rank = int(peer) if peer else 0
-    return ({"send ->": 0, "recv <-": 1}.get(kind, 2), rank)
+    return (("", *LEVELS).index(level), {"send ->": 0, "recv <-": 1}.get(kind, 2), rank)
 
 
 def chrome_events(spans: Sequence[Span], meta: Dict = None) -> Dict:

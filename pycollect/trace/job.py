@@ -9,11 +9,10 @@ returns its events.
 """
 from __future__ import annotations
 
-import inspect
 from typing import Dict, List, NamedTuple, Optional
 
-from ..measuring import DTYPE_BYTES, OPS, buffers, elements, op_function, run_op
-from ..types import Algo, TraceEvent
+from ..measuring import DTYPE_BYTES, OPS, buffers, elements, run_op
+from ..types import CALL_ALGOS, Algo, TraceEvent
 
 
 class TraceRun(NamedTuple):
@@ -35,38 +34,61 @@ def check_request(op: str, algo: str, world_size: int, nbytes: int, dtype: str) 
         raise ValueError(f"world size must be >= 1, got {world_size}")
     if nbytes < 0:
         raise ValueError(f"size must be >= 0 bytes, got {nbytes}")
-    name = Algo.parse(algo, "algo").name.lower()
-    if name != "auto" and "algo" not in inspect.signature(op_function(op)).parameters:
-        raise ValueError(f"{op} takes no algorithm choice (algo={name}); it always runs its own")
-    return name
+    chosen = Algo.parse(algo, "algo")
+    if chosen is not Algo.AUTO and chosen not in CALL_ALGOS.get(op, ()):
+        names = ", ".join(a.name.lower() for a in CALL_ALGOS.get(op, (Algo.AUTO,)))
+        raise ValueError(f"{op} has no algorithm {chosen.name.lower()!r}: choose one of {names}")
+    return chosen.name.lower()
 
 
-def _rank_job(rank: int, world_size: int, emit, op: str, nbytes: int, dtype: str, algo: str, warmup: int):
+def hosts_group(rank: int, ranks_per_host: int):
+    """A group over every rank with ranks_per_host consecutive ranks on each (loopback) host:
+    PYCOLLECT_HOST_TAG per host, shared memory within, TCP between. None: the default group."""
+    import dataclasses
+
+    from .. import api as pc
+    from ..options import Options
+
+    if not ranks_per_host:
+        return None
+    tag = f"{Options.from_env().host_tag or ''}host{rank // ranks_per_host}"
+    return pc.new_group(pg_options=dataclasses.replace(Options.from_env(), host_tag=tag))
+
+
+def _rank_job(rank: int, world_size: int, emit, op: str, nbytes: int, dtype: str, algo: str, warmup: int,
+              ranks_per_host: int = 0):
     import torch
 
     from .. import api as pc
     from ..launch import pin_to_core
 
     pin_to_core(rank)  # the picture shows the algorithm, not where the scheduler put the ranks
+    g = hosts_group(rank, ranks_per_host)
     count = elements(op, nbytes, world_size, DTYPE_BYTES[dtype])
     a, b = buffers(op, count, world_size, getattr(torch, dtype))
     for _ in range(warmup):
-        run_op(op, a, b, None, algo)
-    pc.barrier()
-    pc.take_trace()  # what PYCOLLECT_TRACE=1 recorded so far
-    with pc.tracing():
-        run_op(op, a, b, None, algo)
-    events = pc.take_trace()
-    return events, pc.get_transport_info()
+        run_op(op, a, b, g, algo)
+    pc.barrier(group=g)
+    pc.take_trace(g)  # what PYCOLLECT_TRACE=1 recorded so far
+    with pc.tracing(g):
+        run_op(op, a, b, g, algo)
+    events = pc.take_trace(g)
+    return events, pc.get_transport_info(g)
 
 
 def run_trace(op: str, nbytes: int, world_size: int, algo: str = "auto", dtype: str = "float32",
-              warmup: int = 2, env: Optional[dict] = None, timeout: float = 120.0) -> TraceRun:
-    """Trace one call of `op` on `nbytes` at `world_size` local ranks (see the module doc)."""
+              warmup: int = 2, env: Optional[dict] = None, timeout: float = 120.0,
+              ranks_per_host: int = 0) -> TraceRun:
+    """Trace one call of `op` on `nbytes` at `world_size` local ranks (see the module doc);
+    ranks_per_host > 0: on hosts of that many ranks (hosts_group), as the hierarchical
+    algorithms see them."""
     from ..launch import run_ranks
 
     algo = check_request(op, algo, world_size, nbytes, dtype)
-    results = run_ranks(_rank_job, world_size, ("pycollect",), job_args=(op, nbytes, dtype, algo, warmup),
+    if ranks_per_host < 0 or (ranks_per_host and world_size % ranks_per_host):
+        raise ValueError(f"--ranks-per-host {ranks_per_host} must divide the {world_size} ranks")
+    results = run_ranks(_rank_job, world_size, ("pycollect",),
+                        job_args=(op, nbytes, dtype, algo, warmup, ranks_per_host),
                         timeout=timeout, env=env)
     events = [e for rank_events, _ in results for e in rank_events]
     links = {rank: kinds for rank, (_, kinds) in enumerate(results)}

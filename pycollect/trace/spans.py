@@ -37,15 +37,27 @@ class Span(NamedTuple):
         return self.start_ns - self.posted_ns
 
     @property
+    def level(self) -> str:
+        """A hierarchical algorithm's level ("intra-host", "inter-host": the phase's first word,
+        csrc Context views), or "" for one-level algorithms."""
+        head = self.phase.split(" ", 1)[0]
+        return head if head in LEVELS else ""
+
+    @property
     def track(self) -> str:
-        """The Chrome track: one per link direction, one for reductions."""
+        """The Chrome track: one per link direction, one for reductions; a hierarchical
+        algorithm's intra- and inter-host phases on tracks of their own ("inter-host: send ->
+        rank 2")."""
         if self.kind == "send":
-            return f"send -> rank {self.peer}"
-        if self.kind == "recv":
-            return f"recv <- rank {self.peer}"
-        return "reduce"
+            name = f"send -> rank {self.peer}"
+        elif self.kind == "recv":
+            name = f"recv <- rank {self.peer}"
+        else:
+            name = "reduce"
+        return f"{self.level}: {name}" if self.level else name
 
 
+LEVELS = ("intra-host", "inter-host")
 EVENT_FIELDS = ("op", "seq", "phase", "step", "chunk", "segment", "peer", "bytes")
 for _name in EVENT_FIELDS:
     setattr(Span, _name, property(attrgetter(f"event.{_name}")))
