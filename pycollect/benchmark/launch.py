@@ -32,7 +32,8 @@ class Config:
     peer: Optional[str] = "gloo"
     link_limit: bool = True
     env: Dict[str, str] = field(default_factory=dict)
-    netns_hosts: bool = False  # one rank per namespace host (pycollect.netns) instead of loopback
+    netns_hosts: bool = False  # ranks on namespace hosts (pycollect.netns) instead of loopback
+    ranks_per_host: int = 1   # ... this many on each (world_size / ranks_per_host hosts)
     line_rate: str = "1gbit"  # those hosts' cables, each way (tc syntax)
     device: str = "cpu"  # "cuda": tensors on the GPU (rank r on cuda:r when there are enough, else cuda:0)
     algo: Optional[str] = None  # pycollect's algorithm for the timed op; None: the group's (PYCOLLECT_ALGO)
@@ -76,8 +77,9 @@ def run(cfg: Config, json_path: Optional[str] = None, plot_path: Optional[str] =
     rows: List[Dict] = []
     link = memcpy = None
     line = netns.rate_bytes(cfg.line_rate) / 1e9 if cfg.netns_hosts else None
-    where = (f"{cfg.world_size} namespace hosts, {cfg.line_rate} cables ({line:.3f} GB/s each way)"
-             if cfg.netns_hosts else f"{cfg.world_size} ranks on loopback")
+    hosts_n = cfg.world_size // cfg.ranks_per_host if cfg.netns_hosts else 1
+    where = (f"{hosts_n} namespace hosts x {cfg.ranks_per_host} rank{'s' if cfg.ranks_per_host > 1 else ''}, "
+             f"{cfg.line_rate} cables ({line:.3f} GB/s each way)" if cfg.netns_hosts else f"{cfg.world_size} ranks on loopback")
     print(f"# pycollect bench: {cfg.op}, {where}, {cfg.dtype} on {cfg.device}, "
           f"iters {cfg.iters} x {cfg.repeats} blocks (median), warm-up {cfg.warmup}, peer {cfg.peer or 'none'}, "
           f"algo {cfg.env.get('PYCOLLECT_ALGO', 'auto')}",
@@ -104,10 +106,13 @@ def run(cfg: Config, json_path: Optional[str] = None, plot_path: Optional[str] =
 
     backends = ("pycollect", cfg.peer) if cfg.peer in ("gloo", "nccl") else ("pycollect",)
     with contextlib.ExitStack() as stack:
-        hosts = stack.enter_context(netns.Hosts(cfg.world_size, cfg.line_rate)) if cfg.netns_hosts else None
+        hosts = stack.enter_context(netns.Hosts(hosts_n, cfg.line_rate)) if cfg.netns_hosts else None
         run_ranks(_job, cfg.world_size, backends, job_args=(cfg,), timeout=timeout, on_event=on_event, env=cfg.env,
-                  netns=hosts and hosts.names, master_addr=hosts.addrs[0] if hosts else "127.0.0.1")
-    print(report.summary(rows, cfg.op, cfg.peer, link, line, memcpy), file=stream, flush=True)
+                  netns=hosts and [hosts.names[r // cfg.ranks_per_host] for r in range(cfg.world_size)],
+                  master_addr=hosts.addrs[0] if hosts else "127.0.0.1")
+    print(report.summary(rows, cfg.op, cfg.peer, link, line, memcpy,
+                         hosts=hosts_n if cfg.netns_hosts and cfg.ranks_per_host > 1 else None),
+          file=stream, flush=True)
     meta["link_limit_GBps"] = link
     meta["line_rate_GBps"] = line
     meta["memcpy_GBps"] = memcpy

@@ -32,8 +32,20 @@ def format_row(row: Dict, peer: Optional[str]) -> str:
     return s
 
 
+# The bytes each host's cable must carry each way, as a fraction of the size nccl-tests
+# counts (per rank for all-reduce and broadcast, gathered for the others), with h hosts:
+# what the hierarchical algorithms move (docs/hierarchy.md).
+CABLE_SHARE = {"all_reduce": lambda h: 2 * (h - 1) / h, "all_gather": lambda h: (h - 1) / h,
+               "reduce_scatter": lambda h: (h - 1) / h, "broadcast": lambda h: 1.0}
+
+
+def cable_bound(op: str, nbytes: float, hosts: int, line_rate: float) -> float:
+    """Seconds the cables need at least for one call of `op` on `hosts` hosts (line_rate in GB/s)."""
+    return CABLE_SHARE[op](hosts) * nbytes / (line_rate * 1e9)
+
+
 def summary(rows: List[Dict], op: str, peer: Optional[str], link_limit: Optional[float],
-            line_rate: Optional[float] = None, memcpy: Optional[float] = None) -> str:
+            line_rate: Optional[float] = None, memcpy: Optional[float] = None, hosts: Optional[int] = None) -> str:
     lines = []
     if memcpy:
         lines.append(f"# memcpy: {memcpy:.3f} GB/s (one rank copying 64 MiB between warm buffers)")
@@ -54,6 +66,13 @@ def summary(rows: List[Dict], op: str, peer: Optional[str], link_limit: Optional
             slower = [format_size(r["size"]) for r in rows if r["ratio"] < 1.0]
             lines.append(f"# ratio {peer} time / pycollect time: min {min(ratios):.2f}x, "
                          f"max {max(ratios):.2f}x; sizes where pycollect is slower: {', '.join(slower) or 'none'}")
+        if hosts and line_rate and op in CABLE_SHARE:
+            bound = cable_bound(op, big["size"], hosts, line_rate)
+            lines.append(f"# cable bound at {format_size(big['size'])}, {hosts} hosts: {bound * 1e3:.1f} ms "
+                         f"({CABLE_SHARE[op](hosts):.3g} x size / line rate); pycollect "
+                         f"{big['pycollect']['time_us'] / 1e3:.1f} ms = {bound * 1e6 / big['pycollect']['time_us']:.2f} x "
+                         f"the bound's speed" + (f", {peer} {big[peer]['time_us'] / 1e3:.1f} ms = "
+                                                 f"{bound * 1e6 / big[peer]['time_us']:.2f} x" if peer else ""))
         wrong = sum(r["pycollect"]["wrong"] for r in rows)
         lines.append(f"# #wrong total (pycollect): {wrong}")
     return "\n".join(lines)

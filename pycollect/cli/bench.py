@@ -30,13 +30,16 @@ def register(subparsers) -> None:
                    help="where the tensors live (cuda: pycollect stages them through pinned host memory)")
     p.add_argument("--algo", default=None, choices=[a.name.lower() for a in Algo],
                    help="force pycollect's algorithm (PYCOLLECT_ALGO): ring, direct, halving_doubling or tree "
-                        "for -o all_reduce; ring or bruck for -o all_gather")
+                        "for -o all_reduce; ring or bruck for -o all_gather; hierarchical for any op")
     p.add_argument("--transport", default=None, choices=["auto", "tcp", "shm"],
                    help="what carries pycollect's links (PYCOLLECT_TRANSPORT; default auto: shared memory here)")
     p.add_argument("--no-link-limit", action="store_true", help="skip the TCP link-limit measurement")
     p.add_argument("--netns-hosts", type=int, default=0, metavar="N",
                    help="run one rank on each of N hosts made of network namespaces on a switch (needs root "
                         "and iproute2; see pycollect.netns) instead of on loopback")
+    p.add_argument("--ranks-per-host", type=int, default=1, metavar="G",
+                   help="with --netns-hosts: G ranks on each host (shared memory within a host, the cable between), "
+                        "where the hierarchical algorithms help; the summary prints the cable bound")
     p.add_argument("--line-rate", default="1gbit",
                    help="with --netns-hosts: each host's cable, each way, in tc's syntax (1gbit, 100mbit)")
     p.add_argument("--latency", action="store_true",
@@ -75,14 +78,19 @@ def run(args) -> int:
     try:
         sizes = size_list(parse_size(args.minbytes), parse_size(args.maxbytes), args.stepfactor)
         if args.netns_hosts:
-            if args.world_size not in (None, args.netns_hosts):
-                raise ValueError(f"--netns-hosts {args.netns_hosts} runs one rank per host; -g {args.world_size} "
-                                 "disagrees (leave -g out)")
-            args.world_size = args.netns_hosts
+            if args.ranks_per_host < 1:
+                raise ValueError(f"--ranks-per-host must be >= 1, got {args.ranks_per_host}")
+            ranks = args.netns_hosts * args.ranks_per_host
+            if args.world_size not in (None, ranks):
+                raise ValueError(f"--netns-hosts {args.netns_hosts} x --ranks-per-host {args.ranks_per_host} runs "
+                                 f"{ranks} ranks; -g {args.world_size} disagrees (leave -g out)")
+            args.world_size = ranks
             netns.rate_bytes(args.line_rate)
             reason = netns.unavailable()
             if reason:
                 raise ValueError(f"--netns-hosts: namespace hosts cannot be built here: {reason}")
+        if args.ranks_per_host != 1 and not args.netns_hosts:
+            raise ValueError("--ranks-per-host places ranks on namespace hosts: add --netns-hosts H")
         args.world_size = 2 if args.world_size is None else args.world_size
         args.iters = args.iters if args.iters is not None else (200 if args.latency else 20)
         if args.latency:
@@ -120,10 +128,12 @@ def run(args) -> int:
         return 0
     cfg = Config(op=args.op, world_size=args.world_size, sizes=sizes, dtype=args.dtype, iters=args.iters,
                  warmup=args.warmup_iters, repeats=args.repeats, peer=peer,
-                 link_limit=not args.no_link_limit, env=env, netns_hosts=bool(args.netns_hosts),
+                 link_limit=not args.no_link_limit and args.ranks_per_host == 1, env=env,
+                 netns_hosts=bool(args.netns_hosts), ranks_per_host=args.ranks_per_host,
                  line_rate=args.line_rate, device=args.device)
     name = f"{args.op}_g{args.world_size}" + ("_cuda" if args.device == "cuda" else "")
-    name += (f"_netns_{args.line_rate}" if args.netns_hosts else "")
+    name += (f"_netns_{args.netns_hosts}x{args.ranks_per_host}_{args.line_rate}" if args.ranks_per_host > 1
+             else f"_netns_{args.line_rate}" if args.netns_hosts else "")
     json_path = args.json or os.path.join("bench", "results", f"{name}.json")
     plot_path = args.plot or os.path.splitext(json_path)[0] + ".png"
     os.makedirs(os.path.dirname(json_path) or ".", exist_ok=True)
