@@ -24,3 +24,9 @@ def add_param_arguments(p, file_flags=("--params", "--model-params")) -> None:
 def params_from_args(args) -> Params:
     """The parameters the flags of add_param_arguments name (costmodel.check.params_with)."""
     return params_with(args.params_file, args.alpha, args.beta, args.gamma, args.overhead, args.overlap)
+
+
+def params_given(args) -> bool:
+    """Whether any flag of add_param_arguments was given (a file or a value)."""
+    return any(v is not None for v in (args.params_file, args.alpha, args.beta, args.gamma, args.overhead,
+                                        args.overlap))

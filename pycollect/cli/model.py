@@ -3,8 +3,19 @@
     pycollect model --fit --probe                          quick ping-pong + reduce-kernel probe
     pycollect model --fit --from bench/results/*.json      least squares on benchmark runs
     pycollect model --validate [--quick]                   predicted vs measured, 2-4 ranks
+    pycollect model --validate --netns-hosts [--out F]     the same on 1 Gbit/s namespace hosts, against
+                                                           parameters first fitted on those links
     pycollect model --compare --from A.json B.json         two measurements, point by point: the floor
     pycollect model --predict -o all_reduce -s 1G -g 8..4096 --alpha 5us --beta 400gbit --plot p.png
+
+--validate --netns-hosts measures links that no loopback fit describes, so unless
+parameters are given (--params, --alpha, --beta, --gamma, --overhead, --overlap) it first
+probes two namespace hosts with --line-rate cables and fits alpha, beta, overhead and
+overlap to them, gamma timed (costmodel.measure.probe_links); it prints what it fitted and
+from what, then validates against those parameters. A failed probe or fit ends the
+command (exit 2) naming the step; it never falls back to other parameters. The fit is
+not saved unless --out names a file (never the loopback model's default file, which the
+engine's automatic choice loads). --validate --from measures nothing and fits nothing.
 """
 from __future__ import annotations
 
@@ -13,12 +24,13 @@ import math
 import os
 import sys
 import time
+from typing import Optional
 
-from ..costmodel import DEFAULT_PATH, DEFAULT_SEGMENT_BYTES, FORMULAS, bus_bandwidth
+from ..costmodel import DEFAULT_PATH, DEFAULT_SEGMENT_BYTES, FORMULAS, Params, bus_bandwidth
 from ..costmodel.check import (CHOICE_TARGET, LOOPBACK_TARGET, choice_check, compare, parse_world_sizes,
                                prediction_table, saved_rows, summarize)
 from ..measuring import format_size, parse_size, size_list
-from ._params import add_param_arguments, params_from_args
+from ._params import add_param_arguments, params_from_args, params_given
 from .model_plot import predict_plot, validate_plot
 
 
@@ -37,7 +49,10 @@ def register(subparsers) -> None:
                         "samples of earlier `--validate --json` runs, checked against the parameters without "
                         "measuring again; --compare: the two files to compare")
     p.add_argument("--probe", action="store_true", help="--fit: a quick 2-rank probe instead of files")
-    p.add_argument("--out", default=DEFAULT_PATH, help=f"--fit: where to write (default {DEFAULT_PATH})")
+    p.add_argument("--out", default=None,
+                   help=f"--fit: where to write (default {DEFAULT_PATH}); --validate --netns-hosts: also write the "
+                        f"parameters fitted on the links here (by default they are not saved; never to the "
+                        f"default above)")
     p.add_argument("--quick", action="store_true", help="--validate: 2 ranks, all-reduce ring/direct, 2 sizes")
     p.add_argument("--sizes", default=None, help="--validate: MIN..MAX in x4 steps (default 64K..64M)")
     p.add_argument("--block-ms", type=float, default=10.0,
@@ -48,7 +63,8 @@ def register(subparsers) -> None:
                    help="--validate: rounds over the whole grid, one set of ranks per op and group size in "
                         "each; each point keeps its fastest (default 5)")
     p.add_argument("--netns-hosts", action="store_true",
-                   help="--validate: one rank per network-namespace host (root; a steady, rate-limited link)")
+                   help="--validate: one rank per network-namespace host (root; a steady, rate-limited link); "
+                        "unless parameters are given, they are first fitted on these links (a probe of 2 hosts)")
     p.add_argument("--line-rate", default="1gbit", help="--validate --netns-hosts: each cable's rate (tc syntax)")
     p.add_argument("-o", "--op", default="all_reduce", choices=sorted(FORMULAS))
     p.add_argument("-s", "--size", default="1G", help="--predict: bytes (per rank; total for all_gather / reduce_scatter)")
@@ -96,19 +112,44 @@ def _fit(args) -> int:
         params, err = fit(samples, cores=os.cpu_count())
         params = params.with_(source=f"fit of {len(args.sources)} file(s)")
         what = f"{len(samples)} rows of {', '.join(args.sources)}"
-    params.save(args.out, {"fitted_from": what, "rms_relative_error": err})
     print(f"# fitted from {what}: rms relative error {err * 100:.1f} %")
     print(f"# {params.describe()}")
-    print(f"# wrote {args.out} (use it: PYCOLLECT_MODEL={args.out})")
+    _save(params, args.out or DEFAULT_PATH, what, err)
     return 0
+
+
+def _save(params: Params, path: str, what: str, err: float) -> None:
+    """Write fitted `params` to `path`, with what they were fitted from and their error."""
+    params.save(path, {"fitted_from": what, "rms_relative_error": err})
+    print(f"# wrote {path} (use it: PYCOLLECT_MODEL={path})")
+
+
+def _fit_links(line_rate: str, out: Optional[str]) -> Params:
+    """--validate --netns-hosts without parameters given: the parameters of the links it is
+    about to measure (measure.probe_links; a failed step raises ValueError naming it),
+    printed with what they were fitted from; written to `out` only where given, and never
+    to the loopback model's default file."""
+    from ..costmodel.measure import probe_links
+    from ..netns import rate_bytes
+
+    if out and os.path.abspath(out) == os.path.abspath(DEFAULT_PATH):
+        raise ValueError(f"--out {out}: that file is the loopback model the engine's automatic choice loads; "
+                         f"write the namespace links' fit elsewhere")
+    params, err, samples = probe_links(line_rate)
+    what = f"probe ({len(samples)} points at 2 ranks) of 2 namespace hosts with {line_rate} cables"
+    print(f"# fitted on the namespace links: {params.with_(source='').describe()}")
+    print(f"#   from {what}: rms relative error {err * 100:.1f} % on those points; cable rate "
+          f"{rate_bytes(line_rate) / 1e9:.3f} GB/s" + ("" if out else "; not saved (--out FILE keeps it)"))
+    if out:
+        _save(params, out, what, err)
+    return params
 
 
 def _validate(args) -> int:
     from ..costmodel.measure import available, validate
 
-    params = params_from_args(args)
     if args.sources:
-        return _validate_saved(args.sources, params, args.plot)
+        return _validate_saved(args.sources, params_from_args(args), args.plot)
     if args.quick:
         ops, worlds, sizes, block_s, repeats = ["all_reduce"], [2], [65536, 1 << 20], 0.002, 2
         algos = args.algos or ["ring", "direct"]
@@ -120,11 +161,16 @@ def _validate(args) -> int:
     if args.world_sizes:
         worlds = parse_world_sizes(args.world_sizes)
     cases = [(op, a) for op in ops for a in FORMULAS[op] if algos is None or a in algos]
-    refused = available(sorted({op for op, _ in cases}))
     launches = 1 if args.quick else args.launches
     if launches < 1 or repeats < 1 or block_s <= 0:
         raise ValueError("--launches and --repeats must be >= 1 and --block-ms > 0")
-    print(f"# model: {params.describe()}")
+    line_rate = args.line_rate if args.netns_hosts else None
+    if line_rate and not params_given(args):  # loopback's parameters say nothing of these links
+        params = _fit_links(line_rate, args.out)  # prints them
+    else:
+        params = params_from_args(args)
+        print(f"# model: {params.describe()}")
+    refused = available(sorted({op for op, _ in cases}))
     print(f"# measured: per point the fastest of {launches} launch(es) (rounds over the grid) x {repeats} interleaved blocks of "
           f"~{block_s * 1e3:g} ms (ranks pinned to cores); load {os.getloadavg()[0]:.2f}")
     for (op, a), why in sorted(refused.items()):
@@ -133,7 +179,6 @@ def _validate(args) -> int:
     cases = [c for c in cases if not refused.get(c)]
     print(_HEADER)
 
-    line_rate = args.line_rate if args.netns_hosts else None
     if line_rate:
         print(f"# links: one rank per network-namespace host, {line_rate} cables each way")
     started = time.monotonic()

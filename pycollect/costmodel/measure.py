@@ -3,10 +3,15 @@
     available(ops)     which algorithms the engine has: each tried once on a 1-rank group
     probe()            a quick measurement to fit from: a send/recv ping-pong (alpha, beta),
                        a reduce kernel timing (gamma) and a few small all-reduces (overhead)
+    probe_links(rate)  the probe on two network-namespace hosts with `rate` cables, fitted
+                       with a link's terms only: the parameters of those links, or a
+                       ValueError naming the step (probe or fit) that failed
     validate(params)   the benchmark for each algorithm at 2, 3, 4 ranks; predicted vs measured
 """
 from __future__ import annotations
 
+import contextlib
+import math
 import statistics
 import time
 from dataclasses import dataclass
@@ -96,12 +101,33 @@ def _probe_job(rank: int, n: int, emit, sizes: Sequence[int], iters: int) -> Non
         emit("gamma", _median_time(lambda: torch.add(a, b, out=a), 9) / (16 << 20))
 
 
-def probe(iters: int = 50, cores: Optional[int] = None) -> Tuple[Params, float, List[tuple]]:
-    """A quick fit (seconds, at 2 ranks): (params, rms relative error, samples)."""
-    import os
+@contextlib.contextmanager
+def _placement(world_size: int, line_rate: Optional[str]):
+    """run_ranks' keywords for where `world_size` ranks run: with `line_rate` (tc syntax,
+    e.g. "1gbit") one per network-namespace host whose cable carries that rate each way
+    (netns.Hosts, deleted on exit), else on loopback."""
+    if not line_rate:
+        yield {}
+        return
+    from .. import netns
 
+    with netns.Hosts(world_size, line_rate) as hosts:
+        yield {"netns": hosts.names, "master_addr": hosts.addrs[0]}
+
+
+# The probe's sizes: a ping-pong at each (alpha from the first, beta from the others).
+_PROBE_SIZES = (8, 1 << 20, 4 << 20)
+# A fit of a link's terms only (what Params.for_cluster keeps): no core sharing, caches or
+# shared-memory reads, which a TCP link between hosts does not have; overlap is tried.
+_LINK_TERMS = dict(cores=None, cache_sizes=(None,), mem_sharing=(False,), single_copy=(None,), crowded=False)
+# A link fit solves alpha, beta and overhead (gamma is timed): at least one sample more.
+_LINK_MIN_SAMPLES = 4
+
+
+def _probe_samples(iters: int, line_rate: Optional[str] = None) -> Tuple[List[tuple], List[float]]:
+    """The probe's measurement (_probe_job at 2 ranks, on `line_rate` hosts when given):
+    (samples, [gamma: seconds per byte reduced])."""
     from ..launch import run_ranks
-    from .fit import fit
 
     samples: List[tuple] = []
     gamma: List[float] = []
@@ -112,10 +138,53 @@ def probe(iters: int = 50, cores: Optional[int] = None) -> Tuple[Params, float, 
         else:
             gamma.append(ev[1])
 
-    run_ranks(_probe_job, 2, ("pycollect",), job_args=((8, 1 << 20, 4 << 20), iters), timeout=300,
-              on_event=on_event)
+    with _placement(2, line_rate) as where:
+        run_ranks(_probe_job, 2, ("pycollect",), job_args=(_PROBE_SIZES, iters), timeout=300, on_event=on_event,
+                  **where)
+    return samples, gamma
+
+
+def probe(iters: int = 50, cores: Optional[int] = None) -> Tuple[Params, float, List[tuple]]:
+    """A quick fit (seconds, at 2 ranks): (params, rms relative error, samples)."""
+    import os
+
+    from .fit import fit
+
+    samples, gamma = _probe_samples(iters)
     params, err = fit(samples, cores=cores if cores is not None else os.cpu_count(), fixed={"gamma": gamma[0]})
     return params.with_(source="probe"), err, samples
+
+
+def probe_links(line_rate: str, iters: int = 20) -> Tuple[Params, float, List[tuple]]:
+    """The parameters of network-namespace links with `line_rate` cables, for validating
+    on them (not loopback's): the probe (_probe_job) run on two such hosts, then fitted
+    with a link's terms only (_LINK_TERMS). (params, rms relative error, samples). A step
+    that fails raises ValueError naming it, so that no caller goes on with other
+    parameters: step 1, the probe (the hosts cannot be built, a rank failed); step 2, the
+    fit (fewer than _LINK_MIN_SAMPLES usable samples, no reduction timing, or the fit
+    itself refused them). `iters` is smaller than probe()'s: the link is steady, and a
+    4 MiB round trip takes 67 ms at 1 Gbit/s."""
+    from .. import netns
+    from .fit import fit
+
+    where = f"2 namespace hosts with {line_rate} cables"
+    try:
+        why = netns.unavailable()
+        if why:
+            raise RuntimeError(f"namespace hosts cannot be built here: {why}")
+        samples, gamma = _probe_samples(iters, line_rate)
+    except (RuntimeError, OSError, ValueError) as e:  # OSError: TimeoutError too
+        raise ValueError(f"fitting the links: step 1 of 2, the probe on {where}, failed: {e}") from e
+    usable = [s for s in samples if math.isfinite(s[4]) and s[4] > 0]
+    step = "fitting the links: step 2 of 2, the fit of the probe's samples, failed"
+    if len(usable) < _LINK_MIN_SAMPLES or not gamma:
+        raise ValueError(f"{step}: {len(usable)} usable samples of {len(samples)} (need {_LINK_MIN_SAMPLES}) and "
+                         f"{len(gamma)} reduction timing(s) (need 1)")
+    try:
+        params, err = fit(usable, fixed={"gamma": gamma[0]}, **_LINK_TERMS)
+    except ValueError as e:
+        raise ValueError(f"{step}: {e}") from e
+    return params.with_(source=f"fitted on {where}"), err, usable
 
 
 @dataclass
@@ -144,8 +213,6 @@ def _algos_job(rank: int, n: int, emit, op: str, algos: Sequence[str], sizes: Se
     then `repeats` rounds in which each algorithm runs one block (the order rotates from
     round to round). A block has as many calls as fill `block_s` (from the slowest rank's
     time of one call, so every rank agrees on it); its time / calls is one sample."""
-    import math
-
     import torch
 
     from .. import api as pc
@@ -194,9 +261,6 @@ def measure_algos(op: str, algos: Sequence[str], world_size: int, sizes: Sequenc
     does, and on a machine that other work shares the slow blocks measure that work.
     `line_rate` (tc syntax, e.g. "1gbit"): one rank per network-namespace host, whose
     cables carry that rate each way (a steady link); else loopback."""
-    import contextlib
-
-    from .. import netns
     from ..launch import run_ranks
 
     out: Dict[str, List[Tuple[int, float, float]]] = {a: [] for a in algos}
@@ -205,11 +269,10 @@ def measure_algos(op: str, algos: Sequence[str], world_size: int, sizes: Sequenc
         if ev[0] == "measured":
             out[ev[1]].append((ev[2], ev[3], ev[4]))
 
-    with contextlib.ExitStack() as stack:
-        hosts = stack.enter_context(netns.Hosts(world_size, line_rate)) if line_rate else None
+    with _placement(world_size, line_rate) as where:
         run_ranks(_algos_job, world_size, ("pycollect",),
                   job_args=(op, list(algos), list(sizes), block_s, repeats, warmup), timeout=1800,
-                  on_event=on_event, netns=hosts and hosts.names, master_addr=hosts.addrs[0] if hosts else "127.0.0.1")
+                  on_event=on_event, **where)
     return out
 
 
