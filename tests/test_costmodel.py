@@ -693,7 +693,7 @@ def test_engine_refuses_a_bad_automatic_choice_table():
     comm.set_auto_tables([(100, 2), (2**64 - 1, 1)], [(2**64 - 1, 5)])  # accepted before connect
 
 
-def test_validate_on_namespace_hosts_fits_the_links_first(monkeypatch):
+def test_validate_on_namespace_hosts_fits_the_links_first(monkeypatch, tmp_path):
     """--validate --netns-hosts with no parameters given probes the namespace links, fits
     them and validates against that fit, never the loopback model; a failed step ends the
     command (exit 2) naming it; parameters given skip the probe. No namespaces or ranks:
@@ -724,15 +724,22 @@ def test_validate_on_namespace_hosts_fits_the_links_first(monkeypatch):
     assert validated[0].alpha == pytest.approx(link.alpha, rel=1e-2) and validated[0].cores is None
     assert "# fitted on the namespace links: alpha 50.00 us, beta 0.125 GB/s" in r.stdout
 
+    # --out: the engine's model with these links between its hosts, which the group's auto reads
+    monkeypatch.delenv("PYCOLLECT_MODEL", raising=False)
+    out = tmp_path / "links.json"
+    assert _cli("--validate", "--quick", "--netns-hosts", "--out", str(out)).returncode == 0
+    saved = Params.load(str(out))
+    assert saved.alpha == Params().alpha and saved.inter_host.beta == pytest.approx(link.beta, rel=1e-3)
+
     del samples[2:]  # too few to fit alpha, beta and overhead
     r = _cli("--validate", "--quick", "--netns-hosts")
     assert r.returncode == 2 and "step 2 of 2, the fit of the probe's samples, failed: 2 usable" in r.stderr
-    assert len(validated) == 1, "a failed fit must not validate against other parameters"
+    assert len(validated) == 2, "a failed fit must not validate against other parameters"
 
     monkeypatch.setattr(netns, "unavailable", lambda: "needs root")
     r = _cli("--validate", "--quick", "--netns-hosts")
     assert r.returncode == 2 and "step 1 of 2, the probe on 2 namespace hosts with 1gbit cables, failed" in r.stderr
-    assert "needs root" in r.stderr and len(validated) == 1
+    assert "needs root" in r.stderr and len(validated) == 2
 
     probed.clear()
     r = _cli("--validate", "--quick", "--netns-hosts", "--beta", "1gbit")

@@ -14,8 +14,11 @@ probes two namespace hosts with --line-rate cables and fits alpha, beta, overhea
 overlap to them, gamma timed (costmodel.measure.probe_links); it prints what it fitted and
 from what, then validates against those parameters. A failed probe or fit ends the
 command (exit 2) naming the step; it never falls back to other parameters. The fit is
-not saved unless --out names a file (never the loopback model's default file, which the
-engine's automatic choice loads). --validate --from measures nothing and fits nothing.
+not saved unless --out names a file (never the loopback model's default file): it then
+holds the model the engine would use (PYCOLLECT_MODEL's, else the built-in defaults) with
+the fitted links as its `inter_host`, the links between hosts, so that PYCOLLECT_MODEL=FILE
+makes the automatic choice run the hierarchical collectives by them (docs/hierarchy.md).
+--validate --from measures nothing and fits nothing.
 """
 from __future__ import annotations
 
@@ -51,8 +54,8 @@ def register(subparsers) -> None:
     p.add_argument("--probe", action="store_true", help="--fit: a quick 2-rank probe instead of files")
     p.add_argument("--out", default=None,
                    help=f"--fit: where to write (default {DEFAULT_PATH}); --validate --netns-hosts: also write the "
-                        f"parameters fitted on the links here (by default they are not saved; never to the "
-                        f"default above)")
+                        f"engine's model with the links fitted there as its links between hosts (inter_host) here "
+                        f"(by default not saved; never to the default above)")
     p.add_argument("--quick", action="store_true", help="--validate: 2 ranks, all-reduce ring/direct, 2 sizes")
     p.add_argument("--sizes", default=None, help="--validate: MIN..MAX in x4 steps (default 64K..64M)")
     p.add_argument("--block-ms", type=float, default=10.0,
@@ -140,8 +143,9 @@ def _fit_links(line_rate: str, out: Optional[str]) -> Params:
     print(f"# fitted on the namespace links: {params.with_(source='').describe()}")
     print(f"#   from {what}: rms relative error {err * 100:.1f} % on those points; cable rate "
           f"{rate_bytes(line_rate) / 1e9:.3f} GB/s" + ("" if out else "; not saved (--out FILE keeps it)"))
-    if out:
-        _save(params, out, what, err)
+    if out:  # the model the engine would use, these links between its hosts (Params.inter_host)
+        base = Params.load(os.environ["PYCOLLECT_MODEL"]) if os.environ.get("PYCOLLECT_MODEL") else Params()
+        _save(base.with_(inter_host=params), out, f"{base.source}; between hosts: {what}", err)
     return params
 
 
