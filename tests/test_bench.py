@@ -79,6 +79,8 @@ def test_sizes_and_factors():
     (["--netns-hosts", "2", "--line-rate", "fast"], "tc's syntax"),
     (["-o", "all_gather", "--algo", "tree"], "not an algorithm of all_gather"),
     (["-o", "all_reduce", "--algo", "bruck"], "not an algorithm of all_reduce"),
+    (["--ranks-per-host", "2"], "add --netns-hosts"),
+    (["--netns-hosts", "2", "--ranks-per-host", "0"], "--ranks-per-host must be >= 1"),
 ])
 def test_bench_refuses_nonsense(capsys, argv, words):
     assert main(["bench", *argv]) == 2

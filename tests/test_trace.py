@@ -204,6 +204,8 @@ def test_cli_refuses_an_algorithm_the_op_has_not(capsys):
 
     assert main(["trace", "-o", "broadcast", "--algo", "tree", "-g", "2"]) == 2
     assert "broadcast has no algorithm 'tree': choose one of auto, ring, hierarchical" in capsys.readouterr().err
+    assert main(["trace", "-g", "3", "--ranks-per-host", "2"]) == 2
+    assert "--ranks-per-host 2 must divide the 3 ranks" in capsys.readouterr().err
 
 
 def test_pycollect_trace_variable():

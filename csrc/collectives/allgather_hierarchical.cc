@@ -27,8 +27,6 @@ namespace pycollect {
 void allgatherHierarchical(Context& ctx, const void* in, void* out, size_t count, DType dtype) {
   const Levels levels(ctx);
   const Hierarchy& hy = levels.hy;
-  const std::vector<int>& core = levels.core;
-  const std::vector<int>& rail = levels.rail;
   const std::vector<int>& partners = levels.partners;
   const size_t es = dtypeSize(dtype), chunk = count * es, total = chunk * ctx.size;
   char* base = static_cast<char*>(out);
@@ -43,18 +41,12 @@ void allgatherHierarchical(Context& ctx, const void* in, void* out, size_t count
   }
   for (int extra : partners) takeFrom(ctx, extra, base + extra * chunk, chunk, "fold");
 
-  std::vector<Block> railBlocks, hostBlocks(hy.rails());
-  for (int h = 0; h < hy.hosts(); ++h) {
-    railBlocks.push_back(slotsOf(hy.members(h, hy.local()), count));
-    for (int i = 0; i < hy.rails(); ++i) {
-      const Block b = slotsOf(hy.members(h, i), count);
-      hostBlocks[i].insert(hostBlocks[i].end(), b.begin(), b.end());
-    }
-  }
-  Context inter(ctx, rail, "inter-host");
-  Context intra(ctx, core, "intra-host");
+  std::vector<Block> railBlocks;
+  for (int h = 0; h < hy.hosts(); ++h) railBlocks.push_back(slotsOf(hy.members(h, hy.local()), count));
+  Context inter(ctx, levels.rail, "inter-host");
+  Context intra(ctx, levels.core, "intra-host");
   allgatherRingBlocks(inter, base, railBlocks, nullptr, dtype);
-  allgatherRingBlocks(intra, base, hostBlocks, nullptr, dtype);
+  allgatherRingBlocks(intra, base, hostBlocks(hy, count), nullptr, dtype);
 
   for (int extra : partners) handTo(ctx, extra, base, total, "unfold");
   ctx.drainSends();

@@ -33,8 +33,6 @@ namespace pycollect {
 void allreduceHierarchical(Context& ctx, void* data, size_t count, DType dtype, ReduceOp op) {
   const Levels levels(ctx);
   const Hierarchy& hy = levels.hy;
-  const std::vector<int>& core = levels.core;
-  const std::vector<int>& rail = levels.rail;
   const std::vector<int>& partners = levels.partners;
   if (ctx.size == 1 || count == 0) {
     if (op == ReduceOp::kAvg && ctx.size > 1) divide(data, count, dtype, ctx.size);
@@ -60,8 +58,8 @@ void allreduceHierarchical(Context& ctx, void* data, size_t count, DType dtype, 
   for (int i = 0; i < hy.rails(); ++i) blocks.push_back({{chunks.offset(i), chunks.length(i)}});
   char* mine = base + chunks.offset(hy.local()) * es;
   const size_t length = chunks.length(hy.local());
-  Context intra(ctx, core, "intra-host");
-  Context inter(ctx, rail, "inter-host");
+  Context intra(ctx, levels.core, "intra-host");
+  Context inter(ctx, levels.rail, "inter-host");
   reduceScatterRingBlocks(intra, base, blocks, mine, dtype, inner);
   allreduceRing(inter, mine, length, dtype, inner);
   if (op == ReduceOp::kAvg) divide(mine, length, dtype, ctx.size);

@@ -28,6 +28,17 @@ Levels::Levels(Context& ctx)
                                                 : std::vector<std::vector<int>>{}, partners));
 }
 
+std::vector<Block> hostBlocks(const Hierarchy& hy, size_t count) {
+  std::vector<Block> blocks(hy.rails());
+  for (int h = 0; h < hy.hosts(); ++h) {
+    for (int i = 0; i < hy.rails(); ++i) {
+      const Block b = slotsOf(hy.members(h, i), count);
+      blocks[i].insert(blocks[i].end(), b.begin(), b.end());
+    }
+  }
+  return blocks;
+}
+
 void handTo(Context& ctx, int peer, const void* data, size_t bytes, const char* phase) {
   ctx.setUnit(phase, 0, peer, -1);
   ctx.link(peer).postSend(data, bytes);

@@ -27,6 +27,11 @@ struct Levels {
   std::vector<int> core, rail, partners;
 };
 
+// The blocks of the intra-host ring over a host's core ranks, in a buffer of `count`
+// elements per group rank: core rank i's is rail i's members' slots on every host, host by
+// host (Hierarchy::members).
+std::vector<Block> hostBlocks(const Hierarchy& hy, size_t count);
+
 // Sends `bytes` to `peer` (left in flight: the call's drainSends waits for it).
 void handTo(Context& ctx, int peer, const void* data, size_t bytes, const char* phase);
 // Receives `bytes` from `peer`, naming `phase` while it waits.

@@ -30,8 +30,6 @@ void reduceScatterHierarchical(Context& ctx, const void* in, void* out, size_t c
                                ReduceOp op) {
   const Levels levels(ctx);
   const Hierarchy& hy = levels.hy;
-  const std::vector<int>& core = levels.core;
-  const std::vector<int>& rail = levels.rail;
   const std::vector<int>& partners = levels.partners;
   const size_t es = dtypeSize(dtype), chunk = count * es, total = chunk * ctx.size;
   const char* src = static_cast<const char*>(in);
@@ -47,15 +45,12 @@ void reduceScatterHierarchical(Context& ctx, const void* in, void* out, size_t c
     return;
   }
   const ReduceOp inner = op == ReduceOp::kAvg ? ReduceOp::kSum : op;
-  // This rank's block on the intra-host ring: rail `local`'s chunks of every host, each
-  // host's members together; after phase 1 they sit packed in `hostSums`, host by host.
-  std::vector<Block> hostBlocks(hy.rails()), railBlocks;
+  // This rank's block on the intra-host ring (hostBlocks): rail `local`'s chunks of every
+  // host, each host's members together; after phase 1 they sit packed in `hostSums`, host
+  // by host, and each host's part there is its block on the rail.
+  std::vector<Block> railBlocks;
   size_t at = 0;
   for (int h = 0; h < hy.hosts(); ++h) {
-    for (int i = 0; i < hy.rails(); ++i) {
-      const Block b = slotsOf(hy.members(h, i), count);
-      hostBlocks[i].insert(hostBlocks[i].end(), b.begin(), b.end());
-    }
     const size_t length = hy.members(h, hy.local()).size() * count;
     railBlocks.push_back({{at, length}});
     at += length;
@@ -73,9 +68,9 @@ void reduceScatterHierarchical(Context& ctx, const void* in, void* out, size_t c
   }
   if (!partners.empty()) src = stage;
 
-  Context intra(ctx, core, "intra-host");
-  Context inter(ctx, rail, "inter-host");
-  reduceScatterRingBlocks(intra, src, hostBlocks, hostSums, dtype, inner);
+  Context intra(ctx, levels.core, "intra-host");
+  Context inter(ctx, levels.rail, "inter-host");
+  reduceScatterRingBlocks(intra, src, hostBlocks(hy, count), hostSums, dtype, inner);
   reduceScatterRingBlocks(inter, hostSums, railBlocks, ours, dtype, inner);
   if (op == ReduceOp::kAvg) divide(ours, mineCount, dtype, ctx.size);
 

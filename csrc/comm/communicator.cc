@@ -15,10 +15,13 @@ namespace {
 // What kAuto means: the cost model's table when the group passed one; else the direct
 // algorithm for small messages on small groups (one round instead of 2(size-1)), the
 // ring otherwise.
+// What kAuto runs where the group set a size from which the hierarchy runs (`from`,
+// HierarchicalFrom): the hierarchy from there on, else `flat`.
+Algo hierarchyOr(size_t bytes, size_t from, Algo flat) { return bytes >= from ? Algo::kHierarchical : flat; }
+
 Algo chooseAllreduce(const CommOptions& o, int size, size_t bytes) {
-  if (bytes >= o.hierarchicalFrom.allreduce) return Algo::kHierarchical;
   Algo fixed = size > 1 && size <= o.directMaxRanks && bytes <= o.directMaxBytes ? Algo::kDirect : Algo::kRing;
-  return lookupAuto(o.allreduceAuto, bytes, fixed);
+  return hierarchyOr(bytes, o.hierarchicalFrom.allreduce, lookupAuto(o.allreduceAuto, bytes, fixed));
 }
 
 // A host of its own for each of `size` ranks: the hosts until the group tells them.
@@ -31,7 +34,7 @@ std::vector<int> eachAlone(int size) {
 // kAuto for the calls whose only choice is flat (the ring) or hierarchical: the
 // hierarchy from `from` bytes on.
 Algo ringOrHierarchy(Algo algo, size_t bytes, size_t from, const char* what) {
-  Algo chosen = algo != Algo::kAuto ? algo : bytes >= from ? Algo::kHierarchical : Algo::kRing;
+  Algo chosen = algo != Algo::kAuto ? algo : hierarchyOr(bytes, from, Algo::kRing);
   checkRingOrHierarchy(chosen, what);
   return chosen;
 }
@@ -202,9 +205,9 @@ Algo Communicator::chooseAlgo(Algo algo, size_t bytes) const {
 Algo Communicator::chooseAllgather(Algo algo, size_t outBytes) const {
   // kAuto: the hierarchy where the group set it to run, else the cost model's table (the
   // ring without one).
-  Algo chosen = algo != Algo::kAuto                                 ? algo
-                : outBytes >= options_.hierarchicalFrom.allgather ? Algo::kHierarchical
-                                                                  : lookupAuto(options_.allgatherAuto, outBytes, Algo::kRing);
+  Algo chosen = algo != Algo::kAuto ? algo
+                                    : hierarchyOr(outBytes, options_.hierarchicalFrom.allgather,
+                                                  lookupAuto(options_.allgatherAuto, outBytes, Algo::kRing));
   checkAllgatherAlgo(chosen, "all_gather");
   return chosen;
 }

@@ -51,8 +51,9 @@ def hosts_group(rank: int, ranks_per_host: int):
 
     if not ranks_per_host:
         return None
-    tag = f"{Options.from_env().host_tag or ''}host{rank // ranks_per_host}"
-    return pc.new_group(pg_options=dataclasses.replace(Options.from_env(), host_tag=tag))
+    options = Options.from_env()
+    tag = f"{options.host_tag or ''}host{rank // ranks_per_host}"
+    return pc.new_group(pg_options=dataclasses.replace(options, host_tag=tag))
 
 
 def _rank_job(rank: int, world_size: int, emit, op: str, nbytes: int, dtype: str, algo: str, warmup: int,
