@@ -7,7 +7,6 @@ path it takes (staging through pinned memory) is decided in _device.py.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any, Optional, Sequence
 
 import numpy as np
@@ -16,19 +15,23 @@ from . import _C
 from .types import DTYPE_CODES, SUPPORTED_DTYPES, is_torch_tensor
 
 
-@dataclass(frozen=True)
 class Buffer:
-    """A validated contiguous buffer: its address, element count and dtype."""
+    """A validated contiguous buffer: its address, element count and dtype (a plain class
+    with slots: built on every call, where a frozen dataclass costs half a microsecond)."""
 
-    obj: Any  # the tensor / array (kept alive while the engine uses it)
-    address: int
-    numel: int
-    dtype: str
-    device: Optional[int] = None  # CUDA device index; None: host memory
+    __slots__ = ("obj", "address", "numel", "dtype", "device", "code")
 
-    @property
-    def code(self) -> int:
-        return DTYPE_CODES[self.dtype]
+    def __init__(self, obj: Any, address: int, numel: int, dtype: str, device: Optional[int] = None):
+        self.obj = obj  # the tensor / array (kept alive while the engine uses it)
+        self.address = address
+        self.numel = numel
+        self.dtype = dtype
+        self.device = device  # CUDA device index; None: host memory
+        self.code = DTYPE_CODES[dtype]
+
+    def __repr__(self) -> str:
+        where = "cpu" if self.device is None else f"cuda:{self.device}"
+        return f"Buffer({self.dtype} x {self.numel} at {self.address:#x} on {where})"
 
 
 def as_buffer(x, what: str, writable: bool = False) -> Buffer:
@@ -77,13 +80,17 @@ def _cuda_buffer(x, what: str) -> Buffer:
 _TORCH_NAMES: dict = {}  # torch.dtype -> our dtype name, filled on first use
 
 
-def _strided():
-    import torch
+_STRIDED: list = []  # torch.strided, once torch was asked for
 
-    if not _TORCH_NAMES:
+
+def _strided():
+    if not _STRIDED:
+        import torch
+
         for name in DTYPE_CODES:
             _TORCH_NAMES[getattr(torch, name)] = name
-    return torch.strided
+        _STRIDED.append(torch.strided)
+    return _STRIDED[0]
 
 
 def _refuse_torch(x, what: str) -> None:

@@ -223,11 +223,9 @@ def _run(g: ProcessGroup, launch, keepalive, async_op: bool, finish=None, profil
 
         with torch.autograd.profiler.record_function(f"pycollect::{sys._getframe(1).f_code.co_name}"):
             return _run(g, launch, keepalive, async_op, finish, profiled=True)
-    blocking = not async_op
-    work = g.submit(lambda c: launch(c, blocking), keepalive, finish)
     if async_op:
-        return work
-    work.wait()
+        return g.submit(lambda c: launch(c, False), keepalive, finish)
+    g.run_blocking(lambda c: launch(c, True), keepalive, finish)
     return None
 
 

@@ -336,10 +336,24 @@ class ProcessGroup:
         referenced until the engine is done with them, a staged call's until its copies
         to the device completed (a wait() that only made a stream wait does not end them)."""
         with self._lock:  # issue order is the order of the lock, so the queue sees it too
-            self._pending = [(w, k) for (w, k) in self._pending if not self._settled(w)]
+            if self._pending:
+                self._pending = [(w, k) for (w, k) in self._pending if not self._settled(w)]
             cwork = launch(self._comm)
             self._pending.append((cwork, keepalive))  # buffers live until the engine is done
         return Work(self, cwork, keepalive, finish)
+
+    def run_blocking(self, launch, keepalive=(), finish=None) -> None:
+        """A blocking call: `launch(comm)` with the engine free to run it on this thread. A
+        host call that ran inline comes back done: it returns then and there, without the
+        Work and its wait (a few microseconds of a small call's ten); any other is waited on."""
+        with self._lock:
+            if self._pending:
+                self._pending = [(w, k) for (w, k) in self._pending if not self._settled(w)]
+            cwork = launch(self._comm)
+            if finish is None and cwork.is_completed() and not cwork.failed() and type(cwork) is not _C.StagedWork:
+                return
+            self._pending.append((cwork, keepalive))
+        Work(self, cwork, keepalive, finish).wait()
 
     def _settled(self, cwork) -> bool:
         """The engine is done with a call's buffers: it completed, and a staged call's copies
