@@ -115,7 +115,10 @@ std::shared_ptr<Work> Communicator::enqueue(Op op) {
     lock.lock();
     driving_ = false;
     if (!done) p2p_.push_back(std::move(*p2p));
-    cv_.notify_all();  // the worker progresses what is left, or runs what queued meanwhile
+    // The worker progresses what is left (it may have gone to sleep while we drove) or
+    // runs what queued meanwhile; when nothing at all is left, nobody is woken (a wake-up
+    // costs more than a small send).
+    if (!p2p_.empty() || !queue_.empty() || stopping_ || drivers_ > 0) cv_.notify_all();
     return work;
   }
   queue_.push_back(std::move(op));

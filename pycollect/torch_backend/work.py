@@ -46,6 +46,15 @@ class TorchWork(dist.Work):
     Future yields (the output tensors, as Gloo's and NCCL's Works do).
     """
 
+    # A settled Work's state (settled() sets only what differs; __init__ sets all of it).
+    _source = None
+    _engine_works: Sequence = ()
+    _stream_works: Sequence = ()
+    _completer: Optional["Completer"] = None
+    _handed = False
+    _error: Optional[BaseException] = None
+    _future: Optional[torch.futures.Future] = None
+
     def __init__(self, method: str, engine_works: Sequence, result: List[torch.Tensor], source=None):
         super().__init__()
         self._method = method
@@ -70,12 +79,21 @@ class TorchWork(dist.Work):
         self._future: Optional[torch.futures.Future] = None  # made when asked for (get_future)
 
     @classmethod
-    def settled(cls, method: str, result: List[torch.Tensor], error: Optional[BaseException]) -> "TorchWork":
-        """A Work for a call that already ran on the caller's thread (its engine error, if any)."""
-        work = cls(method, [], result)
-        work._error = None if error is None else _torch_error(method, error)
+    def settled(cls, method: str, result: List[torch.Tensor], error: Optional[BaseException],
+                source=None) -> "TorchWork":
+        """A Work for a call that already ran on the caller's thread (its engine error, if
+        any). Made without __init__'s questions about engine works (it has none): a small
+        call's whole cost is a few microseconds, and this is on its path."""
+        work = cls.__new__(cls)
+        dist.Work.__init__(work)
+        work._method = method
+        work._result = result
+        if source is not None:
+            work._source = source
+        if error is not None:
+            work._error = _torch_error(method, error)
         work._done = True
-        return work
+        return work  # the rest is the class's defaults: no engine works, claim, completer or future
 
     def _engine_completed(self) -> bool:
         return all(w.is_completed() for w in self._engine_works)
