@@ -155,16 +155,21 @@ std::string Context::describeWait(const Link& l, const char* what) const {
          std::to_string(l.peer());
 }
 
+void Context::until(const std::function<bool()>& done, const std::function<std::string()>& describe,
+                    std::chrono::microseconds spin) {
+  if (background_ == nullptr) return waitUntil(transport_, done, deadline_, describe, spin);
+  waitUntil(transport_, [&] { background_->poll(); return done(); }, deadline_, describe, spin);
+}
+
 void Context::wait(Link& l, const std::function<bool()>& done, const char* what) {
   if (flight_ != nullptr) flight_->waiting(l.peer());
-  waitUntil(transport_, done, deadline_, [&] { return describeWait(l, what); },
-            std::chrono::microseconds(tunables.spinUs));
+  until(done, [&] { return describeWait(l, what); }, std::chrono::microseconds(tunables.spinUs));
 }
 
 void Context::waitFor(const std::function<bool()>& done, const std::string& what) {
   if (done()) return;
   if (flight_ != nullptr) flight_->waiting(flight::kAnyPeer);
-  waitUntil(transport_, done, deadline_, [&] { return timedOut() + " waiting to " + what; });
+  until(done, [&] { return timedOut() + " waiting to " + what; }, std::chrono::microseconds(0));
 }
 
 std::vector<uint64_t> Context::postRecvs(const std::vector<int>& peers, const std::vector<Span>& spans,

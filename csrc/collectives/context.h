@@ -39,6 +39,15 @@ struct Span {
   size_t count = 0;
 };
 
+// Work that a context's waits advance besides the links: the other level of a pipelined
+// hierarchical call (rail_pipeline.h), polled between the waits' looks at the links.
+class Background {
+ public:
+  virtual ~Background() = default;
+  // Moves on what can move now, never blocking.
+  virtual void poll() = 0;
+};
+
 class Context {
  public:
   Context(int rank, int size, Transport& transport, const std::vector<Link*>& links,
@@ -124,6 +133,8 @@ class Context {
   char* stage(size_t bytes);
   // This rank in the parent group (its rank, but for a view), for messages.
   int groupRank() const { return groupRank_; }
+  // From now on every wait of this context also polls `b` (nullptr: none).
+  void setBackground(Background* b) { background_ = b; }
 
  private:
   // "<op> (call #N) on rank R timed out after S s": how every timeout message starts.
@@ -132,6 +143,9 @@ class Context {
   const char* named(const char* phase);
   std::string describeWait(const Link& l, const char* what) const;
   void wait(Link& l, const std::function<bool()>& done, const char* what);
+  // Drives the links (and polls the background) until `done`, or raises at the deadline.
+  void until(const std::function<bool()>& done, const std::function<std::string()>& describe,
+             std::chrono::microseconds spin);
 
   std::vector<int> headerPeers_;
   std::vector<WireHeader> ours_;     // per peer: call, with that peer's count
@@ -151,6 +165,7 @@ class Context {
   const char* lastPhase_ = nullptr, *lastNamed_ = nullptr;  // named()'s one-entry cache
   const Hierarchy* hierarchy_ = nullptr;
   std::vector<char>* stage_ = nullptr;
+  Background* background_ = nullptr;
 };
 
 // Splits `count` elements into `parts` chunks whose sizes differ by at most one.

@@ -12,7 +12,11 @@ within a host the machine's parameters (`params`), between hosts `params.inter_h
 (INTER_HOST where none was fitted). With m = min(ranks per host) core ranks a host, h
 hosts and S bytes:
 
-    all_reduce      fold + RS(S, m, intra) + AR(S/m, h, inter, m rails) + AG(S, m, intra) + unfold
+    all_reduce      fold + RS(S, m, intra) + AR(S/m, h, inter, m rails) + AG(S, m, intra) + unfold,
+                    pipelined from 8 segments on (rail_pipeline.h): in P pieces of S/P,
+                    fold + RS(S/P) + (P-1) max(RS(S/P) + AG(S/P), AR(S/(mP))) + AR(S/(mP))
+                    + AG(S/P) + unfold (the cable busy with one piece while the host
+                    reduce-scatters the next and all-gathers the one before)
     all_gather      fold + AG(S/m, h, inter, m rails) + AG(S, m, intra) + unfold
     reduce_scatter  fold + RS(S, m, intra) + RS(S/m, h, inter, m rails) + unfold
     broadcast       chain(S, h, inter) + chain(S, max ranks a host, intra)
@@ -38,6 +42,10 @@ from .params import Params
 # message, reductions at the machine's own speed.
 INTER_HOST = dict(alpha=30e-6, beta=1 / 1.25e9, overlap=1.0)
 HIERARCHY_MARGIN = 0.10  # the hierarchy only where it is predicted 10 % faster
+# The hierarchical all-reduce's pipeline (csrc/collectives/rail_pipeline.h): pieces of at
+# least PIECE_SEGMENTS segments, at most MAX_PIECES of them.
+PIECE_SEGMENTS = 8
+MAX_PIECES = 16
 OPS = ("all_reduce", "all_gather", "reduce_scatter", "broadcast")
 _FLAT = {"reduce_scatter": ("ring",), "broadcast": ("chain",), **ENGINE_ALGOS}  # the one-level algorithms
 
@@ -104,12 +112,19 @@ def two_level(op: str, nbytes: float, layout: Sequence[int], params: Params,
     fold_out = S / n if op == "reduce_scatter" else S
     t = 2 * intra.alpha + (fold_in + fold_out) * intra.beta if extras else 0.0
     if op == "all_reduce":
-        return (t + F["reduce_scatter"]["ring"](S, m, intra, seg) + F["all_reduce"]["ring"](S / m, h, rails, seg)
-                + F["all_gather"]["ring"](S, m, intra, seg) + (S * intra.gamma if extras else 0.0))
+        P = pipeline_pieces(S, seg)
+        rs, ag = F["reduce_scatter"]["ring"](S / P, m, intra, seg), F["all_gather"]["ring"](S / P, m, intra, seg)
+        ar = F["all_reduce"]["ring"](S / (m * P), h, rails, seg)
+        return t + rs + (P - 1) * max(rs + ag, ar) + ar + ag + (S * intra.gamma if extras else 0.0)
     if op == "all_gather":
         return t + F["all_gather"]["ring"](S / m, h, rails, seg) + F["all_gather"]["ring"](S, m, intra, seg)
     return (t + F["reduce_scatter"]["ring"](S, m, intra, seg) + F["reduce_scatter"]["ring"](S / m, h, rails, seg)
             + (S * intra.gamma if extras else 0.0))
+
+
+def pipeline_pieces(nbytes: float, segment_bytes: int = DEFAULT_SEGMENT_BYTES) -> int:
+    """The pieces a hierarchical all-reduce of `nbytes` runs in (1: the levels in turn)."""
+    return int(min(MAX_PIECES, max(1, nbytes // (PIECE_SEGMENTS * max(1, segment_bytes)))))
 
 
 def hierarchical_from(op: str, layout: Sequence[int], params: Params, hosts_of: Optional[Sequence[int]] = None,
