@@ -14,6 +14,10 @@
 //   1. rail [0, 2]: ranks 0 and 2 hold A . C .; rail [1, 3]: ranks 1 and 3 hold . B . D
 //   2. ranks 0 and 1 swap their pairs, ranks 2 and 3 too: every rank holds A B C D.
 //
+// With the same ranks on every host, from kPieceSegments segments on, the levels overlap:
+// the host passes on piece k of every chunk while piece k+1 crosses the network
+// (rail_pipeline.h).
+//
 // Uneven hosts: an extra rank hands its chunk to its partner core rank, whose rail
 // block then carries both (Hierarchy::members), and receives the whole output at the
 // end. Chunks land in their ranks' slots wherever the hosts' ranks are numbered.
@@ -21,6 +25,7 @@
 
 #include "collectives/collectives.h"
 #include "collectives/levels.h"
+#include "collectives/rail_pipeline.h"
 
 namespace pycollect {
 
@@ -45,8 +50,21 @@ void allgatherHierarchical(Context& ctx, const void* in, void* out, size_t count
   for (int h = 0; h < hy.hosts(); ++h) railBlocks.push_back(slotsOf(hy.members(h, hy.local()), count));
   Context inter(ctx, levels.rail, "inter-host");
   Context intra(ctx, levels.core, "intra-host");
-  allgatherRingBlocks(inter, base, railBlocks, nullptr, dtype);
-  allgatherRingBlocks(intra, base, hostBlocks(hy, count), nullptr, dtype);
+  const std::vector<Block> host = hostBlocks(hy, count);
+  const int pieces = partners.empty() && hy.hosts() * hy.rails() == ctx.size ? pipelinePieces(ctx, total) : 1;
+  if (pieces == 1) {  // the levels one after the other
+    allgatherRingBlocks(inter, base, railBlocks, nullptr, dtype);
+    allgatherRingBlocks(intra, base, host, nullptr, dtype);
+  } else {  // pipelined (rail_pipeline.h): the host passes on piece k while k+1 crosses hosts
+    RailRing rails(inter, nullptr, dtype, ReduceOp::kSum, 1);
+    intra.setBackground(&rails);
+    for (int k = 0; k < pieces; ++k) rails.push(RailRing::Kind::kAllGather, base, partOf(railBlocks, k, pieces));
+    for (int k = 0; k < pieces; ++k) {
+      intra.waitFor([&] { return rails.done(k); }, "finish the inter-host all-gather of piece " + std::to_string(k) +
+                                                       " of " + std::to_string(pieces));
+      allgatherRingBlocks(intra, base, partOf(host, k, pieces), nullptr, dtype);
+    }
+  }
 
   for (int extra : partners) handTo(ctx, extra, base, total, "unfold");
   ctx.drainSends();

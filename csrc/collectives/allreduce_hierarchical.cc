@@ -80,13 +80,15 @@ void allreduceHierarchical(Context& ctx, void* data, size_t count, DType dtype, 
     allgatherRingBlocks(intra, base, blocksOf(0), nullptr, dtype);
   } else {  // pipelined (rail_pipeline.h): piece k crosses hosts while k+1 and k-1 move within
     const size_t slotBytes = (Chunks(cut.length(0), hy.rails()).length(0) / hy.hosts() + 1) * es;
-    RailAllreduce rails(inter, ctx.stage(slotBytes), dtype, inner, divisor);
+    RailRing rails(inter, ctx.stage(slotBytes), dtype, inner, divisor);
     intra.setBackground(&rails);
     for (int k = 0; k <= pieces; ++k) {
       if (k < pieces) {
         const Piece mine = mineOf(k);
         reduceScatterRingBlocks(intra, base, blocksOf(k), base + mine.offset * es, dtype, inner);
-        rails.push(base + mine.offset * es, mine.length);
+        std::vector<Block> shares;  // the rail ring's: our chunk cut in one share per host
+        for (int h = 0; h < hy.hosts(); ++h) shares.push_back(partOf(Block{mine}, h, hy.hosts()));
+        rails.push(RailRing::Kind::kAllReduce, base, std::move(shares));
         rails.poll();
       }
       if (k > 0) {

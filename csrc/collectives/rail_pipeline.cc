@@ -1,63 +1,117 @@
 #include "collectives/rail_pipeline.h"
 
 #include <algorithm>
+#include <cstring>
 
 #include "reduce/reduce.h"
 
 namespace pycollect {
 
-RailAllreduce::RailAllreduce(Context& rail, char* slot, DType dtype, ReduceOp op, int divisor)
+namespace {
+
+int mod(int x, int n) { return ((x % n) + n) % n; }
+
+}  // namespace
+
+RailRing::RailRing(Context& rail, char* slot, DType dtype, ReduceOp op, int divisor)
     : rail_(rail), slot_(slot), dtype_(dtype), op_(op), divisor_(divisor), es_(dtypeSize(dtype)) {}
 
-size_t RailAllreduce::push(char* data, size_t count) {
-  pieces_.push_back({data, count});
+size_t RailRing::push(Kind kind, char* buf, std::vector<Block> blocks, char* out) {
+  pieces_.push_back({kind, buf, std::move(blocks), out});
   return pieces_.size() - 1;
 }
 
-void RailAllreduce::post() {
-  const int n = rail_.size, r = rail_.rank;
-  const Piece& p = pieces_[finished_];
-  const Chunks chunks(p.count, n);
-  const bool scatter = step_ < n - 1;  // the reduce-scatter half
-  const int s = scatter ? step_ : step_ - (n - 1);
-  const int out = ((scatter ? r - s : r + 1 - s) % n + n) % n;
-  const int in = ((scatter ? r - s - 1 : r - s) % n + n) % n;
-  rail_.setUnit(scatter ? "reduce-scatter" : "all-gather", step_, in, -1);
-  sends_ = chunks.length(out) > 0;
-  recvs_ = chunks.length(in) > 0;
-  if (sends_) sendTicket_ = rail_.link(rail_.right()).postSend(p.data + chunks.offset(out) * es_, chunks.length(out) * es_);
-  if (recvs_) {
-    char* into = scatter ? slot_ : p.data + chunks.offset(in) * es_;
-    recvTicket_ = rail_.link(rail_.left()).postRecv(into, chunks.length(in) * es_);
+int RailRing::steps(const Piece& p) const {
+  return (p.kind == Kind::kAllReduce ? 2 : 1) * (rail_.size - 1);
+}
+
+bool RailRing::scatters(const Piece& p) const {
+  return p.kind == Kind::kReduceScatter || (p.kind == Kind::kAllReduce && step_ < rail_.size - 1);
+}
+
+// Reduce-scatter step s sends block r-s-1 (our input, then the partial sums we made) and
+// receives block r-s-2's partial sums, ending at our own block; all-gather step s sends
+// block r-s (ours first) and receives block r-s-1.
+int RailRing::from(const Piece& p) const {
+  const int n = rail_.size;
+  const int s = scatters(p) || p.kind == Kind::kAllGather ? step_ : step_ - (n - 1);
+  return mod(rail_.rank - s - (scatters(p) ? 2 : 1), n);
+}
+
+void RailRing::post(const Piece& p) {
+  const int in = from(p), out = mod(in + 1, rail_.size);
+  const char* phase = scatters(p) ? "reduce-scatter" : "all-gather";
+  rail_.setUnit(phase, step_, in, -1);
+  Link& right = rail_.link(rail_.right());
+  Link& left = rail_.link(rail_.left());
+  sends_ = recvs_ = false;
+  for (const BlockUnit& u : unitsOf(p.blocks[out], SIZE_MAX)) {
+    sendTicket_ = right.postSend(p.buf + u.offset * es_, u.length * es_);
+    sends_ = true;
+  }
+  for (const BlockUnit& u : unitsOf(p.blocks[in], SIZE_MAX)) {
+    char* into = scatters(p) ? slot_ + u.position * es_ : p.buf + u.offset * es_;
+    recvTicket_ = left.postRecv(into, u.length * es_);
+    recvs_ = true;
   }
   posted_ = true;
 }
 
-void RailAllreduce::poll() {
-  const int n = rail_.size;
+void RailRing::received(const Piece& p) {
+  if (!scatters(p)) return;
+  const int n = rail_.size, in = from(p);
+  const bool last = step_ % (n - 1) == n - 2;  // the block is ours, reduced over the rail
+  rail_.setUnit("reduce-scatter", step_, in, -1);
+  for (const BlockUnit& u : unitsOf(p.blocks[in], SIZE_MAX)) {
+    char* mine = p.buf + u.offset * es_;
+    char* into = last && p.kind == Kind::kReduceScatter ? p.out + u.position * es_ : mine;
+    reduce(into, mine, slot_ + u.position * es_, u.length, dtype_, op_);
+    if (last && divisor_ > 1) divide(into, u.length, dtype_, divisor_);
+  }
+}
+
+void RailRing::finish(const Piece& p) {
+  if (rail_.size > 1) return;  // one host: the ring had no steps, our block is the result
+  for (const BlockUnit& u : unitsOf(p.blocks[0], SIZE_MAX)) {
+    char* into = p.kind == Kind::kReduceScatter ? p.out + u.position * es_ : p.buf + u.offset * es_;
+    if (into != p.buf + u.offset * es_) std::memmove(into, p.buf + u.offset * es_, u.length * es_);
+    if (p.kind != Kind::kAllGather && divisor_ > 1) divide(into, u.length, dtype_, divisor_);
+  }
+}
+
+void RailRing::poll() {
   while (finished_ < pieces_.size()) {
     const Piece& p = pieces_[finished_];
     if (posted_) {
       if (sends_ && !rail_.link(rail_.right()).sent(sendTicket_)) return;
       if (recvs_ && !rail_.link(rail_.left()).received(recvTicket_)) return;
-      if (recvs_ && step_ < n - 1) {
-        const Chunks chunks(p.count, n);
-        const int in = ((rail_.rank - step_ - 1) % n + n) % n;
-        char* mine = p.data + chunks.offset(in) * es_;
-        rail_.setUnit("reduce-scatter", step_, in, -1);
-        reduce(mine, mine, slot_, chunks.length(in), dtype_, op_);
-      }
+      received(p);
       posted_ = false;
       ++step_;
     }
-    if (step_ < 2 * (n - 1)) {
-      post();
+    if (step_ < steps(p)) {
+      post(p);
       continue;  // an empty step is done at once
     }
-    if (divisor_ > 1) divide(p.data, p.count, dtype_, divisor_);
+    finish(p);
     ++finished_;
     step_ = 0;
   }
+}
+
+Block partOf(const Block& b, int k, int parts) {
+  Block part;
+  for (const Piece& p : b) {
+    const Chunks cut(p.length, parts);
+    part.push_back({p.offset + cut.offset(k), cut.length(k)});
+  }
+  return part;
+}
+
+std::vector<Block> partOf(const std::vector<Block>& blocks, int k, int parts) {
+  std::vector<Block> out;
+  for (const Block& b : blocks) out.push_back(partOf(b, k, parts));
+  return out;
 }
 
 int pipelinePieces(const Context& ctx, size_t bytes) {

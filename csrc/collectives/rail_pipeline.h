@@ -1,53 +1,71 @@
-// Pipelining the two levels of a hierarchical all-reduce (allreduce_hierarchical.cc).
+// Pipelining the two levels of the hierarchical all-reduce, all-gather and reduce-scatter
+// (allreduce_hierarchical.cc and its siblings).
 //
-// Unpipelined, a host's ranks reduce-scatter the whole vector over shared memory, then
-// the rails all-reduce their shares across the network, then the host all-gathers: the
-// shared-memory phases add to the cable's time. Cut into pieces, they hide under it:
-// while piece k crosses the network on the rails, the host reduce-scatters piece k+1 and
-// all-gathers piece k-1.
+// Unpipelined, a hierarchical all-reduce's host reduce-scatters the whole vector over
+// shared memory, then the rails all-reduce their shares across the network, then the host
+// all-gathers: the shared-memory phases add to the cable's time. Cut into pieces, they
+// hide under it: while piece k crosses the network on the rails, the host reduce-scatters
+// piece k+1 and all-gathers piece k-1.
 //
 //   intra-host:  RS0 | RS1      AG0 | RS2      AG1 | ...         AGp-1
 //   rails:            | AR0            | AR1           | ...  ARp-1 |
 //
+// (The all-gather runs its rails first, the host's all-gather of piece k under the rails'
+// piece k+1; the reduce-scatter its host first, the rails' piece k under the host's k+1.)
+//
 // One thread runs both levels. The intra-host rings wait as they always do, and every
 // one of their waits also polls the rails' ring (Context::Background), which takes its
-// next step as soon as the step before it is done. So the network is never idle while
-// a shared-memory phase runs, and nothing blocks on the network that could run instead.
+// next step as soon as the step before it is done. So the network is never idle while a
+// shared-memory phase runs, and nothing blocks on the network that could run instead.
 //
-// The rails' ring is allreduce_ring.cc's without its segments: each step sends one whole
-// chunk of the piece to the right and receives one from the left, into a slot reduced
-// in (reduce-scatter half) or straight into place (all-gather half); a step starts once
-// the step before it sent and received everything (so no chunk is overwritten while
-// still leaving). The pieces go one after another, in the same order on every rank of a
-// rail, so its links carry the same messages in the same order at both ends.
+// The rails' ring is the one-level rings' (allreduce_ring.cc, reduce_scatter_ring.cc,
+// allgather_ring.cc) without their segments: each step sends one whole block of the piece
+// to the right and receives one from the left, into a slot reduced in (reduce-scatter
+// steps: in place, `buf` holds the partial sums) or straight into place (all-gather
+// steps). A step starts once the step before it sent and received everything, so no
+// block is overwritten while it is still leaving. The pieces go one after another, in the
+// same order on every rank of a rail, so its links carry the same messages in the same
+// order at both ends.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
 #include <vector>
 
+#include "collectives/blocks.h"
 #include "collectives/context.h"
 #include "common/types.h"
 
 namespace pycollect {
 
-class RailAllreduce : public Background {
+class RailRing : public Background {
  public:
-  // Ring all-reduces over `rail` (a view of the call), one queued piece after another.
-  // `slot` takes a received chunk before it is reduced in (the largest chunk's bytes);
-  // `divisor` > 1 divides each piece's result once it is reduced (AVG).
-  RailAllreduce(Context& rail, char* slot, DType dtype, ReduceOp op, int divisor);
-  // Queues `count` elements at `data`; returns the piece's index.
-  size_t push(char* data, size_t count);
+  enum class Kind { kAllReduce, kReduceScatter, kAllGather };
+  // Rings over `rail` (a view of the call), one queued piece after another. `slot` takes
+  // a received block before it is reduced in (the largest block's bytes); `divisor` > 1
+  // divides each result once (AVG).
+  RailRing(Context& rail, char* slot, DType dtype, ReduceOp op, int divisor);
+  // Queues a ring over `blocks` of `buf` (one per rank of the rail): all-reduce (every
+  // block's reduction, in place), reduce-scatter (this rank's block's reduction to `out`,
+  // packed; the other blocks of `buf` are overwritten with partial sums) or all-gather
+  // (every block in place). Returns the piece's index.
+  size_t push(Kind kind, char* buf, std::vector<Block> blocks, char* out = nullptr);
   bool done(size_t piece) const { return finished_ > piece; }
   void poll() override;
 
  private:
   struct Piece {
-    char* data;
-    size_t count;
+    Kind kind;
+    char* buf;
+    std::vector<Block> blocks;
+    char* out;
   };
-  void post();  // posts step step_ of piece finished_
+  int steps(const Piece& p) const;
+  bool scatters(const Piece& p) const;  // step_ is a reduce-scatter step
+  int from(const Piece& p) const;       // the block step_ receives
+  void post(const Piece& p);            // posts step_
+  void received(const Piece& p);        // step_'s block arrived: reduce it in
+  void finish(const Piece& p);          // the piece's last steps done
 
   Context& rail_;
   char* slot_;
@@ -57,16 +75,21 @@ class RailAllreduce : public Background {
   const size_t es_;
   std::vector<Piece> pieces_;
   size_t finished_ = 0;  // pieces done; the next one runs
-  int step_ = 0;         // of the running piece: 0 .. 2 (n - 1)
+  int step_ = 0;         // of the running piece
   bool posted_ = false;  // step_'s transfers are on the links
-  uint64_t sendTicket_ = 0, recvTicket_ = 0;
-  bool sends_ = false, recvs_ = false;  // step_ moves bytes (a chunk may be empty)
+  uint64_t sendTicket_ = 0, recvTicket_ = 0;  // the step's last (each link's queue is FIFO)
+  bool sends_ = false, recvs_ = false;        // step_ moves bytes (a block may be empty)
 };
 
-// How many pieces a hierarchical all-reduce of `bytes` is cut into: pieces of at least
-// kPieceSegments pipelining segments (4 MiB at the default 512 KiB), so that each rank's
-// share of a piece still fills the intra-host rings' pipelines; at most kMaxPieces. One
-// piece runs the levels one after the other.
+// Part k of `parts` of every piece of `b` (each cut as Chunks cuts it): piece k of a
+// pipelined call, block by block.
+Block partOf(const Block& b, int k, int parts);
+std::vector<Block> partOf(const std::vector<Block>& blocks, int k, int parts);
+
+// How many pieces a hierarchical call moving `bytes` per rank is cut into: pieces of at
+// least kPieceSegments pipelining segments (4 MiB at the default 512 KiB), so that each
+// rank's share of a piece still fills the intra-host rings' pipelines; at most
+// kMaxPieces. One piece runs the levels one after the other.
 constexpr size_t kPieceSegments = 8;
 constexpr int kMaxPieces = 16;
 int pipelinePieces(const Context& ctx, size_t bytes);

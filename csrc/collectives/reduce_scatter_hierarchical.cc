@@ -15,6 +15,10 @@
 //   2. rail [0, 2]: rank 0 sends its C to rank 2 and gets rank 2's A: rank 0 holds A
 //      summed over all four, rank 2 C; rail [1, 3]: B and D.
 //
+// With the same ranks on every host, from kPieceSegments segments on, the levels overlap:
+// piece k of every chunk crosses the network while the host reduces piece k+1
+// (rail_pipeline.h).
+//
 // Uneven hosts: an extra rank hands its whole input to its partner core rank, which
 // reduces it into a copy of its own; the partner's blocks carry its extras' chunks too,
 // and it sends each extra its chunk at the end. `in` is never written.
@@ -22,6 +26,7 @@
 
 #include "collectives/collectives.h"
 #include "collectives/levels.h"
+#include "collectives/rail_pipeline.h"
 #include "reduce/reduce.h"
 
 namespace pycollect {
@@ -56,9 +61,12 @@ void reduceScatterHierarchical(Context& ctx, const void* in, void* out, size_t c
     at += length;
   }
   const size_t mineCount = hy.members(hy.host(), hy.local()).size() * count;
-  // Stage: the input with the extras' folded in (if any), the host sums, ours with our extras'.
-  const size_t folded = partners.empty() ? 0 : total;
-  char* stage = ctx.stage(folded + at * es + (partners.empty() ? 0 : mineCount * es));
+  // Stage: the input with the extras' folded in (if any), the host sums, ours with our
+  // extras'; pipelined, the rails' slot.
+  const int pieces = hy.hosts() * hy.rails() == ctx.size ? pipelinePieces(ctx, total) : 1;
+  const Chunks cut(count, pieces);
+  const size_t folded = partners.empty() ? 0 : total, slot = pieces > 1 ? cut.length(0) * es : 0;
+  char* stage = ctx.stage(folded + at * es + (partners.empty() ? 0 : mineCount * es) + slot);
   char* hostSums = stage + folded;
   char* ours = partners.empty() ? static_cast<char*>(out) : hostSums + at * es;
   for (size_t j = 0; j < partners.size(); ++j) {
@@ -70,9 +78,27 @@ void reduceScatterHierarchical(Context& ctx, const void* in, void* out, size_t c
 
   Context intra(ctx, levels.core, "intra-host");
   Context inter(ctx, levels.rail, "inter-host");
-  reduceScatterRingBlocks(intra, src, hostBlocks(hy, count), hostSums, dtype, inner);
-  reduceScatterRingBlocks(inter, hostSums, railBlocks, ours, dtype, inner);
-  if (op == ReduceOp::kAvg) divide(ours, mineCount, dtype, ctx.size);
+  if (pieces == 1) {  // the levels one after the other
+    reduceScatterRingBlocks(intra, src, hostBlocks(hy, count), hostSums, dtype, inner);
+    reduceScatterRingBlocks(inter, hostSums, railBlocks, ours, dtype, inner);
+    if (op == ReduceOp::kAvg) divide(ours, mineCount, dtype, ctx.size);
+  } else {  // pipelined (rail_pipeline.h): piece k crosses hosts while the host reduces k+1
+    // Every host has one rank on our rail: piece k's host sums are h parts of our chunk's
+    // piece k, host by host, and sit together in hostSums (piece k at h x its offset).
+    const int h = hy.hosts();
+    RailRing rails(inter, hostSums + at * es, dtype, inner, op == ReduceOp::kAvg ? ctx.size : 1);
+    intra.setBackground(&rails);
+    const std::vector<Block> host = hostBlocks(hy, count);
+    for (int k = 0; k < pieces; ++k) {
+      char* sums = hostSums + h * cut.offset(k) * es;
+      reduceScatterRingBlocks(intra, src, partOf(host, k, pieces), sums, dtype, inner);
+      std::vector<Block> blocks;
+      for (int j = 0; j < h; ++j) blocks.push_back({{h * cut.offset(k) + j * cut.length(k), cut.length(k)}});
+      rails.push(RailRing::Kind::kReduceScatter, hostSums, std::move(blocks), ours + cut.offset(k) * es);
+      rails.poll();
+    }
+    intra.waitFor([&] { return rails.done(pieces - 1); }, "finish the inter-host reduce-scatter");
+  }
 
   if (!partners.empty()) {
     std::memcpy(out, ours, chunk);

@@ -19,6 +19,8 @@ hosts and S bytes:
                     reduce-scatters the next and all-gathers the one before)
     all_gather      fold + AG(S/m, h, inter, m rails) + AG(S, m, intra) + unfold
     reduce_scatter  fold + RS(S, m, intra) + RS(S/m, h, inter, m rails) + unfold
+                    (both pipelined too where every host has m ranks: in P pieces,
+                    first + (P-1) max(first, second) + second, each phase of S/P)
     broadcast       chain(S, h, inter) + chain(S, max ranks a host, intra)
 
 The m rails cross each host's cable at once, so the inter-host phase's beta is m times the
@@ -116,10 +118,12 @@ def two_level(op: str, nbytes: float, layout: Sequence[int], params: Params,
         rs, ag = F["reduce_scatter"]["ring"](S / P, m, intra, seg), F["all_gather"]["ring"](S / P, m, intra, seg)
         ar = F["all_reduce"]["ring"](S / (m * P), h, rails, seg)
         return t + rs + (P - 1) * max(rs + ag, ar) + ar + ag + (S * intra.gamma if extras else 0.0)
+    P = 1 if extras else pipeline_pieces(S, seg)
     if op == "all_gather":
-        return t + F["all_gather"]["ring"](S / m, h, rails, seg) + F["all_gather"]["ring"](S, m, intra, seg)
-    return (t + F["reduce_scatter"]["ring"](S, m, intra, seg) + F["reduce_scatter"]["ring"](S / m, h, rails, seg)
-            + (S * intra.gamma if extras else 0.0))
+        first, second = F["all_gather"]["ring"](S / (m * P), h, rails, seg), F["all_gather"]["ring"](S / P, m, intra, seg)
+    else:
+        first, second = F["reduce_scatter"]["ring"](S / P, m, intra, seg), F["reduce_scatter"]["ring"](S / (m * P), h, rails, seg)
+    return t + first + (P - 1) * max(first, second) + second + (S * intra.gamma if extras and op != "all_gather" else 0.0)
 
 
 def pipeline_pieces(nbytes: float, segment_bytes: int = DEFAULT_SEGMENT_BYTES) -> int:
