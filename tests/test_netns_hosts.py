@@ -19,6 +19,7 @@ import pytest
 import torch
 from fault_cases import case_all_reduce_until_failure, case_host_and_sum
 from netns_hosts import host_pool
+from rank_pool import RankPool
 
 import collective_cases as cc
 from pycollect import netns
@@ -99,13 +100,15 @@ def test_torchrun_two_nodes_train_identical_replicas(netns_hosts4):
     assert nodes[0]["pycollect"]["param_sum"] == pytest.approx(nodes[0]["torch"]["param_sum"], rel=1e-5, abs=1e-4)
 
 
-def cut_cable(hosts, collective_timeout_s: float, wait_s: float):
-    """3 ranks on hosts 0-2 all-reduce 4 MiB in a loop; pull host 1's cable. Returns each
-    rank's (ok, (error name, message, seconds from the cut to its error), ...) and mends
-    the cable."""
-    with host_pool(hosts, 3, init_gloo=False, timeout=60, op_timeout=collective_timeout_s,
-                   env={"PYCOLLECT_LINK_TIMEOUT": f"{LINK_TIMEOUT_S:g}"}) as pool:
-        pool.submit(case_all_reduce_until_failure, 1024 * 1024)
+def cut_cable(hosts, collective_timeout_s: float, wait_s: float, on=(0, 1, 2), count: int = 1 << 20,
+              algo: str = "auto"):
+    """Ranks on hosts `on` (rank r on host on[r]) all-reduce `count` float32 in a loop; pull
+    host 1's cable. Returns each rank's (ok, (error name, message, seconds from the cut to its
+    error), ...) and mends the cable."""
+    with RankPool(len(on), netns=[hosts.names[h] for h in on], master_addr=hosts.addrs[on[0]], init_gloo=False,
+                  timeout=60, op_timeout=collective_timeout_s,
+                  env={"PYCOLLECT_LINK_TIMEOUT": f"{LINK_TIMEOUT_S:g}"}) as pool:
+        pool.submit(case_all_reduce_until_failure, count, algo)
         time.sleep(2.0)
         cut_at = time.time()
         hosts.set_link(1, up=False)
@@ -117,12 +120,16 @@ def cut_cable(hosts, collective_timeout_s: float, wait_s: float):
 
 
 @pytest.mark.slow
-def test_cut_cable_fails_every_rank_within_link_timeout(netns_hosts4):
+@pytest.mark.parametrize("layout", ["one rank a host", "hierarchical 2 x 2"])
+def test_cut_cable_fails_every_rank_within_link_timeout(netns_hosts4, layout):
     """Needs the engine's TCP keepalive / TCP_USER_TIMEOUT driven by PYCOLLECT_LINK_TIMEOUT:
-    with a 300 s collective timeout nothing else can end the wait within seconds."""
+    with a 300 s collective timeout nothing else can end the wait within seconds. The
+    hierarchical call (16 MiB: its levels pipelined) loses the cable in its inter-host
+    phase while the ranks behind it wait within their hosts, over shared memory."""
     limit = LINK_TIMEOUT_S + MARGIN_S
+    kw = dict(on=(0, 0, 1, 1), count=1 << 22, algo="hierarchical") if layout.startswith("hier") else {}
     try:
-        outcomes = cut_cable(netns_hosts4, 300.0, wait_s=limit + 5)
+        outcomes = cut_cable(netns_hosts4, 300.0, wait_s=limit + 5, **kw)
     except TimeoutError as e:
         pytest.fail(f"{e}: PYCOLLECT_LINK_TIMEOUT={LINK_TIMEOUT_S:g} did not end the wait on the dead link "
                     f"(the collective timeout is 300 s)")
