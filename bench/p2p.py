@@ -23,7 +23,7 @@ import statistics
 import sys
 import time
 
-OPS = ("ping_pong", "all_reduce", "broadcast", "barrier", "reduce", "all_gather", "reduce_scatter", "gather",
+OPS = ("ping_pong", "ping_pong_any", "all_reduce", "broadcast", "barrier", "reduce", "all_gather", "reduce_scatter", "gather",
        "scatter", "all_to_all")
 
 
@@ -46,6 +46,14 @@ def _caller(api, rank, op, group):
                 api.recv(t, 1, group=group)
             else:
                 api.recv(t, 0, group=group)
+                api.send(t, 0, group=group)
+    elif op == "ping_pong_any":  # the replies received from any source (recv src=None)
+        def call():
+            if rank == 0:
+                api.send(t, 1, group=group)
+                api.recv(t, None, group=group)
+            else:
+                api.recv(t, None, group=group)
                 api.send(t, 0, group=group)
     elif op == "all_reduce":
         def call():

@@ -402,8 +402,7 @@ def _recv(tensor, src: Optional[int], group, tag: int, async_op: bool):
     b = as_buffer(tensor, "recv(tensor)", writable=True)
     tag = _check_tag(tag)
     if src is None:
-        work = _recv_any(g, b, tag)
-        return _settled(work, async_op, work.source_rank)
+        return _recv_any(g, b, tag, async_op)
     peer = g.group_rank(src, "recv(src)")
     work = _run(g, lambda c, blk: c.recv(b.address, b.numel, b.code, peer, tag, blk), (b,), async_op)
     if not async_op:
@@ -420,13 +419,19 @@ def _settled(work, async_op: bool, result=lambda: None):
     return result()
 
 
-def _recv_any(g: ProcessGroup, b, tag: int) -> Work:
+def _recv_any(g: ProcessGroup, b, tag: int, async_op: bool):
+    """A recv from any source: its Work, whose source_rank() names the sender (async_op);
+    else, run on this thread when nothing is queued (as a blocking recv), the sender."""
     if g.size == 1:
         raise ValueError("recv(src=None): the group has no other rank to receive from")
     source = np.full(1, -1, dtype=np.int32)  # the engine writes the sender's group rank here
+    if not async_op:
+        g.run_blocking(lambda c: c.recv_any(b.address, b.numel, b.code, tag, source.ctypes.data, True), (b, source))
+        return g.ranks[int(source[0])]
     work = g.submit(lambda c: c.recv_any(b.address, b.numel, b.code, tag, source.ctypes.data), (b, source))
     work.source_rank = lambda: g.ranks[int(source[0])] if work.wait() else None
     return work
+
 
 
 def send(tensor, dst: int, group=None, tag: int = 0) -> None:

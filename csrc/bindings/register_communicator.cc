@@ -212,11 +212,13 @@ void registerCommunicator(py::module_& m) {
           py::arg("blocking") = false, R())
       .def(
           "recv_any",
-          [](Communicator& c, uintptr_t data, size_t count, int dtype, int tag, uintptr_t source) {
+          [](Communicator& c, uintptr_t data, size_t count, int dtype, int tag, uintptr_t source, bool blocking) {
+            Blocking scope(blocking);
             return c.recvAny(ptr(data), count, checkedDType(dtype), tag,
                              static_cast<int32_t*>(ptr(source)));
           },
-          py::arg("data"), py::arg("count"), py::arg("dtype"), py::arg("tag"), py::arg("source"), R())
+          py::arg("data"), py::arg("count"), py::arg("dtype"), py::arg("tag"), py::arg("source"),
+          py::arg("blocking") = false, R())
       .def(
           "reduce",
           [](Communicator& c, uintptr_t data, size_t count, int dtype, int op, int root, bool blocking) {
