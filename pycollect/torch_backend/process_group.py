@@ -107,9 +107,10 @@ class PyCollectProcessGroup(dist.ProcessGroup):
     def _run(self, method: str, call, result: List[torch.Tensor], tensors) -> TorchWork:
         """`call(blocking)`: at once on this thread when every tensor is small (_eager),
         else queued (its Work settled when waited on)."""
-        if all(_small(t) for t in tensors):
-            return self._eager(method, lambda: call(True), result)
-        return self._submit(method, [call(False)], result)
+        for t in tensors:
+            if not _small(t):
+                return self._submit(method, [call(False)], result)
+        return self._eager(method, lambda: call(True), result)
 
     def _many(self, method: str, outputs, inputs, one) -> TorchWork:
         if len(outputs) != len(inputs):

@@ -144,6 +144,10 @@ class TorchWork(dist.Work):
             pass
 
     def wait(self, timeout=None) -> bool:
+        if self._done and not self._stream_works:  # settled (a small call usually is by now)
+            if self._error is not None:
+                raise self._error
+            return True
         if (self._stream_works and self._error is None and not self._stream_works[0]._group.options.blocking_wait
                 and all(w._stream_wait() for w in self._stream_works)):
             self._hand_over()  # the Future completes once the results are in device memory
