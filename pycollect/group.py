@@ -2,6 +2,7 @@
 ranks report to each other through the store when something fails."""
 from __future__ import annotations
 
+import collections
 import datetime
 import json
 import os
@@ -134,7 +135,7 @@ class ProcessGroup:
         self.algo = self.options.algo
         self._store = store
         self._prefix = store_scope(name)
-        self._pending: list = []  # (cwork, keepalive) of ops not yet known complete, under _lock
+        self._pending: collections.deque = collections.deque()  # (cwork, keepalive) not known done, under _lock
         self._lock = threading.Lock()  # threads may submit on one group at once
         self._published = False   # this rank's failure is in the store
         self._store_silent = False  # the store did not answer while explaining a failure
@@ -336,8 +337,7 @@ class ProcessGroup:
         referenced until the engine is done with them, a staged call's until its copies
         to the device completed (a wait() that only made a stream wait does not end them)."""
         with self._lock:  # issue order is the order of the lock, so the queue sees it too
-            if self._pending:
-                self._pending = [(w, k) for (w, k) in self._pending if not self._settled(w)]
+            self._release_settled()
             cwork = launch(self._comm)
             self._pending.append((cwork, keepalive))  # buffers live until the engine is done
         return Work(self, cwork, keepalive, finish)
@@ -347,13 +347,19 @@ class ProcessGroup:
         host call that ran inline comes back done: it returns then and there, without the
         Work and its wait (a few microseconds of a small call's ten); any other is waited on."""
         with self._lock:
-            if self._pending:
-                self._pending = [(w, k) for (w, k) in self._pending if not self._settled(w)]
+            self._release_settled()
             cwork = launch(self._comm)
             if finish is None and cwork.is_completed() and not cwork.failed() and type(cwork) is not _C.StagedWork:
                 return
             self._pending.append((cwork, keepalive))
         Work(self, cwork, keepalive, finish).wait()
+
+    def _release_settled(self) -> None:
+        """Drops the buffers of the oldest calls the engine is done with (calls mostly end in
+        the order issued; one still running holds the later ones' until it ends)."""
+        pending = self._pending
+        while pending and self._settled(pending[0][0]):
+            pending.popleft()
 
     def _settled(self, cwork) -> bool:
         """The engine is done with a call's buffers: it completed, and a staged call's copies
@@ -560,7 +566,7 @@ class ProcessGroup:
     def destroy(self) -> None:
         self._comm.shutdown()  # the staged copies in flight end first (at most 10 s)
         with self._lock:
-            self._pending = []
+            self._pending.clear()
 
     def __repr__(self) -> str:
         return f"<pycollect.ProcessGroup {self.name} rank {self.rank}/{self.size} ranks={self.ranks}>"
