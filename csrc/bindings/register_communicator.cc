@@ -360,7 +360,13 @@ void registerCommunicator(py::module_& m) {
       .def("link_kinds", &Communicator::linkKinds)
       .def("scratch_bytes", &Communicator::scratchBytes)
       .def("bytes_sent", &Communicator::bytesSent)
-      .def("wait_driving", &Communicator::waitDriving, py::arg("work"), py::arg("timeout") = -1.0, R())
+      .def(
+          "wait_driving",
+          [](Communicator& c, const std::shared_ptr<Work>& work, double timeout, bool runQueued) {
+            Blocking scope(runQueued);  // the caller waits however long: it may run the call
+            return c.waitDriving(work, timeout);
+          },
+          py::arg("work"), py::arg("timeout") = -1.0, py::arg("run_queued") = false, R())
       .def("abort", &Communicator::abort, py::arg("reason"), R())
       .def("set_tracing", &Communicator::setTracing, py::arg("on"))
       .def("tracing", &Communicator::tracing)

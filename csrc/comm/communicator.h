@@ -183,7 +183,10 @@ class Communicator {
   // Waits for `work` (a Work of this group) up to `timeoutSec` (< 0: no limit), as
   // Work::wait does, but when the worker is only progressing posted sends and receives
   // the caller drives the links itself meanwhile (the worker stands aside): the wait
-  // ends when the bytes arrive, not when another thread has noticed and woken it.
+  // ends when the bytes arrive, not when another thread has noticed and woken it. A
+  // caller under an InlineScope (one that waits however long the call takes) runs the
+  // call itself when it is still first in the queue and nothing runs: as if it had been
+  // issued blocking, without waking the worker for it and being woken in turn.
   bool waitDriving(const std::shared_ptr<Work>& work, double timeoutSec);
 
   // Aborts running work, fails queued work, stops the worker and closes the links.
@@ -241,6 +244,9 @@ class Communicator {
   // Runs one collective on the thread that drives the links (the worker, or an inline
   // caller) and finishes its Work; on failure fails the group.
   void runCollective(Collective& c);
+  // Runs an op taken from the queue on the thread that now drives the links (the worker,
+  // or a waiting caller): a collective to its end, a send/recv posted (p2p_ carries it on).
+  void runTaken(Op& op);
   void failRunning(const std::shared_ptr<Work>& work, const std::exception& e);
   std::shared_ptr<Work> enqueue(const WireHeader& header, std::function<void(Context&)> run) {
     return enqueue(Collective{header, std::move(run), nullptr});

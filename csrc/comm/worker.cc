@@ -137,6 +137,16 @@ bool Communicator::waitDriving(const std::shared_ptr<Work>& work, double timeout
   const auto deadline = limited ? deadlineFromNow(timeoutSec) : Clock::time_point::max();
   if (!work->isCompleted()) {
     std::unique_lock<std::mutex> lock(mu_);
+    if (tInline && !driving_ && !stopping_ && failure_.empty() && !queue_.empty() && workOf(queue_.front()) == work) {
+      Op op = std::move(queue_.front());
+      queue_.pop_front();
+      driving_ = true;
+      lock.unlock();
+      runTaken(op);
+      lock.lock();
+      driving_ = false;
+      cv_.notify_all();  // the worker carries on with what is left or queued behind it
+    }
     auto others = [this] { return !queue_.empty() || stopping_ || !failure_.empty(); };
     if (!others()) {
       ++drivers_;
@@ -353,22 +363,26 @@ void Communicator::workerLoop() {
       queue_.pop_front();
       driving_ = true;
     }
-    // A posted p2p op moves on to p2p_, so keep its Work at hand for the catch.
-    std::shared_ptr<Work> work = workOf(op);
-    if (auto* c = std::get_if<Collective>(&op)) runCollective(*c);
-    try {
-      if (auto* p2p = std::get_if<std::unique_ptr<PendingP2P>>(&op)) {
-        postP2P(**p2p);
-        p2p_.push_back(std::move(*p2p));
-      }
-      reapP2P();
-      countBytesSent();
-    } catch (const std::exception& e) {
-      failRunning(work, e);
-    }
+    runTaken(op);
     std::lock_guard<std::mutex> lock(mu_);
     driving_ = false;
     if (drivers_ > 0) cv_.notify_all();  // a caller waits for the links (waitDriving)
+  }
+}
+
+void Communicator::runTaken(Op& op) {
+  // A posted p2p op moves on to p2p_, so keep its Work at hand for the catch.
+  std::shared_ptr<Work> work = workOf(op);
+  if (auto* c = std::get_if<Collective>(&op)) runCollective(*c);
+  try {
+    if (auto* p2p = std::get_if<std::unique_ptr<PendingP2P>>(&op)) {
+      postP2P(**p2p);
+      p2p_.push_back(std::move(*p2p));
+    }
+    reapP2P();
+    countBytesSent();
+  } catch (const std::exception& e) {
+    failRunning(work, e);
   }
 }
 
