@@ -98,9 +98,11 @@ class Work:
         try:
             # The caller drives the links itself while the worker only progresses posted
             # sends and receives (Communicator::waitDriving): no wake-up hand-off at the end.
-            # Without a deadline it also runs the call itself if the worker has not begun it.
+            # Without a deadline it also runs the call itself if the worker has not begun it
+            # (not a staged call: those are the worker's, comm/communicator_staged.cc).
             comm = self._group._comm
-            while not comm.wait_driving(self._cwork, _slice(deadline), deadline is None):
+            run_queued = deadline is None and not self._staged
+            while not comm.wait_driving(self._cwork, _slice(deadline), run_queued):
                 self._check_deadline(deadline, seconds)
             while self._staged and not self._cwork.wait_device(_slice(deadline)):  # its last copies too
                 self._check_deadline(deadline, seconds)
