@@ -2,6 +2,11 @@
 
     python bench/bench_torch_ddp.py                      # 2 ranks, ~21M-param MLP
     python bench/bench_torch_ddp.py --width 1024 --steps 10
+    sudo python bench/bench_torch_ddp.py --netns-hosts 2 --ranks-per-host 2   # across hosts
+
+With --netns-hosts H the ranks run G to a host on H network-namespace hosts
+(pycollect.netns: shared memory within a host, a --line-rate cable each way between),
+where the engine's all-reduces run hierarchically (docs/hierarchy.md) and Gloo's flat.
 
 The ranks are started by pycollect.launch.run_ranks with Gloo as the default
 group; each also opens a "pycollect" group over the same ranks
@@ -18,6 +23,7 @@ between the two replicas after training.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime
 import os
 import statistics
@@ -82,7 +88,9 @@ def job(rank: int, world_size: int, emit, args) -> dict:
               if v != engine_before.get(k, 0)}
     diff = max((a - b).abs().max().item()
                for a, b in zip(models["pycollect"].parameters(), models["gloo"].parameters()))
-    return dict(times=times, nparams=nparams, engine=engine, diff=diff)
+    group = tb.engine_group(engine_pg)
+    return dict(times=times, nparams=nparams, engine=engine, diff=diff, topology=str(group.topology),
+                hierarchical_from=dict(group.hierarchical_from))
 
 
 def quartiles(xs):
@@ -100,12 +108,39 @@ def main() -> None:
     p.add_argument("--warmup", type=int, default=3)
     p.add_argument("--bucket-mb", type=float, default=25.0, help="DDP bucket_cap_mb (torch's default 25)")
     p.add_argument("--threads", type=int, default=1, help="torch threads per rank")
+    p.add_argument("--netns-hosts", type=int, default=0, metavar="H",
+                   help="run the ranks on H network-namespace hosts (needs root and iproute2)")
+    p.add_argument("--ranks-per-host", type=int, default=1, metavar="G", help="with --netns-hosts: ranks a host")
+    p.add_argument("--line-rate", default="1gbit", help="with --netns-hosts: each host's cable, in tc's syntax")
     args = p.parse_args()
+    from pycollect import netns
+
+    if args.ranks_per_host != 1 and not args.netns_hosts:
+        raise SystemExit("--ranks-per-host places ranks on namespace hosts: add --netns-hosts")
+    if args.netns_hosts:
+        if args.netns_hosts < 1 or args.ranks_per_host < 1:
+            raise SystemExit("--netns-hosts and --ranks-per-host must be >= 1")
+        try:
+            netns.rate_bytes(args.line_rate)
+        except ValueError as e:
+            raise SystemExit(f"--line-rate: {e}") from None
+        reason = netns.unavailable()
+        if reason:
+            raise SystemExit(f"--netns-hosts: namespace hosts cannot be built here: {reason}")
+        args.world_size = args.netns_hosts * args.ranks_per_host
 
     try:
-        out = run_ranks(job, args.world_size, ("gloo",), job_args=(args,), timeout=1800)[0]
+        with contextlib.ExitStack() as stack:
+            hosts = stack.enter_context(netns.Hosts(args.netns_hosts, args.line_rate)) if args.netns_hosts else None
+            out = run_ranks(job, args.world_size, ("gloo",), job_args=(args,), timeout=1800,
+                            netns=hosts and [hosts.names[r // args.ranks_per_host] for r in range(args.world_size)],
+                            master_addr=hosts.addrs[0] if hosts else "127.0.0.1")[0]
     except (RuntimeError, TimeoutError) as e:
         raise SystemExit(f"a rank failed: {e}")
+    where = (f"{args.netns_hosts} namespace hosts x {args.ranks_per_host} ranks, {args.line_rate} cables"
+             if args.netns_hosts else "loopback")
+    print(f"# {where}; topology {out['topology']}; the engine runs hierarchically from (bytes): "
+          f"{out['hierarchical_from'] or 'never (one host)'}")
     print(f"torch {torch.__version__}, {args.world_size} ranks, model {out['nparams'] / 1e6:.1f} M params "
           f"({args.layers} x Linear({args.width}, {args.width}) + head), batch {args.batch}, "
           f"bucket_cap_mb {args.bucket_mb}, {args.steps} interleaved steps after {args.warmup} warm-up")

@@ -2,6 +2,8 @@
 nccl-tests' definitions, every result is verified, JSON and plot are written; and
 nonsense flags are refused with exit code 2."""
 import json
+import os
+import subprocess
 import sys
 
 import pytest
@@ -85,3 +87,15 @@ def test_sizes_and_factors():
 def test_bench_refuses_nonsense(capsys, argv, words):
     assert main(["bench", *argv]) == 2
     assert words in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("argv, words", [
+    (["--ranks-per-host", "2"], "add --netns-hosts"),
+    (["--netns-hosts", "2", "--ranks-per-host", "0"], "must be >= 1"),
+    (["--netns-hosts", "2", "--line-rate", "fast"], "tc's syntax"),
+])
+def test_torch_ddp_bench_refuses_nonsense(argv, words):
+    """bench/bench_torch_ddp.py's host options: refused, naming the option, before any rank starts."""
+    script = os.path.join(os.path.dirname(__file__), "..", "bench", "bench_torch_ddp.py")
+    r = subprocess.run([sys.executable, script, *argv], capture_output=True, text=True, timeout=120)
+    assert r.returncode != 0 and words in r.stderr, (r.returncode, r.stderr)
