@@ -28,6 +28,8 @@ PATHS = {
     "send_recv": {},                   # each rank sends to its right, receives from its left
     "recv_any": {},                    # ... received from any source
     "staged": {},                      # device tensors staged through pinned memory (the host device here)
+    "hierarchical": {},                # 16 MiB forced hierarchical, each rank a host of its own (host tags):
+                                       # its levels pipelined, the rails' ring polled from the host's waits
 }
 _outcomes: dict = {}
 _calls: dict = {}
@@ -53,6 +55,9 @@ def _loop(path: str, g) -> None:
         g.use_host_device()
     if path in ("ring_tcp", "ring_shm", "staged"):
         step = lambda: pc.all_reduce(big, group=g)  # noqa: E731
+    elif path == "hierarchical":
+        pieces = torch.ones(1 << 22)
+        step = lambda: pc.all_reduce(pieces, group=g, algo="hierarchical")  # noqa: E731
     elif path == "inline":
         step = lambda: pc.all_reduce(small, group=g)  # noqa: E731
     elif path == "queued":
@@ -87,7 +92,10 @@ def case_start_paths(paths, timeout_s: float) -> dict:
     """Form a group per path (in this order on every rank), start its loop; the links each uses."""
     kinds = {}
     for path in paths:
-        g = _group(timeout_s, **PATHS[path])
+        options = dict(PATHS[path])
+        if path == "hierarchical":
+            options["host_tag"] = f"deadlines-host-{pc.get_rank()}"
+        g = _group(timeout_s, **options)
         _groups.append(g)
         kinds[path] = sorted(set(g.transport_info().values()))
     for path, g in zip(paths, _groups):

@@ -92,8 +92,8 @@ void allreduceHierarchical(Context& ctx, void* data, size_t count, DType dtype, 
         rails.poll();
       }
       if (k > 0) {
-        intra.waitFor([&] { return rails.done(k - 1); }, "finish the inter-host all-reduce of piece " +
-                                                             std::to_string(k - 1) + " of " + std::to_string(pieces));
+        intra.waitFor([&] { return rails.done(k - 1); },
+                      [&] { return "finish the inter-host all-reduce: " + rails.waiting(); });
         allgatherRingBlocks(intra, base, blocksOf(k - 1), nullptr, dtype);
       }
     }

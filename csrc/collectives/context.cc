@@ -167,9 +167,13 @@ void Context::wait(Link& l, const std::function<bool()>& done, const char* what)
 }
 
 void Context::waitFor(const std::function<bool()>& done, const std::string& what) {
+  waitFor(done, [&] { return what; });
+}
+
+void Context::waitFor(const std::function<bool()>& done, const std::function<std::string()>& what) {
   if (done()) return;
   if (flight_ != nullptr) flight_->waiting(flight::kAnyPeer);
-  until(done, [&] { return timedOut() + " waiting to " + what; }, std::chrono::microseconds(0));
+  until(done, [&] { return timedOut() + " waiting to " + what(); }, std::chrono::microseconds(0));
 }
 
 std::vector<uint64_t> Context::postRecvs(const std::vector<int>& peers, const std::vector<Span>& spans,

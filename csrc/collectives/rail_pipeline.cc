@@ -99,6 +99,18 @@ void RailRing::poll() {
   }
 }
 
+std::string RailRing::waiting() const {
+  if (finished_ >= pieces_.size()) return "nothing (every piece is done)";
+  const Piece& p = pieces_[finished_];
+  std::string s = "piece " + std::to_string(finished_ + 1) + " of " + std::to_string(pieces_.size()) + ", " +
+                  (scatters(p) ? "reduce-scatter" : "all-gather") + " step " + std::to_string(step_) + ": ";
+  Link& right = rail_.link(rail_.right());
+  Link& left = rail_.link(rail_.left());
+  if (posted_ && recvs_ && !left.received(recvTicket_)) return s + "receive from rank " + std::to_string(left.peer());
+  if (posted_ && sends_ && !right.sent(sendTicket_)) return s + "send to rank " + std::to_string(right.peer());
+  return s + "about to post";
+}
+
 Block partOf(const Block& b, int k, int parts) {
   Block part;
   for (const Piece& p : b) {

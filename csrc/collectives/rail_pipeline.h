@@ -30,6 +30,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "collectives/blocks.h"
@@ -52,6 +53,9 @@ class RailRing : public Background {
   size_t push(Kind kind, char* buf, std::vector<Block> blocks, char* out = nullptr);
   bool done(size_t piece) const { return finished_ > piece; }
   void poll() override;
+  // What the ring waits for now, for a timeout's message: "piece 2 of 4, inter-host
+  // reduce-scatter step 0: receive from rank 3".
+  std::string waiting() const;
 
  private:
   struct Piece {

@@ -97,7 +97,8 @@ void reduceScatterHierarchical(Context& ctx, const void* in, void* out, size_t c
       rails.push(RailRing::Kind::kReduceScatter, hostSums, std::move(blocks), ours + cut.offset(k) * es);
       rails.poll();
     }
-    intra.waitFor([&] { return rails.done(pieces - 1); }, "finish the inter-host reduce-scatter");
+    intra.waitFor([&] { return rails.done(pieces - 1); },
+                  [&] { return "finish the inter-host reduce-scatter: " + rails.waiting(); });
   }
 
   if (!partners.empty()) {
