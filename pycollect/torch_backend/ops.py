@@ -30,12 +30,16 @@ SUPPORTED = "SUM, AVG, PRODUCT, MIN, MAX, PREMUL_SUM"
 # a dozen times more than int() and a dict of ints (translate runs on every reducing call).
 _PLAIN_BY_CODE = {int(kind): op for kind, op in _PLAIN.items()}
 _PREMUL_SUM = int(_RedOpType.PREMUL_SUM)
+_SUM = dist.ReduceOp.SUM  # a RedOpType: a ReduceOp of SUM compares equal to it, PREMUL_SUM's does not
 
 Factor = Union[float, torch.Tensor]
 
 
 def translate(op, method: str) -> Tuple[ReduceOp, Optional[Factor]]:
     """(engine op, premul factor or None) for torch's `op` in backend call `method`."""
+    # SUM, nearly every call's, by one comparison in C++ (0.1 us; the reads below take 0.6).
+    if op == _SUM:
+        return ReduceOp.SUM, None
     # dist.ReduceOp.SUM itself is a RedOpType (which passes isinstance(., dist.ReduceOp)
     # but has no .op): what a Python caller's pg.allreduce(tensors) ends up with.
     kind = getattr(op, "op", op)

@@ -90,27 +90,23 @@ class PyCollectProcessGroup(dist.ProcessGroup):
     def _submit(self, method: str, works, result: List[torch.Tensor], source=None) -> TorchWork:
         return self._completer.add(TorchWork(method, works, result, source))
 
-    def _eager(self, method: str, call, result: List[torch.Tensor]) -> TorchWork:
-        """Runs a small collective now, on this thread (the engine's inline path), and
-        returns its Work already settled: no hand-off to the completer thread and back,
-        which costs more than the call itself. Only for collectives (every rank issues
-        them in the same order, so running one before returning cannot deadlock), never
-        for point-to-point calls (an irecv issued before the matching isend would).
-        Bad arguments raise here, as on the queued path; the engine's own errors (a lost
-        peer, a mismatch, a timeout) are the Work's, as there."""
+    def _run(self, method: str, result: List[torch.Tensor], tensors, fn, *args, **kwargs) -> TorchWork:
+        """`fn(*args, **kwargs, async_op=...)`, a pycollect.api collective: queued (its Work
+        settled when waited on) if a tensor is large, else run now, on this thread (the
+        engine's inline path), its Work returned already settled: no hand-off to the
+        completer thread and back, which costs more than the call itself. Only for
+        collectives (every rank issues them in the same order, so running one before
+        returning cannot deadlock), never for point-to-point calls (an irecv issued before
+        the matching isend would). Bad arguments raise here on both paths; the engine's own
+        errors (a lost peer, a mismatch, a timeout) are the Work's."""
+        for t in tensors:
+            if not _small(t):
+                return self._submit(method, [fn(*args, async_op=True, **kwargs)], result)
         try:
-            call()
+            fn(*args, async_op=False, **kwargs)
         except PyCollectError as e:
             return TorchWork.settled(method, result, e)
         return TorchWork.settled(method, result, None)
-
-    def _run(self, method: str, call, result: List[torch.Tensor], tensors) -> TorchWork:
-        """`call(blocking)`: at once on this thread when every tensor is small (_eager),
-        else queued (its Work settled when waited on)."""
-        for t in tensors:
-            if not _small(t):
-                return self._submit(method, [call(False)], result)
-        return self._eager(method, lambda: call(True), result)
 
     def _many(self, method: str, outputs, inputs, one) -> TorchWork:
         if len(outputs) != len(inputs):
@@ -125,8 +121,8 @@ class PyCollectProcessGroup(dist.ProcessGroup):
             op, _ = translate(opts.reduceOp if opts is not None else dist.ReduceOp.SUM, "allreduce")
             sparse_all_reduce(tensor, op, self._engine)
             return self._submit("allreduce", [], [tensor])
-        call = lambda blocking: self._allreduce_one("allreduce", tensor, opts, async_op=not blocking)  # noqa: E731
-        return self._run("allreduce", call, [tensor], [tensor])
+        op, _ = reduce_args(opts, "allreduce", [tensor], in_place=True)
+        return self._run("allreduce", [tensor], [tensor], api.all_reduce, tensor, op, group=self._engine)
 
     def allreduce_coalesced(self, tensors, opts=None) -> TorchWork:
         """One engine call (one header, one pass) per dtype among `tensors`."""
@@ -140,45 +136,39 @@ class PyCollectProcessGroup(dist.ProcessGroup):
         works = [api.all_reduce_coalesced(ts, op, group=self._engine, async_op=True) for ts in by_dtype.values()]
         return self._submit(method, works, list(tensors))
 
-    def _allreduce_one(self, method: str, tensor, opts, async_op: bool = True):
-        op, _ = reduce_args(opts, method, [tensor], in_place=True)
-        return api.all_reduce(tensor, op, group=self._engine, async_op=async_op)
-
     # -- reduce / gather / scatter ----------------------------------------------
     def reduce(self, tensors, opts=None) -> TorchWork:
         tensor = single(tensors, "reduce")
         root = opts.rootRank if opts is not None else 0
         op, _ = reduce_args(opts, "reduce", [tensor], in_place=True)
-        call = lambda blocking: api.reduce(tensor, root, op, group=self._engine, async_op=not blocking)  # noqa: E731
-        return self._run("reduce", call, [tensor], [tensor])
+        return self._run("reduce", [tensor], [tensor], api.reduce, tensor, root, op, group=self._engine)
 
     def gather(self, output_tensors, input_tensors, opts=None) -> TorchWork:
         tensor = single(input_tensors, "gather", "input_tensors")
         root = opts.rootRank if opts is not None else 0
         outputs = single(output_tensors, "gather", "output_tensors") if self.rank() == root else None
-        call = lambda blocking: api.gather(tensor, outputs, root, group=self._engine, async_op=not blocking)  # noqa: E731
-        return self._run("gather", call, list(outputs or []), [tensor, *(outputs or [])])
+        return self._run("gather", list(outputs or []), [tensor, *(outputs or [])], api.gather, tensor, outputs, root,
+                         group=self._engine)
 
     def scatter(self, output_tensors, input_tensors, opts=None) -> TorchWork:
         tensor = single(output_tensors, "scatter", "output_tensors")
         root = opts.rootRank if opts is not None else 0
         inputs = single(input_tensors, "scatter", "input_tensors") if self.rank() == root else None
-        call = lambda blocking: api.scatter(tensor, inputs, root, group=self._engine, async_op=not blocking)  # noqa: E731
-        return self._run("scatter", call, [tensor], [tensor, *(inputs or [])])
+        return self._run("scatter", [tensor], [tensor, *(inputs or [])], api.scatter, tensor, inputs, root,
+                         group=self._engine)
 
     # -- broadcast / barrier -----------------------------------------------------
     def broadcast(self, tensors, opts=None) -> TorchWork:
         tensor = single(tensors, "broadcast")
         root = opts.rootRank if opts is not None else 0
-        call = lambda blocking: api.broadcast(tensor, root, group=self._engine, async_op=not blocking)  # noqa: E731
-        return self._run("broadcast", call, [tensor], [tensor])
+        return self._run("broadcast", [tensor], [tensor], api.broadcast, tensor, root, group=self._engine)
 
     def barrier(self, opts=None) -> TorchWork:
         """Times out after opts.timeout if set, else the group's (an error saying "Timed out",
         as Gloo's)."""
         timeout = getattr(opts, "timeout", None)
         timeout = timeout if timeout is not None and timeout.total_seconds() > 0 else None
-        return self._eager("barrier", lambda: api.barrier(group=self._engine, timeout=timeout), [])
+        return self._run("barrier", [], [], api.barrier, group=self._engine, timeout=timeout)
 
     def monitored_barrier(self, timeout=None, wait_all_ranks: bool = False) -> None:
         """Gloo's monitored barrier: rank 0 waits up to `timeout` for every other rank to
@@ -216,12 +206,11 @@ class PyCollectProcessGroup(dist.ProcessGroup):
     def allgather(self, output_tensors, input_tensors, opts=None) -> TorchWork:
         outputs = single(output_tensors, "allgather", "output_tensors")
         tensor = single(input_tensors, "allgather", "input_tensors")
-        call = lambda blocking: api.all_gather(outputs, tensor, group=self._engine, async_op=not blocking)  # noqa: E731
-        return self._run("allgather", call, list(outputs), [tensor, *outputs])
+        return self._run("allgather", list(outputs), [tensor, *outputs], api.all_gather, outputs, tensor,
+                         group=self._engine)
 
     def all_gather_single(self, output, input, opts=None) -> TorchWork:
-        call = lambda blocking: self._gather_one(output, input, async_op=not blocking)  # noqa: E731
-        return self._run("all_gather_single", call, [output], [output, input])
+        return self._run("all_gather_single", [output], [output, input], self._gather_one, output, input)
 
     def all_gather_single_coalesced(self, outputs, inputs, opts=None) -> TorchWork:
         return self._many("all_gather_single_coalesced", outputs, inputs, self._gather_one)
@@ -238,14 +227,12 @@ class PyCollectProcessGroup(dist.ProcessGroup):
         output = single(output_tensors, "reduce_scatter", "output_tensors")
         inputs = single(input_tensors, "reduce_scatter", "input_tensors")
         op, inputs = reduce_args(opts, "reduce_scatter", inputs, in_place=False, outputs=[output])
-        call = lambda blocking: api.reduce_scatter(output, inputs, op, group=self._engine,  # noqa: E731
-                                                   async_op=not blocking)
-        return self._run("reduce_scatter", call, [output], [output, *inputs])
+        return self._run("reduce_scatter", [output], [output, *inputs], api.reduce_scatter, output, inputs, op,
+                         group=self._engine)
 
     def reduce_scatter_single(self, output, input, opts=None) -> TorchWork:
-        call = lambda blocking: self._scatter_one("reduce_scatter_single", output, input, opts,  # noqa: E731
-                                                  async_op=not blocking)
-        return self._run("reduce_scatter_single", call, [output], [output, input])
+        return self._run("reduce_scatter_single", [output], [output, input], self._scatter_one, "reduce_scatter_single",
+                         output, input, opts)
 
     def reduce_scatter_single_coalesced(self, outputs, inputs, opts=None) -> TorchWork:
         method = "reduce_scatter_single_coalesced"
