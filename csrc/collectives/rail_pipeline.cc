@@ -60,7 +60,7 @@ void RailRing::post(const Piece& p) {
 void RailRing::received(const Piece& p) {
   if (!scatters(p)) return;
   const int n = rail_.size, in = from(p);
-  const bool last = step_ % (n - 1) == n - 2;  // the block is ours, reduced over the rail
+  const bool last = step_ == n - 2;  // the block is ours, reduced over the rail
   rail_.setUnit("reduce-scatter", step_, in, -1);
   for (const BlockUnit& u : unitsOf(p.blocks[in], SIZE_MAX)) {
     char* mine = p.buf + u.offset * es_;
