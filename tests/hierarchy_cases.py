@@ -21,11 +21,12 @@ OPS = {pc.ReduceOp.SUM: np.sum, pc.ReduceOp.MAX: np.max, pc.ReduceOp.MIN: np.min
 COUNTS = (0, 1, 13, 30011)  # with the pool's 4 KiB segments, the last runs hundreds of units
 
 
-def tagged_group(layout: str, name: str):
-    """A group over ranks 0..len(layout)-1 with host tag layout[rank]; NON_GROUP_MEMBER elsewhere."""
+def tagged_group(layout: str, name: str, **options):
+    """A group over ranks 0..len(layout)-1 with host tag layout[rank] (and these Options
+    fields changed); NON_GROUP_MEMBER elsewhere."""
     r = pc.get_rank()
     tag = f"{name}-{layout[r]}" if r < len(layout) else "outside"
-    opts = dataclasses.replace(Options.from_env(), host_tag=tag)
+    opts = dataclasses.replace(Options.from_env(), host_tag=tag, **options)
     return pc.new_group(list(range(len(layout))), timeout=60, pg_options=opts)
 
 
@@ -77,6 +78,32 @@ def case_hierarchical(layout: str):
     topo = str(pc.get_topology(g))
     pc.destroy_process_group(g)
     return topo, digest.hexdigest()
+
+
+def case_hierarchical_staged(layout: str):
+    """All-reduce, reduce-scatter and all-gather, forced hierarchical, through the staged
+    (CUDA) path on the host device: 30011 elements in staged pieces of 32 KiB, each piece a
+    hierarchical call of its own (pipelined in the pool's 4 KiB segments); exact against
+    numpy. None outside the group."""
+    g = tagged_group(layout, "staged", staging_bytes=32 << 10)
+    if g is pc.NON_GROUP_MEMBER:
+        return None
+    g.use_host_device()
+    n, r, count = len(layout), pc.get_rank(), 30011
+    for dt in (torch.float32, torch.int64):
+        xs = _inputs(n, count * n, 5)
+        t = torch.from_numpy(xs[r].copy()).to(dt)
+        pc.all_reduce(t, group=g, algo="hierarchical")
+        _check(t, xs.sum(axis=0), f"staged all_reduce {dt} {layout}")
+        out = torch.empty(count, dtype=dt)
+        pc.reduce_scatter_tensor(out, torch.from_numpy(xs[r].copy()).to(dt), group=g, algo="hierarchical")
+        _check(out, xs.sum(axis=0)[r * count:(r + 1) * count], f"staged reduce_scatter {dt} {layout}")
+        gathered = torch.empty(count * n * n, dtype=dt)
+        pc.all_gather_into_tensor(gathered, torch.from_numpy(xs[r].copy()).to(dt), group=g, algo="hierarchical")
+        _check(gathered, xs.reshape(-1), f"staged all_gather {dt} {layout}")
+    pieces = g._comm.staged_pieces()  # the six calls went through the staging, in several pieces each
+    pc.destroy_process_group(g)
+    return pieces >= 6 * 3
 
 
 def case_against_gloo(layout: str):

@@ -132,6 +132,12 @@ def test_hierarchical_collectives_on_every_layout(pool, layout):
     assert len({digest for _, digest in results}) == 1, "float results differ between ranks"
 
 
+@pytest.mark.parametrize("layout", ["aabb", "aaab"])
+def test_hierarchical_through_the_staged_path(pool, layout):
+    """The CUDA path (staged pieces, on the host device) runs the hierarchy on each piece."""
+    assert [res for res in pool.run(hc.case_hierarchical_staged, layout) if res is not None] == [True] * len(layout)
+
+
 def test_killed_rank_on_one_host_fails_every_host(pool):
     """2 hosts x 4 ranks looping on hierarchical all-reduces: rank 5 (host 1) is killed; every
     other rank, on both hosts, raises within 5 s (the group's timeout is 60 s)."""
