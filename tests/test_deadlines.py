@@ -103,6 +103,14 @@ def test_stopped_store_host(tmp_path):
             for group, ranks in records.items():
                 lines, culprits = flight.verdict(ranks)
                 assert culprits == [0] and "rank 0 wrote no record" in "\n".join(lines), (group, lines)
+            # Whom rank 1's failed calls waited for, where they say: rank 0 (a receive from any
+            # source: any rank). The hierarchical call's wait for the rails' ring names it too.
+            for group, ranks in records.items():
+                failed = [e for e in ranks[1]["entries"] if e["state"] == "failed"]
+                waits = {e["waiting_on"] for e in failed} - {-1}
+                hierarchical = any(e["algo"] == "hierarchical" for e in failed)
+                assert waits <= ({0} if hierarchical else {0, flight.ANY_PEER}) and (waits or not hierarchical), \
+                    (group, failed)
             (ok, rendezvous), = pool.run_raw(dc.case_rendezvous, TIMEOUT_S, ranks=[1], timeout=30)
             assert ok, rendezvous
             _check_rendezvous(rendezvous, 1, "rendezvous store did not answer")

@@ -60,7 +60,8 @@ void allgatherHierarchical(Context& ctx, const void* in, void* out, size_t count
     intra.setBackground(&rails);
     for (int k = 0; k < pieces; ++k) rails.push(RailRing::Kind::kAllGather, base, partOf(railBlocks, k, pieces));
     for (int k = 0; k < pieces; ++k) {
-      intra.waitFor([&] { return rails.done(k); }, [&] { return "finish the inter-host all-gather: " + rails.waiting(); });
+      intra.waitFor([&] { return rails.done(k); },
+                    [&] { return "finish the inter-host all-gather: " + rails.waiting(); }, rails.waitingFor());
       allgatherRingBlocks(intra, base, partOf(host, k, pieces), nullptr, dtype);
     }
   }

@@ -93,7 +93,7 @@ void allreduceHierarchical(Context& ctx, void* data, size_t count, DType dtype, 
       }
       if (k > 0) {
         intra.waitFor([&] { return rails.done(k - 1); },
-                      [&] { return "finish the inter-host all-reduce: " + rails.waiting(); });
+                      [&] { return "finish the inter-host all-reduce: " + rails.waiting(); }, rails.waitingFor());
         allgatherRingBlocks(intra, base, blocksOf(k - 1), nullptr, dtype);
       }
     }

@@ -170,9 +170,9 @@ void Context::waitFor(const std::function<bool()>& done, const std::string& what
   waitFor(done, [&] { return what; });
 }
 
-void Context::waitFor(const std::function<bool()>& done, const std::function<std::string()>& what) {
+void Context::waitFor(const std::function<bool()>& done, const std::function<std::string()>& what, int peer) {
   if (done()) return;
-  if (flight_ != nullptr) flight_->waiting(flight::kAnyPeer);
+  if (flight_ != nullptr) flight_->waiting(peer);
   until(done, [&] { return timedOut() + " waiting to " + what(); }, std::chrono::microseconds(0));
 }
 

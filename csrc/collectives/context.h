@@ -110,8 +110,10 @@ class Context {
   void waitSend(Link& l, uint64_t ticket);
   // Waits for `done`, naming `what` (e.g. "receive from any of ranks 1, 2") on timeout.
   void waitFor(const std::function<bool()>& done, const std::string& what);
-  // The same, `what` told at the timeout (what is being waited for may change meanwhile).
-  void waitFor(const std::function<bool()>& done, const std::function<std::string()>& what);
+  // The same, `what` told at the timeout (what is being waited for may change meanwhile),
+  // and the flight recorder told the rank waited for (`peer`, if one is).
+  void waitFor(const std::function<bool()>& done, const std::function<std::string()>& what,
+               int peer = flight::kAnyPeer);
   HeaderInbox& inbox() { return inbox_; }
   // A receive from each of `peers` straight into its span (`spans` indexed by rank, of
   // `elemBytes`-byte elements), and the wait for all of them, naming `phase` on timeout.

@@ -99,16 +99,30 @@ void RailRing::poll() {
   }
 }
 
+Link* RailRing::unfinished(bool* receive) const {
+  if (finished_ >= pieces_.size() || !posted_) return nullptr;
+  Link& left = rail_.link(rail_.left());
+  Link& right = rail_.link(rail_.right());
+  *receive = recvs_ && !left.received(recvTicket_);
+  if (*receive) return &left;
+  return sends_ && !right.sent(sendTicket_) ? &right : nullptr;
+}
+
 std::string RailRing::waiting() const {
   if (finished_ >= pieces_.size()) return "nothing (every piece is done)";
   const Piece& p = pieces_[finished_];
-  std::string s = "piece " + std::to_string(finished_ + 1) + " of " + std::to_string(pieces_.size()) + ", " +
-                  (scatters(p) ? "reduce-scatter" : "all-gather") + " step " + std::to_string(step_) + ": ";
-  Link& right = rail_.link(rail_.right());
-  Link& left = rail_.link(rail_.left());
-  if (posted_ && recvs_ && !left.received(recvTicket_)) return s + "receive from rank " + std::to_string(left.peer());
-  if (posted_ && sends_ && !right.sent(sendTicket_)) return s + "send to rank " + std::to_string(right.peer());
-  return s + "about to post";
+  const std::string s = "piece " + std::to_string(finished_ + 1) + " of " + std::to_string(pieces_.size()) + ", " +
+                        (scatters(p) ? "reduce-scatter" : "all-gather") + " step " + std::to_string(step_) + ": ";
+  bool receive = false;
+  const Link* l = unfinished(&receive);
+  if (l == nullptr) return s + "about to post";
+  return s + (receive ? "receive from rank " : "send to rank ") + std::to_string(l->peer());
+}
+
+int RailRing::waitingFor() const {
+  bool receive = false;
+  const Link* l = unfinished(&receive);
+  return l == nullptr ? flight::kAnyPeer : l->peer();
 }
 
 Block partOf(const Block& b, int k, int parts) {

@@ -54,8 +54,10 @@ class RailRing : public Background {
   bool done(size_t piece) const { return finished_ > piece; }
   void poll() override;
   // What the ring waits for now, for a timeout's message: "piece 2 of 4, inter-host
-  // reduce-scatter step 0: receive from rank 3".
+  // reduce-scatter step 0: receive from rank 3"; and that rank, for the flight recorder
+  // (flight::kAnyPeer when it waits on nobody).
   std::string waiting() const;
+  int waitingFor() const;
 
  private:
   struct Piece {
@@ -70,6 +72,8 @@ class RailRing : public Background {
   void post(const Piece& p);            // posts step_
   void received(const Piece& p);        // step_'s block arrived: reduce it in
   void finish(const Piece& p);          // the piece's last steps done
+  // The link of a transfer of the running step not yet done (its receive first), or null.
+  Link* unfinished(bool* receive) const;
 
   Context& rail_;
   char* slot_;

@@ -98,7 +98,8 @@ void reduceScatterHierarchical(Context& ctx, const void* in, void* out, size_t c
       rails.poll();
     }
     intra.waitFor([&] { return rails.done(pieces - 1); },
-                  [&] { return "finish the inter-host reduce-scatter: " + rails.waiting(); });
+                  [&] { return "finish the inter-host reduce-scatter: " + rails.waiting(); },
+                  rails.waitingFor());
   }
 
   if (!partners.empty()) {
