@@ -24,17 +24,16 @@ from ._buffers import (
     check_numel,
     check_same_dtype,
     concat_flat,
-    copy_into,
     empty_like_flat,
 )
 from ._device import device_call, needs_host_staging, through_host
-from .errors import GroupFailedError, NotInitializedError
+from .errors import NotInitializedError
 from .topology import Topology
 from .group import NON_GROUP_MEMBER, ProcessGroup
 from .options import Options, to_timedelta
 from .rendezvous import listen_address, rendezvous
-from .types import Algo, ReduceOp, TraceEvent, is_torch_tensor, to_reduce_op
-from .work import Work, WorkList
+from .types import DTYPE_SIZES, Algo, ReduceOp, TraceEvent, is_torch_tensor, to_reduce_op
+from .work import Work
 
 _world: Optional[ProcessGroup] = None
 _groups: List[ProcessGroup] = []
@@ -584,9 +583,6 @@ def all_gather_coalesced(output_tensor_lists, input_tensor_list, group=None, asy
                 async_op)
 
 
-_ALL_TO_ALL_TAG = -0x0A2A  # marks all-to-all traffic in the send/recv headers
-
-
 def _row_split(x, splits, n: int, what: str):
     """Element offsets and counts of the n chunks of `x` along its first dimension."""
     shape = tuple(x.shape)
@@ -610,11 +606,14 @@ def all_to_all_single(output, input, output_split_sizes=None, input_split_sizes=
     """Rank r sends chunk p of `input` to rank p and receives rank p's chunk r into chunk p
     of `output`; chunks split the first dimension (evenly, or by the split sizes).
 
-    Built from isend/irecv to every peer at once: the engine's point-to-point transfers
-    complete in the background, so all of them are in flight together. Ranks that
-    disagree on a chunk's size get a MismatchError from the receiving side.
+    One engine all-to-all over the chunks, as the list form (all_to_all): every pair's
+    message in flight at once. Ranks that disagree on a chunk's size get a MismatchError
+    from the receiving side.
     """
     g = _group(group)
+    if needs_host_staging(g, [output, input], "all_to_all_single"):
+        return through_host([input], [output], lambda i, o: all_to_all_single(
+            o[0], i[0], output_split_sizes, input_split_sizes, group, async_op))
     n, r = g.size, g.rank
     i = as_buffer(input, "all_to_all_single(input)")
     o = as_buffer(output, "all_to_all_single(output)", writable=True)
@@ -626,26 +625,10 @@ def all_to_all_single(output, input, output_split_sizes=None, input_split_sizes=
     if in_len[r] != out_len[r]:
         raise ValueError(f"all_to_all_single: rank {r} sends itself {in_len[r]} elements but expects "
                          f"{out_len[r]}")
-    flat_in, flat_out = input.reshape(-1), output.reshape(-1)
-    works = []
-    try:
-        for k in range(1, n):  # peers in ring order, so everyone starts with a different partner
-            dst, src = (r + k) % n, (r - k) % n
-            works.append(isend(flat_in[in_off[dst]:in_off[dst] + in_len[dst]], g.ranks[dst], g, _ALL_TO_ALL_TAG))
-            works.append(irecv(flat_out[out_off[src]:out_off[src] + out_len[src]], g.ranks[src], g,
-                               _ALL_TO_ALL_TAG))
-    except GroupFailedError:
-        # A transfer of this call posted earlier failed the group while the rest were being
-        # posted (a receive that found the sizes disagree): raise its own error, as wait()
-        # would (WorkList.wait: the root cause), not the later post's "failed earlier".
-        WorkList(works).wait()
-        raise
-    copy_into(flat_out[out_off[r]:out_off[r] + out_len[r]], flat_in[in_off[r]:in_off[r] + in_len[r]])
-    result = WorkList(works)
-    if async_op:
-        return result
-    result.wait()
-    return None
+    es = DTYPE_SIZES[i.dtype]
+    i_spans = [(i.address + in_off[p] * es, in_len[p]) for p in range(n)]
+    o_spans = [(o.address + out_off[p] * es, out_len[p]) for p in range(n)]
+    return _run(g, lambda c, blk: c.all_to_all(i_spans, o_spans, i.code, blk), (i, o), async_op)
 
 
 @contextlib.contextmanager

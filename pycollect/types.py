@@ -19,6 +19,8 @@ DTYPE_CODES = {
     "bool": 9,  # SUM and MAX are a logical OR, PRODUCT and MIN an AND (as Gloo's)
 }
 SUPPORTED_DTYPES = tuple(DTYPE_CODES)
+DTYPE_SIZES = {"float32": 4, "float64": 8, "float16": 2, "bfloat16": 2, "int8": 1, "uint8": 1, "int32": 4,
+               "int64": 8, "int16": 2, "bool": 1}  # bytes an element (dtypeSize in csrc/common/types.cc)
 
 
 class ReduceOp(enum.IntEnum):

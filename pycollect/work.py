@@ -6,7 +6,7 @@ import warnings
 from typing import Callable, Optional
 
 from ._C import StagedWork
-from .errors import CollectiveTimeoutError, GroupFailedError, PyCollectError
+from .errors import CollectiveTimeoutError, PyCollectError
 from .options import to_seconds
 
 
@@ -182,30 +182,3 @@ class Work:
         state = "done" if self._cwork.is_completed() else "pending"
         return f"<pycollect.Work {self._cwork.what} {state}>"
 
-
-class WorkList:
-    """Several Works that finish together, e.g. the sends and receives of an all-to-all."""
-
-    def __init__(self, works):
-        self.works = list(works)
-
-    def wait(self, timeout: Optional[float] = None, blocking: Optional[bool] = None) -> bool:
-        """Wait for every Work; if some failed, raise the root cause: an error of its own
-        (a mismatch, a timeout, a lost peer) rather than a GroupFailedError it caused."""
-        seconds = to_seconds(timeout)
-        deadline = None if seconds is None else time.monotonic() + seconds
-        errors = []
-        for w in self.works:
-            try:
-                w.wait(None if deadline is None else max(0.0, deadline - time.monotonic()), blocking)
-            except PyCollectError as e:
-                errors.append(e)
-        if errors:
-            raise next((e for e in errors if not isinstance(e, GroupFailedError)), errors[0])
-        return True
-
-    def is_completed(self) -> bool:
-        return all(w.is_completed() for w in self.works)
-
-    def __repr__(self) -> str:
-        return f"<pycollect.WorkList of {len(self.works)}>"

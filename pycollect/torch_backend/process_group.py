@@ -271,10 +271,10 @@ class PyCollectProcessGroup(dist.ProcessGroup):
 
     # -- all-to-all and the coalesced all-gather -----------------------------------
     def alltoall_base(self, output, input, output_split_sizes, input_split_sizes, opts=None) -> TorchWork:
-        """dist.all_to_all_single: isend/irecv to every peer at once on the engine."""
+        """dist.all_to_all_single: one engine all-to-all over the chunks."""
         work = api.all_to_all_single(output, input, list(output_split_sizes or []) or None,
                                      list(input_split_sizes or []) or None, group=self._engine, async_op=True)
-        return self._submit("alltoall_base", work.works, [output])
+        return self._submit("alltoall_base", [work], [output])
 
     all_to_all_single = alltoall_base
 
