@@ -272,16 +272,16 @@ class PyCollectProcessGroup(dist.ProcessGroup):
     # -- all-to-all and the coalesced all-gather -----------------------------------
     def alltoall_base(self, output, input, output_split_sizes, input_split_sizes, opts=None) -> TorchWork:
         """dist.all_to_all_single: one engine all-to-all over the chunks."""
-        work = api.all_to_all_single(output, input, list(output_split_sizes or []) or None,
-                                     list(input_split_sizes or []) or None, group=self._engine, async_op=True)
-        return self._submit("alltoall_base", [work], [output])
+        return self._run("alltoall_base", [output], [output, input], api.all_to_all_single, output, input,
+                         list(output_split_sizes or []) or None, list(input_split_sizes or []) or None,
+                         group=self._engine)
 
     all_to_all_single = alltoall_base
 
     def alltoall(self, output_tensors, input_tensors, opts=None) -> TorchWork:
         """dist.all_to_all (list form): one engine all-to-all."""
-        work = api.all_to_all(list(output_tensors), list(input_tensors), group=self._engine, async_op=True)
-        return self._submit("alltoall", [work], list(output_tensors))
+        return self._run("alltoall", list(output_tensors), [*output_tensors, *input_tensors], api.all_to_all,
+                         list(output_tensors), list(input_tensors), group=self._engine)
 
     def allgather_coalesced(self, output_lists, input_list, opts=None) -> TorchWork:
         """dist.all_gather_coalesced: one engine call for every tensor of the list."""
