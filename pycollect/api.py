@@ -432,7 +432,6 @@ def _recv_any(g: ProcessGroup, b, tag: int, async_op: bool):
     return work
 
 
-
 def send(tensor, dst: int, group=None, tag: int = 0) -> None:
     """Send `tensor` to global rank `dst` (completes once the bytes left this process)."""
     _send(tensor, dst, group, tag, async_op=False)

@@ -181,4 +181,3 @@ class Work:
     def __repr__(self) -> str:
         state = "done" if self._cwork.is_completed() else "pending"
         return f"<pycollect.Work {self._cwork.what} {state}>"
-
