@@ -14,9 +14,8 @@
 //   1. rail [0, 2]: ranks 0 and 2 hold A . C .; rail [1, 3]: ranks 1 and 3 hold . B . D
 //   2. ranks 0 and 1 swap their pairs, ranks 2 and 3 too: every rank holds A B C D.
 //
-// With the same ranks on every host, from kPieceSegments segments on, the levels overlap:
-// the host passes on piece k of every chunk while piece k+1 crosses the network
-// (rail_pipeline.h).
+// From kPieceSegments segments on, the levels overlap: the host passes on piece k of every
+// chunk while piece k+1 crosses the network (rail_pipeline.h).
 //
 // Uneven hosts: an extra rank hands its chunk to its partner core rank, whose rail
 // block then carries both (Hierarchy::members), and receives the whole output at the
@@ -51,7 +50,7 @@ void allgatherHierarchical(Context& ctx, const void* in, void* out, size_t count
   Context inter(ctx, levels.rail, "inter-host");
   Context intra(ctx, levels.core, "intra-host");
   const std::vector<Block> host = hostBlocks(hy, count);
-  const int pieces = partners.empty() && hy.hosts() * hy.rails() == ctx.size ? pipelinePieces(ctx, total) : 1;
+  const int pieces = pipelinePieces(ctx, total);
   if (pieces == 1) {  // the levels one after the other
     allgatherRingBlocks(inter, base, railBlocks, nullptr, dtype);
     allgatherRingBlocks(intra, base, host, nullptr, dtype);

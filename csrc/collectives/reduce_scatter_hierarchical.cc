@@ -15,13 +15,13 @@
 //   2. rail [0, 2]: rank 0 sends its C to rank 2 and gets rank 2's A: rank 0 holds A
 //      summed over all four, rank 2 C; rail [1, 3]: B and D.
 //
-// With the same ranks on every host, from kPieceSegments segments on, the levels overlap:
-// piece k of every chunk crosses the network while the host reduces piece k+1
-// (rail_pipeline.h).
+// From kPieceSegments segments on, the levels overlap: piece k of every chunk crosses the
+// network while the host reduces piece k+1 (rail_pipeline.h).
 //
 // Uneven hosts: an extra rank hands its whole input to its partner core rank, which
 // reduces it into a copy of its own; the partner's blocks carry its extras' chunks too,
 // and it sends each extra its chunk at the end. `in` is never written.
+#include <algorithm>
 #include <cstring>
 
 #include "collectives/collectives.h"
@@ -61,14 +61,21 @@ void reduceScatterHierarchical(Context& ctx, const void* in, void* out, size_t c
     at += length;
   }
   const size_t mineCount = hy.members(hy.host(), hy.local()).size() * count;
+  size_t widest = 0;  // the most chunks one host's block on our rail carries
+  for (int h = 0; h < hy.hosts(); ++h) widest = std::max(widest, hy.members(h, hy.local()).size());
   // Stage: the input with the extras' folded in (if any), the host sums, ours with our
-  // extras'; pipelined, the rails' slot.
-  const int pieces = hy.hosts() * hy.rails() == ctx.size ? pipelinePieces(ctx, total) : 1;
+  // extras'; pipelined, ours piece by piece (with extras) and the rails' slot.
+  const int pieces = pipelinePieces(ctx, total);
   const Chunks cut(count, pieces);
-  const size_t folded = partners.empty() ? 0 : total, slot = pieces > 1 ? cut.length(0) * es : 0;
-  char* stage = ctx.stage(folded + at * es + (partners.empty() ? 0 : mineCount * es) + slot);
+  const bool extras = !partners.empty();
+  const size_t folded = extras ? total : 0, oursBytes = extras ? mineCount * es : 0;
+  const size_t byPieceBytes = extras && pieces > 1 ? mineCount * es : 0;
+  const size_t slotBytes = pieces > 1 ? widest * cut.length(0) * es : 0;
+  char* stage = ctx.stage(folded + at * es + oursBytes + byPieceBytes + slotBytes);
   char* hostSums = stage + folded;
-  char* ours = partners.empty() ? static_cast<char*>(out) : hostSums + at * es;
+  char* ours = extras ? hostSums + at * es : static_cast<char*>(out);
+  char* byPiece = extras ? hostSums + at * es + oursBytes : ours;
+  char* slot = hostSums + at * es + oursBytes + byPieceBytes;
   for (size_t j = 0; j < partners.size(); ++j) {
     char* theirs = ctx.scratch(total);
     takeFrom(ctx, partners[j], theirs, total, "fold");
@@ -83,23 +90,37 @@ void reduceScatterHierarchical(Context& ctx, const void* in, void* out, size_t c
     reduceScatterRingBlocks(inter, hostSums, railBlocks, ours, dtype, inner);
     if (op == ReduceOp::kAvg) divide(ours, mineCount, dtype, ctx.size);
   } else {  // pipelined (rail_pipeline.h): piece k crosses hosts while the host reduces k+1
-    // Every host has one rank on our rail: piece k's host sums are h parts of our chunk's
-    // piece k, host by host, and sit together in hostSums (piece k at h x its offset).
-    const int h = hy.hosts();
-    RailRing rails(inter, hostSums + at * es, dtype, inner, op == ReduceOp::kAvg ? ctx.size : 1);
+    // Piece k of every chunk rail `local` carries (M of them, all hosts): the host sums sit
+    // together in hostSums from M x its offset, host by host, a host's members' parts back
+    // to back, which is that host's block on the rail. Our host's reduction of piece k comes
+    // out in the same order, m parts; with extras (m > 1) it goes back into `ours`, chunk
+    // by chunk, at the end.
+    const size_t M = at / count, m = mineCount / count;
+    RailRing rails(inter, slot, dtype, inner, op == ReduceOp::kAvg ? ctx.size : 1);
     intra.setBackground(&rails);
     const std::vector<Block> host = hostBlocks(hy, count);
     for (int k = 0; k < pieces; ++k) {
-      char* sums = hostSums + h * cut.offset(k) * es;
-      reduceScatterRingBlocks(intra, src, partOf(host, k, pieces), sums, dtype, inner);
+      const size_t offset = cut.offset(k), length = cut.length(k);
+      reduceScatterRingBlocks(intra, src, partOf(host, k, pieces), hostSums + M * offset * es, dtype, inner);
       std::vector<Block> blocks;
-      for (int j = 0; j < h; ++j) blocks.push_back({{h * cut.offset(k) + j * cut.length(k), cut.length(k)}});
-      rails.push(RailRing::Kind::kReduceScatter, hostSums, std::move(blocks), ours + cut.offset(k) * es);
+      size_t before = 0;
+      for (int h = 0; h < hy.hosts(); ++h) {
+        const size_t mh = hy.members(h, hy.local()).size();
+        blocks.push_back({{M * offset + before * length, mh * length}});
+        before += mh;
+      }
+      rails.push(RailRing::Kind::kReduceScatter, hostSums, std::move(blocks), byPiece + m * offset * es);
       rails.poll();
     }
     intra.waitFor([&] { return rails.done(pieces - 1); },
                   [&] { return "finish the inter-host reduce-scatter: " + rails.waiting(); },
                   rails.waitingFor());
+    for (size_t j = 0; extras && j < m; ++j) {
+      for (int k = 0; k < pieces; ++k) {
+        std::memcpy(ours + (j * count + cut.offset(k)) * es, byPiece + (m * cut.offset(k) + j * cut.length(k)) * es,
+                    cut.length(k) * es);
+      }
+    }
   }
 
   if (!partners.empty()) {

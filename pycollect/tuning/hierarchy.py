@@ -19,7 +19,7 @@ hosts and S bytes:
                     reduce-scatters the next and all-gathers the one before)
     all_gather      fold + AG(S/m, h, inter, m rails) + AG(S, m, intra) + unfold
     reduce_scatter  fold + RS(S, m, intra) + RS(S/m, h, inter, m rails) + unfold
-                    (both pipelined too where every host has m ranks: in P pieces,
+                    (both pipelined too: in P pieces,
                     first + (P-1) max(first, second) + second, each phase of S/P)
     broadcast       chain(S, h, inter) + chain(S, max ranks a host, intra)
 
@@ -118,7 +118,7 @@ def two_level(op: str, nbytes: float, layout: Sequence[int], params: Params,
         rs, ag = F["reduce_scatter"]["ring"](S / P, m, intra, seg), F["all_gather"]["ring"](S / P, m, intra, seg)
         ar = F["all_reduce"]["ring"](S / (m * P), h, rails, seg)
         return t + rs + (P - 1) * max(rs + ag, ar) + ar + ag + (S * intra.gamma if extras else 0.0)
-    P = 1 if extras else pipeline_pieces(S, seg)
+    P = pipeline_pieces(S, seg)
     if op == "all_gather":
         first, second = F["all_gather"]["ring"](S / (m * P), h, rails, seg), F["all_gather"]["ring"](S / P, m, intra, seg)
     else:
