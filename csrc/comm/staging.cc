@@ -177,6 +177,7 @@ void Staging::issueIn(const StagedPiece& p, Slot& s) {
 void Staging::waitEvent(EventHandle e, const StagedCall& call, const std::string& step) {
   auto nextCheck = Clock::now() + interrupt::kCheckEvery;
   int polls = 0;
+  Clock::time_point lastLook{};  // set once the deadline passed
   for (;;) {
     try {
       if (device_->query(e)) return;
@@ -185,7 +186,14 @@ void Staging::waitEvent(EventHandle e, const StagedCall& call, const std::string
     }
     auto now = Clock::now();
     if (now >= call.deadline) {
-      throw TimeoutError(call.what + " timed out waiting for " + device_->name() + " to " + step);
+      // A local copy gets a last look first: a process stopped past its deadline (SIGSTOP,
+      // a debugger) resumes with its copy threads, which finish the copy at once, and the
+      // call then meets the real cause on the wire (a peer that gave up on it) instead of
+      // blaming the copy.
+      if (lastLook == Clock::time_point{}) lastLook = now + kLastLook;
+      if (now >= lastLook) {
+        throw TimeoutError(call.what + " timed out waiting for " + device_->name() + " to " + step);
+      }
     }
     if (now >= nextCheck) {
       std::string why = call.stopReason ? call.stopReason() : std::string();

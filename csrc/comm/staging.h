@@ -80,6 +80,8 @@ struct StagedCall {
 
 class Staging {
  public:
+  // How long a wait for a copy looks on once the call's deadline passed (waitEvent).
+  static constexpr std::chrono::milliseconds kLastLook{100};
   // Makes the copy streams, the flag words (none if the device cannot: host waits then)
   // and every slot, at its full size: nothing is allocated or freed while calls run.
   Staging(std::unique_ptr<Device> device, StagingOptions options);
