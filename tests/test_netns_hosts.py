@@ -60,14 +60,15 @@ def test_collectives_across_hosts(host_pool4, kind, ws):
     cc.check_members(host_pool4.run(cc.case_collective, kind, ws, 5, COUNTS[kind], DTYPES), kind, ws)
 
 
-def _torchrun(hosts, steps: int = 6, timeout: float = 150.0):
-    """torchrun --nnodes 2 --nproc-per-node 1, node k on host k; each node's JSON line."""
+def _torchrun(hosts, job=(TRAIN, "6"), timeout: float = 150.0, json_lines: bool = True):
+    """torchrun --nnodes 2 --nproc-per-node 1 `job`, node k on host k; each node's last JSON
+    line (json_lines), else each node's output."""
     port = free_port(hosts.addrs[0], hosts.names[0])
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PYCOLLECT_", "MASTER_", "RANK", "WORLD_"))}
     env["OMP_NUM_THREADS"] = "1"
     procs = [subprocess.Popen(hosts.argv(k, [sys.executable, "-m", "torch.distributed.run", "--nnodes", "2",
                                              "--nproc-per-node", "1", "--node-rank", str(k), "--master-addr",
-                                             hosts.addrs[0], "--master-port", str(port), TRAIN, str(steps)]),
+                                             hosts.addrs[0], "--master-port", str(port), *job]),
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
              for k in range(2)]
     try:
@@ -84,7 +85,7 @@ def _torchrun(hosts, steps: int = 6, timeout: float = 150.0):
     lines = []
     for k, (p, (out, err)) in enumerate(zip(procs, outs)):
         assert p.returncode == 0, f"node {k}: torchrun exited {p.returncode}\n{out}\n{err[-3000:]}"
-        lines.append(json.loads([line for line in out.splitlines() if line.startswith("{")][-1]))
+        lines.append(json.loads([line for line in out.splitlines() if line.startswith("{")][-1]) if json_lines else out)
     return lines
 
 
@@ -140,6 +141,25 @@ def test_cut_cable_fails_every_rank_within_link_timeout(netns_hosts4, layout):
         assert re.search(r"rank \d|\[\d", msg), f"rank {r} does not name a peer: {name}: {msg}"
         assert after_s < limit, f"rank {r} raised {name} {after_s:.1f} s after the cut (limit {limit:g} s): {msg}"
         assert later == "GroupFailedError", f"rank {r}: {later}"
+
+
+@pytest.mark.slow
+def test_torchrun_fits_the_link_between_hosts(netns_hosts4, tmp_path):
+    """`pycollect model --fit --inter-host` under torchrun on two hosts: the model it writes
+    has the 1 Gbit/s cables as its links between hosts, and the automatic choice of a group
+    spanning hosts then runs the hierarchy from tens of KiB (the assumed 10 Gbit/s: 256 KiB)."""
+    from pycollect.costmodel import Params
+    from pycollect.tuning.hierarchy import hierarchical_from
+
+    out = tmp_path / "links.json"
+    outs = _torchrun(netns_hosts4, ("-m", "pycollect", "model", "--fit", "--inter-host", "--out", str(out)),
+                     json_lines=False)
+    assert "fitted between hosts" in outs[0] and out.exists(), outs
+    links = Params.load(str(out)).inter_host
+    assert links is not None and 0.09e9 < 1 / links.beta < 0.16e9, links  # 1 Gbit/s: 0.125 GB/s each way
+    assert 0 < links.alpha < 1e-3, links
+    assert hierarchical_from("all_reduce", (2, 2), Params.load(str(out))) < hierarchical_from("all_reduce", (2, 2),
+                                                                                              Params())
 
 
 # -- the namespace builder itself --------------------------------------------------------

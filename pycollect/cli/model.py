@@ -5,6 +5,9 @@
     pycollect model --validate [--quick]                   predicted vs measured, 2-4 ranks
     pycollect model --validate --netns-hosts [--out F]     the same on 1 Gbit/s namespace hosts, against
                                                            parameters first fitted on those links
+    torchrun --nnodes 2 --nproc-per-node 1 ... -m pycollect model --fit --inter-host --out F
+                                                           the links between two real hosts, fitted
+                                                           from inside the job: the model with them
     pycollect model --compare --from A.json B.json         two measurements, point by point: the floor
     pycollect model --predict -o all_reduce -s 1G -g 8..4096 --alpha 5us --beta 400gbit --plot p.png
 
@@ -52,6 +55,11 @@ def register(subparsers) -> None:
                         "samples of earlier `--validate --json` runs, checked against the parameters without "
                         "measuring again; --compare: the two files to compare")
     p.add_argument("--probe", action="store_true", help="--fit: a quick 2-rank probe instead of files")
+    p.add_argument("--inter-host", action="store_true",
+                   help="--fit, run under torchrun --nnodes 2 --nproc-per-node 1: probe the link between the two "
+                        "hosts and write, to --out (required), the engine's model with it as its links between "
+                        "hosts (inter_host): PYCOLLECT_MODEL=F then makes the automatic choice of the "
+                        "hierarchical collectives by that network")
     p.add_argument("--out", default=None,
                    help=f"--fit: where to write (default {DEFAULT_PATH}); --validate --netns-hosts: also write the "
                         f"engine's model with the links fitted there as its links between hosts (inter_host) here "
@@ -100,6 +108,8 @@ def run(args) -> int:
 def _fit(args) -> int:
     from ..costmodel.fit import fit, samples_from_bench
 
+    if args.inter_host:
+        return _fit_inter_host(args.out)
     if bool(args.sources) == bool(args.probe):
         raise ValueError("--fit needs --from JSON... or --probe (one of them)")
     if args.probe:
@@ -127,6 +137,35 @@ def _save(params: Params, path: str, what: str, err: float) -> None:
     print(f"# wrote {path} (use it: PYCOLLECT_MODEL={path})")
 
 
+def _fit_inter_host(out: Optional[str]) -> int:
+    """--fit --inter-host (every rank of a 2-node torchrun job runs it): the link between the
+    hosts (measure.probe_inter_host), written by rank 0 as the `inter_host` of the model the
+    engine would use (PYCOLLECT_MODEL's, else the built-in defaults)."""
+    from ..costmodel.measure import probe_inter_host
+
+    if not out:
+        raise ValueError("--fit --inter-host needs --out FILE (the model with the links between hosts)")
+    if os.path.abspath(out) == os.path.abspath(DEFAULT_PATH):
+        raise ValueError(f"--out {out}: that file is the loopback model the engine's automatic choice loads; "
+                         f"write the links between hosts elsewhere")
+    fitted = probe_inter_host()
+    if fitted is None:  # rank 1: rank 0 reports and writes
+        return 0
+    params, err, samples = fitted
+    what = f"probe ({len(samples)} points at 2 ranks) of the link between two hosts"
+    print(f"# fitted between hosts: {params.with_(source='').describe()}")
+    print(f"#   from {what}: rms relative error {err * 100:.1f} % on those points")
+    _save_inter_host(params, err, what, out)
+    return 0
+
+
+def _save_inter_host(params: Params, err: float, what: str, out: str) -> None:
+    """The model the engine would use (PYCOLLECT_MODEL's, else the built-in defaults) with
+    `params` as its links between hosts (Params.inter_host), written to `out`."""
+    base = Params.load(os.environ["PYCOLLECT_MODEL"]) if os.environ.get("PYCOLLECT_MODEL") else Params()
+    _save(base.with_(inter_host=params), out, f"{base.source}; between hosts: {what}", err)
+
+
 def _fit_links(line_rate: str, out: Optional[str]) -> Params:
     """--validate --netns-hosts without parameters given: the parameters of the links it is
     about to measure (measure.probe_links; a failed step raises ValueError naming it),
@@ -143,9 +182,8 @@ def _fit_links(line_rate: str, out: Optional[str]) -> Params:
     print(f"# fitted on the namespace links: {params.with_(source='').describe()}")
     print(f"#   from {what}: rms relative error {err * 100:.1f} % on those points; cable rate "
           f"{rate_bytes(line_rate) / 1e9:.3f} GB/s" + ("" if out else "; not saved (--out FILE keeps it)"))
-    if out:  # the model the engine would use, these links between its hosts (Params.inter_host)
-        base = Params.load(os.environ["PYCOLLECT_MODEL"]) if os.environ.get("PYCOLLECT_MODEL") else Params()
-        _save(base.with_(inter_host=params), out, f"{base.source}; between hosts: {what}", err)
+    if out:
+        _save_inter_host(params, err, what, out)
     return params
 
 

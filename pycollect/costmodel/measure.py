@@ -165,7 +165,6 @@ def probe_links(line_rate: str, iters: int = 20) -> Tuple[Params, float, List[tu
     itself refused them). `iters` is smaller than probe()'s: the link is steady, and a
     4 MiB round trip takes 67 ms at 1 Gbit/s."""
     from .. import netns
-    from .fit import fit
 
     where = f"2 namespace hosts with {line_rate} cables"
     try:
@@ -175,6 +174,14 @@ def probe_links(line_rate: str, iters: int = 20) -> Tuple[Params, float, List[tu
         samples, gamma = _probe_samples(iters, line_rate)
     except (RuntimeError, OSError, ValueError) as e:  # OSError: TimeoutError too
         raise ValueError(f"fitting the links: step 1 of 2, the probe on {where}, failed: {e}") from e
+    return _fit_link(samples, gamma, where)
+
+
+def _fit_link(samples: List[tuple], gamma: List[float], where: str) -> Tuple[Params, float, List[tuple]]:
+    """Step 2 of a link's fit: a link's terms only (_LINK_TERMS) to the probe's samples,
+    gamma timed. (params, rms relative error, the samples used); ValueError naming the step."""
+    from .fit import fit
+
     usable = [s for s in samples if math.isfinite(s[4]) and s[4] > 0]
     step = "fitting the links: step 2 of 2, the fit of the probe's samples, failed"
     if len(usable) < _LINK_MIN_SAMPLES or not gamma:
@@ -185,6 +192,45 @@ def probe_links(line_rate: str, iters: int = 20) -> Tuple[Params, float, List[tu
     except ValueError as e:
         raise ValueError(f"{step}: {e}") from e
     return params.with_(source=f"fitted on {where}"), err, usable
+
+
+def probe_inter_host(iters: int = 20) -> Optional[Tuple[Params, float, List[tuple]]]:
+    """The links between two real hosts, measured from inside a job of two ranks, one on
+    each (torchrun --nnodes 2 --nproc-per-node 1; the default group is joined here unless
+    it was): the probe (_probe_job) in this process, then the link fit. Rank 0 gets
+    (params, rms relative error, samples), rank 1 None. Raises ValueError naming the step
+    that failed: step 1, the probe (not two ranks on two hosts, a rank failed); step 2, the
+    fit."""
+    from .. import api as pc
+
+    step = "fitting the links between hosts: step 1 of 2, the probe"
+    try:
+        if not pc.is_initialized():
+            pc.init_process_group()
+        topo = pc.get_topology()
+    except Exception as e:  # noqa: BLE001 - any failure to join is this step's
+        raise ValueError(f"{step}, failed: could not join the job's group ({type(e).__name__}: {e}); run it "
+                         "under torchrun --nnodes 2 --nproc-per-node 1") from e
+    if pc.get_world_size() != 2 or len(topo.hosts) != 2:
+        raise ValueError(f"{step}, needs two ranks on two hosts (torchrun --nnodes 2 --nproc-per-node 1); this job "
+                         f"is {topo}")
+    samples: List[tuple] = []
+    gamma: List[float] = []
+
+    def emit(kind, *values):
+        if kind == "sample":
+            samples.append(tuple(values) + (DEFAULT_SEGMENT_BYTES,))
+        else:
+            gamma.append(values[0])
+
+    rank = pc.get_rank()
+    try:
+        _probe_job(rank, 2, emit, _PROBE_SIZES, iters)
+    except pc.PyCollectError as e:
+        raise ValueError(f"{step}, failed: {type(e).__name__}: {e}") from e
+    if rank != 0:
+        return None
+    return _fit_link(samples, gamma, "the link between two hosts (ranks 0 and 1 of a torchrun job)")
 
 
 @dataclass
