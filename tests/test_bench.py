@@ -99,3 +99,19 @@ def test_torch_ddp_bench_refuses_nonsense(argv, words):
     script = os.path.join(os.path.dirname(__file__), "..", "bench", "bench_torch_ddp.py")
     r = subprocess.run([sys.executable, script, *argv], capture_output=True, text=True, timeout=120)
     assert r.returncode != 0 and words in r.stderr, (r.returncode, r.stderr)
+
+
+def test_plot_hierarchy_draws_the_runs_or_says_what_to_run(tmp_path):
+    """bench/plot_hierarchy.py: no namespace-host runs -> exit 2 naming the command to run;
+    one run (2 hosts x 2 ranks, all-reduce 64 MiB) -> a PNG."""
+    script = os.path.join(os.path.dirname(__file__), "..", "bench", "plot_hierarchy.py")
+    out = tmp_path / "h.png"
+    r = subprocess.run([sys.executable, script, "--results", str(tmp_path), "--out", str(out)], capture_output=True,
+                       text=True, timeout=120)
+    assert r.returncode == 2 and "--netns-hosts" in r.stderr, r.stderr
+    row = {"size": 64 << 20, "pycollect": {"time_us": 570e3}, "gloo": {"time_us": 845e3}}
+    meta = {"op": "all_reduce", "world_size": 4, "ranks_per_host": 2, "line_rate_GBps": 0.125}
+    (tmp_path / "all_reduce_g4_netns_2x2_1gbit.json").write_text(json.dumps({"meta": meta, "rows": [row]}))
+    r = subprocess.run([sys.executable, script, "--results", str(tmp_path), "--out", str(out)], capture_output=True,
+                       text=True, timeout=120)
+    assert r.returncode == 0 and "1 runs" in r.stdout and out.stat().st_size > 1000, r.stderr
