@@ -132,9 +132,8 @@ def main() -> None:
     try:
         with contextlib.ExitStack() as stack:
             hosts = stack.enter_context(netns.Hosts(args.netns_hosts, args.line_rate)) if args.netns_hosts else None
-            out = run_ranks(job, args.world_size, ("gloo",), job_args=(args,), timeout=1800,
-                            netns=hosts and [hosts.names[r // args.ranks_per_host] for r in range(args.world_size)],
-                            master_addr=hosts.addrs[0] if hosts else "127.0.0.1")[0]
+            where = hosts.placement(args.world_size, args.ranks_per_host) if hosts else {}
+            out = run_ranks(job, args.world_size, ("gloo",), job_args=(args,), timeout=1800, **where)[0]
     except (RuntimeError, TimeoutError) as e:
         raise SystemExit(f"a rank failed: {e}")
     where = (f"{args.netns_hosts} namespace hosts x {args.ranks_per_host} ranks, {args.line_rate} cables"

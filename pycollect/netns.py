@@ -191,6 +191,11 @@ class Hosts:
         the machine's boot id and IPC namespace, and must not share memory)."""
         return ["ip", "netns", "exec", self.names[i], "env", f"PYCOLLECT_HOST_TAG={self.names[i]}", *argv]
 
+    def placement(self, world_size: int, ranks_per_host: int = 1) -> dict:
+        """run_ranks' keywords that put `world_size` ranks on these hosts, `ranks_per_host`
+        consecutive ranks a host, the store on host 0."""
+        return {"netns": [self.names[r // ranks_per_host] for r in range(world_size)], "master_addr": self.addrs[0]}
+
     def set_link(self, i: int, up: bool) -> None:
         """Plug (up=True) or pull (up=False) host i's cable at the switch: no FIN, no RST,
         packets simply stop, as with a cut cable or a dead switch port."""

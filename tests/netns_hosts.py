@@ -31,4 +31,4 @@ def hosts_or_skip(n: int, **kwargs) -> Iterator[netns.Hosts]:
 def host_pool(hosts: netns.Hosts, n: Optional[int] = None, **kwargs) -> RankPool:
     """A RankPool of `n` ranks (default: one per host), rank r on host r."""
     n = len(hosts.names) if n is None else n
-    return RankPool(n, netns=hosts.names[:n], master_addr=hosts.addrs[0], **kwargs)
+    return RankPool(n, **hosts.placement(n), **kwargs)

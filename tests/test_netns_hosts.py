@@ -101,14 +101,13 @@ def test_torchrun_two_nodes_train_identical_replicas(netns_hosts4):
     assert nodes[0]["pycollect"]["param_sum"] == pytest.approx(nodes[0]["torch"]["param_sum"], rel=1e-5, abs=1e-4)
 
 
-def cut_cable(hosts, collective_timeout_s: float, wait_s: float, on=(0, 1, 2), count: int = 1 << 20,
-              algo: str = "auto"):
-    """Ranks on hosts `on` (rank r on host on[r]) all-reduce `count` float32 in a loop; pull
+def cut_cable(hosts, collective_timeout_s: float, wait_s: float, ranks: int = 3, ranks_per_host: int = 1,
+              count: int = 1 << 20, algo: str = "auto"):
+    """`ranks` ranks, `ranks_per_host` to a host, all-reduce `count` float32 in a loop; pull
     host 1's cable. Returns each rank's (ok, (error name, message, seconds from the cut to its
     error), ...) and mends the cable."""
-    with RankPool(len(on), netns=[hosts.names[h] for h in on], master_addr=hosts.addrs[on[0]], init_gloo=False,
-                  timeout=60, op_timeout=collective_timeout_s,
-                  env={"PYCOLLECT_LINK_TIMEOUT": f"{LINK_TIMEOUT_S:g}"}) as pool:
+    with RankPool(ranks, **hosts.placement(ranks, ranks_per_host), init_gloo=False, timeout=60,
+                  op_timeout=collective_timeout_s, env={"PYCOLLECT_LINK_TIMEOUT": f"{LINK_TIMEOUT_S:g}"}) as pool:
         pool.submit(case_all_reduce_until_failure, count, algo)
         time.sleep(2.0)
         cut_at = time.time()
@@ -128,7 +127,7 @@ def test_cut_cable_fails_every_rank_within_link_timeout(netns_hosts4, layout):
     hierarchical call (16 MiB: its levels pipelined) loses the cable in its inter-host
     phase while the ranks behind it wait within their hosts, over shared memory."""
     limit = LINK_TIMEOUT_S + MARGIN_S
-    kw = dict(on=(0, 0, 1, 1), count=1 << 22, algo="hierarchical") if layout.startswith("hier") else {}
+    kw = dict(ranks=4, ranks_per_host=2, count=1 << 22, algo="hierarchical") if layout.startswith("hier") else {}
     try:
         outcomes = cut_cable(netns_hosts4, 300.0, wait_s=limit + 5, **kw)
     except TimeoutError as e:

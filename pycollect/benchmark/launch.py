@@ -107,9 +107,9 @@ def run(cfg: Config, json_path: Optional[str] = None, plot_path: Optional[str] =
     backends = ("pycollect", cfg.peer) if cfg.peer in ("gloo", "nccl") else ("pycollect",)
     with contextlib.ExitStack() as stack:
         hosts = stack.enter_context(netns.Hosts(hosts_n, cfg.line_rate)) if cfg.netns_hosts else None
+        where = hosts.placement(cfg.world_size, cfg.ranks_per_host) if hosts else {}
         run_ranks(_job, cfg.world_size, backends, job_args=(cfg,), timeout=timeout, on_event=on_event, env=cfg.env,
-                  netns=hosts and [hosts.names[r // cfg.ranks_per_host] for r in range(cfg.world_size)],
-                  master_addr=hosts.addrs[0] if hosts else "127.0.0.1")
+                  **where)
     print(report.summary(rows, cfg.op, cfg.peer, link, line, memcpy,
                          hosts=hosts_n if cfg.netns_hosts and cfg.ranks_per_host > 1 else None),
           file=stream, flush=True)

@@ -112,7 +112,7 @@ def _placement(world_size: int, line_rate: Optional[str]):
     from .. import netns
 
     with netns.Hosts(world_size, line_rate) as hosts:
-        yield {"netns": hosts.names, "master_addr": hosts.addrs[0]}
+        yield hosts.placement(world_size)
 
 
 # The probe's sizes: a ping-pong at each (alpha from the first, beta from the others).
