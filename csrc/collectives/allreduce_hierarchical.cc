@@ -64,28 +64,31 @@ void allreduceHierarchical(Context& ctx, void* data, size_t count, DType dtype, 
   const int divisor = op == ReduceOp::kAvg ? ctx.size : 1;
   const int pieces = pipelinePieces(ctx, bytes);
   const Chunks cut(count, pieces);
-  // Piece k's intra-host blocks (rail i's chunk of it) and this rank's chunk.
+  // Piece k's intra-host blocks: rail i's chunk of it (this rank's: blocks[hy.local()]).
   auto blocksOf = [&](int k) {
     const Chunks chunks(cut.length(k), hy.rails());
     std::vector<Block> blocks;
     for (int i = 0; i < hy.rails(); ++i) blocks.push_back({{cut.offset(k) + chunks.offset(i), chunks.length(i)}});
     return blocks;
   };
-  auto mineOf = [&](int k) { return blocksOf(k)[hy.local()][0]; };
   if (pieces == 1) {  // the levels one after the other
-    const Piece mine = mineOf(0);
-    reduceScatterRingBlocks(intra, base, blocksOf(0), base + mine.offset * es, dtype, inner);
+    const std::vector<Block> blocks = blocksOf(0);
+    const Piece mine = blocks[hy.local()][0];
+    reduceScatterRingBlocks(intra, base, blocks, base + mine.offset * es, dtype, inner);
     allreduceRing(inter, base + mine.offset * es, mine.length, dtype, inner);
     if (divisor > 1) divide(base + mine.offset * es, mine.length, dtype, divisor);
-    allgatherRingBlocks(intra, base, blocksOf(0), nullptr, dtype);
+    allgatherRingBlocks(intra, base, blocks, nullptr, dtype);
   } else {  // pipelined (rail_pipeline.h): piece k crosses hosts while k+1 and k-1 move within
     const size_t slotBytes = (Chunks(cut.length(0), hy.rails()).length(0) / hy.hosts() + 1) * es;
     RailRing rails(inter, ctx.stage(slotBytes), dtype, inner, divisor);
     intra.setBackground(&rails);
+    std::vector<Block> previous;  // piece k-1's blocks, all-gathered once its rails are done
     for (int k = 0; k <= pieces; ++k) {
+      std::vector<Block> blocks;
       if (k < pieces) {
-        const Piece mine = mineOf(k);
-        reduceScatterRingBlocks(intra, base, blocksOf(k), base + mine.offset * es, dtype, inner);
+        blocks = blocksOf(k);
+        const Piece mine = blocks[hy.local()][0];
+        reduceScatterRingBlocks(intra, base, blocks, base + mine.offset * es, dtype, inner);
         std::vector<Block> shares;  // the rail ring's: our chunk cut in one share per host
         for (int h = 0; h < hy.hosts(); ++h) shares.push_back(partOf(Block{mine}, h, hy.hosts()));
         rails.push(RailRing::Kind::kAllReduce, base, std::move(shares));
@@ -94,8 +97,9 @@ void allreduceHierarchical(Context& ctx, void* data, size_t count, DType dtype, 
       if (k > 0) {
         intra.waitFor([&] { return rails.done(k - 1); },
                       [&] { return "finish the inter-host all-reduce: " + rails.waiting(); }, rails.waitingFor());
-        allgatherRingBlocks(intra, base, blocksOf(k - 1), nullptr, dtype);
+        allgatherRingBlocks(intra, base, previous, nullptr, dtype);
       }
+      previous = std::move(blocks);
     }
   }
 
