@@ -46,19 +46,20 @@ class TorchWork(dist.Work):
     Future yields (the output tensors, as Gloo's and NCCL's Works do).
     """
 
-    # A settled Work's state (settled() sets only what differs; __init__ sets all of it).
-    _source = None
+    # Every Work's state before anything happens to it: __init__ and settled() set only
+    # what differs from these.
+    _source = None  # a recv's: () -> the sender's rank
     _engine_works: Sequence = ()
     _stream_works: Sequence = ()
-    _completer: Optional["Completer"] = None
+    _completer: Optional["Completer"] = None  # settles it once asked to (_hand_over)
     _handed = False
     _error: Optional[BaseException] = None
-    _future: Optional[torch.futures.Future] = None
+    _future: Optional[torch.futures.Future] = None  # made when asked for (get_future)
 
     def __init__(self, method: str, engine_works: Sequence, result: List[torch.Tensor], source=None):
         super().__init__()
         self._method = method
-        self._source = source  # a recv's: () -> the sender's rank
+        self._source = source
         self._engine_works = list(engine_works)
         # Staged calls without a finish step only: wait() may make the caller's stream wait
         # instead of the host. A finish step (all_gather's list form copies its flat buffer
@@ -72,11 +73,7 @@ class TorchWork(dist.Work):
         # Held by whoever settles it, until it is settled: a waiter that did not get it
         # waits on it (cheaper to make than an Event, and a call makes one per Work).
         self._claim = threading.Lock()
-        self._completer: Optional["Completer"] = None  # settles it once asked to (_hand_over)
-        self._handed = False
         self._done = False
-        self._error: Optional[BaseException] = None
-        self._future: Optional[torch.futures.Future] = None  # made when asked for (get_future)
 
     @classmethod
     def settled(cls, method: str, result: List[torch.Tensor], error: Optional[BaseException],
