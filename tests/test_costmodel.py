@@ -380,6 +380,20 @@ def test_cli_refuses_bad_input():
     assert r.returncode == 2 and "bandwidth" in r.stderr
 
 
+def test_cli_fit_inter_host_refusals(tmp_path):
+    """`model --fit --inter-host` refuses, naming what is wrong: no --out, the loopback
+    model's own file, and a process that is not a rank of a torchrun job."""
+    r = _cli("--fit", "--inter-host")
+    assert r.returncode == 2 and "needs --out" in r.stderr, r.stderr
+    from pycollect.costmodel import DEFAULT_PATH
+
+    r = _cli("--fit", "--inter-host", "--out", DEFAULT_PATH)
+    assert r.returncode == 2 and "loopback model" in r.stderr, r.stderr
+    r = _cli("--fit", "--inter-host", "--out", str(tmp_path / "links.json"))
+    assert r.returncode == 2 and "step 1 of 2" in r.stderr and "torchrun" in r.stderr, r.stderr
+    assert not (tmp_path / "links.json").exists()
+
+
 def test_cli_fit_from_json(tmp_path):
     true = Params(alpha=12e-6, beta=1 / 3e9, gamma=1 / 5e9, overhead=25e-6, overlap=0.0, cores=os.cpu_count())
     src = tmp_path / "samples.json"

@@ -106,3 +106,21 @@ def test_hierarchy_has_clear_errors(pool4):
     c = _C.Communicator(0, 2, _C.CommOptions())
     with pytest.raises(Exception, match="need the host of each of the 2 ranks, got 3"):
         c.set_topology([0, 0, 1], 1, 1, 1, 1)
+
+
+def case_probe_inter_host_refused():
+    """The links-between-hosts probe in a job that is not two ranks on two hosts."""
+    from pycollect.costmodel.measure import probe_inter_host
+
+    try:
+        probe_inter_host(iters=1)
+    except ValueError as e:
+        return str(e)
+    return None
+
+
+def test_probe_inter_host_needs_two_ranks_on_two_hosts(pool4):
+    """`model --fit --inter-host` run in the wrong job (here 4 ranks on one host) refuses on
+    every rank, naming the step and what the job is, before it measures anything."""
+    for msg in pool4.run(case_probe_inter_host_refused):
+        assert msg is not None and "step 1 of 2" in msg and "two ranks on two hosts" in msg and "4 ranks" in msg, msg
