@@ -100,9 +100,9 @@ std::shared_ptr<Work> Communicator::enqueue(Op op) {
     driving_ = false;
     // Wake the worker for what queued behind us, a shutdown waiting, or a scratch grown
     // large enough for its idle release.
-    if (!queue_.empty() || stopping_ || drivers_ > 0 || heldScratch() > kScratchKeepBytes) {
-      cv_.notify_all();
-    }
+    const bool wake = !queue_.empty() || stopping_ || drivers_ > 0 || heldScratch() > kScratchKeepBytes;
+    lock.unlock();  // notify unlocked: a thread woken under the lock would only block on it
+    if (wake) cv_.notify_all();
     return work;
   }
   if (p2p != nullptr && queue_.empty() && !driving_) {
@@ -118,7 +118,9 @@ std::shared_ptr<Work> Communicator::enqueue(Op op) {
     // The worker progresses what is left (it may have gone to sleep while we drove) or
     // runs what queued meanwhile; when nothing at all is left, nobody is woken (a wake-up
     // costs more than a small send).
-    if (!p2p_.empty() || !queue_.empty() || stopping_ || drivers_ > 0) cv_.notify_all();
+    const bool wake = !p2p_.empty() || !queue_.empty() || stopping_ || drivers_ > 0;
+    lock.unlock();
+    if (wake) cv_.notify_all();
     return work;
   }
   queue_.push_back(std::move(op));
@@ -350,7 +352,11 @@ void Communicator::workerLoop() {
         }
         lock.lock();
         idlePolling_ = driving_ = false;
-        if (drivers_ > 0) cv_.notify_all();  // a caller waits to drive (waitDriving)
+        if (drivers_ > 0) {  // a caller waits to drive (waitDriving): wake it unlocked
+          lock.unlock();
+          cv_.notify_all();
+          lock.lock();
+        }
         if (!error.empty()) {
           lock.unlock();
           failWith(error);
@@ -364,9 +370,11 @@ void Communicator::workerLoop() {
       driving_ = true;
     }
     runTaken(op);
-    std::lock_guard<std::mutex> lock(mu_);
+    std::unique_lock<std::mutex> lock(mu_);
     driving_ = false;
-    if (drivers_ > 0) cv_.notify_all();  // a caller waits for the links (waitDriving)
+    const bool wake = drivers_ > 0;  // a caller waits for the links (waitDriving)
+    lock.unlock();
+    if (wake) cv_.notify_all();
   }
 }
 
