@@ -7,6 +7,7 @@ path it takes (staging through pinned memory) is decided in _device.py.
 """
 from __future__ import annotations
 
+import sys
 from typing import Any, Optional, Sequence
 
 import numpy as np
@@ -39,10 +40,12 @@ def as_buffer(x, what: str, writable: bool = False) -> Buffer:
 
     `what` names the argument in error messages, e.g. "all_reduce(tensor)".
     """
-    if is_torch_tensor(x):
+    torch_kinds = _TORCH or _torch_kinds()
+    if torch_kinds and isinstance(x, torch_kinds[0]):
         # The common case costs a few attribute reads (a small call's whole budget is
-        # microseconds); the slower questions are asked only when one of them fails.
-        name = _TORCH_NAMES.get(x.dtype) if x.is_cpu and x.layout is _strided() and not x.is_quantized else None
+        # microseconds); the slower questions are asked only when one of them fails (a
+        # quantized dtype has no name here, so it is refused with the others).
+        name = _TORCH_NAMES.get(x.dtype) if x.is_cpu and x.layout is torch_kinds[1] else None
         if name is None:
             if x.is_cuda:
                 return _cuda_buffer(x, what)
@@ -80,17 +83,22 @@ def _cuda_buffer(x, what: str) -> Buffer:
 _TORCH_NAMES: dict = {}  # torch.dtype -> our dtype name, filled on first use
 
 
-_STRIDED: list = []  # torch.strided, once torch was asked for
+_TORCH: list = []  # [torch.Tensor, torch.strided] once torch is imported
+
+
+def _torch_kinds() -> list:
+    """_TORCH, filled (with _TORCH_NAMES) once the process has imported torch; empty before:
+    nothing can be a tensor then, and pycollect never imports torch to ask."""
+    torch = sys.modules.get("torch")
+    if torch is not None and not _TORCH:
+        for name in DTYPE_CODES:
+            _TORCH_NAMES[getattr(torch, name)] = name
+        _TORCH.extend((torch.Tensor, torch.strided))
+    return _TORCH
 
 
 def _strided():
-    if not _STRIDED:
-        import torch
-
-        for name in DTYPE_CODES:
-            _TORCH_NAMES[getattr(torch, name)] = name
-        _STRIDED.append(torch.strided)
-    return _STRIDED[0]
+    return (_TORCH or _torch_kinds())[1]
 
 
 def _refuse_torch(x, what: str) -> None:

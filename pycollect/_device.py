@@ -62,8 +62,12 @@ def device_call(g, bufs: Sequence[Buffer], what: str) -> Optional[Tuple[int, int
 def needs_host_staging(g, tensors: Sequence, what: str) -> bool:
     """True if the irregular call `what` must go through through_host: its tensors are CUDA
     tensors (checked as device_call does), or the group stages host memory in tests."""
-    if not g.host_device and not any(getattr(t, "is_cuda", False) is True for t in tensors):
-        return False  # the common case, host tensors, asked cheaply
+    if not g.host_device:
+        for t in tensors:  # a loop, not any(...): a generator costs more than a small call's question
+            if getattr(t, "is_cuda", False) is True:
+                break
+        else:
+            return False  # the common case, host tensors, asked cheaply
     if getattr(_local, "inside", False):
         return False
     flat = [t for t in tensors if t is not None]

@@ -222,10 +222,28 @@ def _run(g: ProcessGroup, launch, keepalive, async_op: bool, finish=None, profil
 
         with torch.autograd.profiler.record_function(f"pycollect::{sys._getframe(1).f_code.co_name}"):
             return _run(g, launch, keepalive, async_op, finish, profiled=True)
+    if async_op is _POSTED:
+        return g.post(launch, keepalive)
     if async_op:
-        return g.submit(lambda c: launch(c, False), keepalive, finish)
-    g.run_blocking(lambda c: launch(c, True), keepalive, finish)
+        return g.submit(launch, keepalive, finish)
+    g.run_blocking(launch, keepalive, finish)
     return None
+
+
+# async_op=_POSTED (post_send, post_recv): an asynchronous call whose Work is None when the
+# engine finished it as it was posted.
+_POSTED = "posted"
+
+
+def post_send(tensor, dst: int, group, tag: int = 0) -> Optional[Work]:
+    """isend for a caller that needs no Work once it is done (the torch backend, whose own
+    Work stands for it): None when it completed as posted (a small send's bytes left)."""
+    return _send(tensor, dst, group, tag, async_op=_POSTED)
+
+
+def post_recv(tensor, src: int, group, tag: int = 0) -> Optional[Work]:
+    """irecv from `src` as post_send: None when the bytes were already here."""
+    return _recv(tensor, src, group, tag, async_op=_POSTED)
 
 
 def _input_output(g: ProcessGroup, call: str, inp, in_name: str, out, out_name: str, gathers: bool):
@@ -366,7 +384,7 @@ def barrier(group=None, async_op: bool = False, device_ids=None, timeout=None):
 
 
 def _check_tag(tag) -> int:
-    if not isinstance(tag, int) or not -(2**31) <= tag < 2**31:
+    if type(tag) is not int and not isinstance(tag, int) or not -(2**31) <= tag < 2**31:
         raise ValueError(f"tag must be a 32-bit integer, got {tag!r}")
     return tag
 
@@ -406,7 +424,8 @@ def _recv(tensor, src: Optional[int], group, tag: int, async_op: bool):
     work = _run(g, lambda c, blk: c.recv(b.address, b.numel, b.code, peer, tag, blk), (b,), async_op)
     if not async_op:
         return src
-    work.source_rank = lambda: src
+    if work is not None:  # None: posted and done (post_recv)
+        work.source_rank = lambda: src
     return work
 
 
@@ -425,9 +444,10 @@ def _recv_any(g: ProcessGroup, b, tag: int, async_op: bool):
         raise ValueError("recv(src=None): the group has no other rank to receive from")
     source = np.full(1, -1, dtype=np.int32)  # the engine writes the sender's group rank here
     if not async_op:
-        g.run_blocking(lambda c: c.recv_any(b.address, b.numel, b.code, tag, source.ctypes.data, True), (b, source))
+        g.run_blocking(lambda c, blk: c.recv_any(b.address, b.numel, b.code, tag, source.ctypes.data, blk),
+                       (b, source))
         return g.ranks[int(source[0])]
-    work = g.submit(lambda c: c.recv_any(b.address, b.numel, b.code, tag, source.ctypes.data), (b, source))
+    work = g.submit(lambda c, blk: c.recv_any(b.address, b.numel, b.code, tag, source.ctypes.data, blk), (b, source))
     work.source_rank = lambda: g.ranks[int(source[0])] if work.wait() else None
     return work
 

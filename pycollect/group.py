@@ -333,26 +333,38 @@ class ProcessGroup:
 
     # -- used by api.py -------------------------------------------------------
     def submit(self, launch, keepalive=(), finish=None) -> Work:
-        """Run `launch(comm)` (which returns a C++ Work) and track the buffers: they stay
-        referenced until the engine is done with them, a staged call's until its copies
+        """Run `launch(comm, False)` (which returns a C++ Work) and track the buffers: they
+        stay referenced until the engine is done with them, a staged call's until its copies
         to the device completed (a wait() that only made a stream wait does not end them)."""
-        with self._lock:  # issue order is the order of the lock, so the queue sees it too
-            self._release_settled()
-            cwork = launch(self._comm)
-            self._pending.append((cwork, keepalive))  # buffers live until the engine is done
-        return Work(self, cwork, keepalive, finish)
+        return self._issue(launch, False, keepalive, finish, settle=False)
+
+    def post(self, launch, keepalive=()) -> Optional[Work]:
+        """An asynchronous call for a caller that needs no Work once it is done (the torch
+        backend's send and recv): None when the engine finished it as it was posted (a small
+        send that left, a receive whose bytes were waiting), else its Work."""
+        return self._issue(launch, False, keepalive, None, settle=True)
 
     def run_blocking(self, launch, keepalive=(), finish=None) -> None:
-        """A blocking call: `launch(comm)` with the engine free to run it on this thread. A
+        """A blocking call: `launch(comm, True)`, the engine free to run it on this thread. A
         host call that ran inline comes back done: it returns then and there, without the
         Work and its wait (a few microseconds of a small call's ten); any other is waited on."""
+        work = self._issue(launch, True, keepalive, finish, settle=True)
+        if work is not None:
+            work.wait()
+
+    def _issue(self, launch, blocking: bool, keepalive, finish, settle: bool) -> Optional[Work]:
+        """launch(comm, blocking) under the group's lock (issue order is the lock's order, so
+        the engine's queue sees it too). `settle`: a host call already done without error
+        (and no finish step to run) returns None, with neither a Work nor its buffers kept."""
         with self._lock:
-            self._release_settled()
-            cwork = launch(self._comm)
-            if finish is None and cwork.is_completed() and not cwork.failed() and type(cwork) is not _C.StagedWork:
-                return
-            self._pending.append((cwork, keepalive))
-        Work(self, cwork, keepalive, finish).wait()
+            if self._pending:
+                self._release_settled()
+            cwork = launch(self._comm, blocking)
+            if settle and finish is None and cwork.is_completed() and not cwork.failed() \
+                    and type(cwork) is not _C.StagedWork:
+                return None
+            self._pending.append((cwork, keepalive))  # buffers live until the engine is done
+        return Work(self, cwork, keepalive, finish)
 
     def _release_settled(self) -> None:
         """Drops the buffers of the oldest calls the engine is done with (calls mostly end in

@@ -248,17 +248,17 @@ class PyCollectProcessGroup(dist.ProcessGroup):
     # -- point to point ----------------------------------------------------------
     def send(self, tensors, dstRank: int, tag: int = 0) -> TorchWork:  # noqa: N803
         tensor = single(tensors, "send")
-        return self._posted("send", api.isend(tensor, dstRank, group=self._engine, tag=tag), [tensor])
+        return self._posted("send", api.post_send(tensor, dstRank, self._engine, tag), [tensor])
 
     def recv(self, tensors, srcRank: int, tag: int = 0) -> TorchWork:  # noqa: N803
         tensor = single(tensors, "recv")
-        work = api.irecv(tensor, srcRank, group=self._engine, tag=tag)
-        return self._posted("recv", work, [tensor], work.source_rank)
+        return self._posted("recv", api.post_recv(tensor, srcRank, self._engine, tag), [tensor], lambda: srcRank)
 
     def _posted(self, method: str, work, result: List[torch.Tensor], source=None) -> TorchWork:
-        """A point-to-point call posted on the engine: its Work settled at once when it is
-        already done (a small send that left, a receive whose bytes were waiting)."""
-        if work.done_here():
+        """A point-to-point call posted on the engine: its Work settled at once when the
+        engine finished it as it was posted (work None: a small send that left, a receive
+        whose bytes were waiting)."""
+        if work is None:
             return TorchWork.settled(method, result, None, source)
         return self._submit(method, [work], result, source)
 
