@@ -338,6 +338,11 @@ class Communicator {
   bool idlePolling_ = false;    // (under mu_) the worker is in progressIdle: wake it
   bool driving_ = false;        // (under mu_) a thread runs an op or polls the links
   int drivers_ = 0;             // (under mu_) callers waiting to drive the links (waitDriving)
+  // (under mu_) Whether a thread that stops driving must wake the others: the worker for
+  // calls queued, transfers posted, a failure, a shutdown or a scratch to give back; waiting
+  // callers to drive. When nothing is left nobody is woken: on a busy host a wake-up costs
+  // more than a small call (it takes a core from a rank that computes).
+  bool othersNeedWaking() const;
   std::deque<std::unique_ptr<PendingP2P>> p2p_;  // the driving thread's (or under mu_ with nobody driving)
 
   uint64_t seq_ = 0;                 // collective calls issued (under mu_)

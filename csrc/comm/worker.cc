@@ -98,9 +98,7 @@ std::shared_ptr<Work> Communicator::enqueue(Op op) {
     }
     lock.lock();
     driving_ = false;
-    // Wake the worker for what queued behind us, a shutdown waiting, or a scratch grown
-    // large enough for its idle release.
-    const bool wake = !queue_.empty() || stopping_ || drivers_ > 0 || heldScratch() > kScratchKeepBytes;
+    const bool wake = othersNeedWaking();
     lock.unlock();  // notify unlocked: a thread woken under the lock would only block on it
     if (wake) cv_.notify_all();
     return work;
@@ -116,9 +114,8 @@ std::shared_ptr<Work> Communicator::enqueue(Op op) {
     driving_ = false;
     if (!done) p2p_.push_back(std::move(*p2p));
     // The worker progresses what is left (it may have gone to sleep while we drove) or
-    // runs what queued meanwhile; when nothing at all is left, nobody is woken (a wake-up
-    // costs more than a small send).
-    const bool wake = !p2p_.empty() || !queue_.empty() || stopping_ || drivers_ > 0;
+    // runs what queued meanwhile.
+    const bool wake = othersNeedWaking();
     lock.unlock();
     if (wake) cv_.notify_all();
     return work;
@@ -147,10 +144,9 @@ bool Communicator::waitDriving(const std::shared_ptr<Work>& work, double timeout
       runTaken(op);
       lock.lock();
       driving_ = false;
-      cv_.notify_all();  // the worker carries on with what is left or queued behind it
     }
     auto others = [this] { return !queue_.empty() || stopping_ || !failure_.empty(); };
-    if (!others()) {
+    if (!work->isCompleted() && !others()) {
       ++drivers_;
       if (idlePolling_) transport_->wake();  // the worker stands aside (workerLoop)
       auto ready = [&] { return !driving_ || work->isCompleted() || others(); };
@@ -182,9 +178,11 @@ bool Communicator::waitDriving(const std::shared_ptr<Work>& work, double timeout
       }
       if (drive) idlePolling_ = driving_ = false;
       --drivers_;
-      lock.unlock();
-      cv_.notify_all();  // the worker takes over what is left, or runs what queued
     }
+    // The worker takes over what is left or queued meanwhile; other waiters may drive now.
+    const bool wake = othersNeedWaking();
+    lock.unlock();
+    if (wake) cv_.notify_all();
   }
   if (!limited) return work->wait(-1);
   double left = std::chrono::duration<double>(deadline - Clock::now()).count();
@@ -318,6 +316,11 @@ void Communicator::progressP2P() {
     throw;
   }
   reapP2P();
+}
+
+bool Communicator::othersNeedWaking() const {
+  return !queue_.empty() || !p2p_.empty() || drivers_ > 0 || stopping_ || !failure_.empty() ||
+         heldScratch() > kScratchKeepBytes;
 }
 
 void Communicator::workerLoop() {
