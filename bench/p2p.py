@@ -23,6 +23,8 @@ import statistics
 import sys
 import time
 
+import null_backend
+
 OPS = ("ping_pong", "ping_pong_any", "all_reduce", "broadcast", "barrier", "reduce", "all_gather", "reduce_scatter", "gather",
        "scatter", "all_to_all")
 
@@ -85,19 +87,90 @@ def _caller(api, rank, op, group):
     return call
 
 
+class _StubWork:
+    """An engine call that completed, without error, as it was issued."""
+    __slots__ = ()
+
+    def is_completed(self) -> bool:
+        return True
+
+    def failed(self) -> bool:
+        return False
+
+
+_STUB_WORK = _StubWork()
+
+
+class _StubEngine:
+    """Stands in for a group's C++ communicator: every call completes as it is issued and
+    touches nothing, so what a call costs then is its Python alone (pycollect's; through
+    torch, torch's dispatch and the backend's too). The rest of the communicator is the real
+    one's."""
+
+    def __init__(self, real):
+        self._real = real
+
+    def wait_driving(self, *_args) -> bool:
+        return True
+
+    def __getattr__(self, name):
+        return getattr(self._real, name)
+
+
+def _stub_call(_self, *_args, **_kwargs):
+    return _STUB_WORK
+
+
+for _name in ("send", "recv", "recv_any", "all_reduce", "broadcast", "barrier", "reduce", "all_gather",
+              "reduce_scatter", "gather", "scatter", "all_to_all"):
+    setattr(_StubEngine, _name, _stub_call)
+
+
+def _time_calls(call, iters: int) -> float:
+    """Median microseconds of `iters` single calls, after a warm-up."""
+    for _ in range(50):
+        call()
+    times = []
+    for _ in range(iters):
+        t0 = time.perf_counter()
+        call()
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times) * 1e6
+
+
+def python_share(rank, ops, engines, stubbed, iters):
+    """Rank 0's calls with the engine of every group in `stubbed` replaced by _StubEngine:
+    each op's cost on the API and through torch when the engine costs nothing; and through
+    torch on the null backend (bench/null_backend.py), torch's own share."""
+    if rank != 0:
+        return {}
+    real = [g._comm for g in stubbed]
+    for g in stubbed:
+        g._comm = _StubEngine(g._comm)
+    try:
+        return {op: {name: _time_calls(_caller(engines[name][0], 0, op, engines[name][1]), iters)
+                     for name in ("api", "torch", "null")} for op in ops}
+    finally:
+        for g, comm in zip(stubbed, real):
+            g._comm = comm
+
+
 def latency_job(rank, world, emit, ops, iters):
     import torch.distributed as dist
 
     import pycollect as pc
     import pycollect.api as api
+    import pycollect.torch_backend as tb
     from pycollect import _C
 
+    null_backend.register()
     pg = dist.new_group(backend="pycollect")
     gloo = dist.new_group(backend="gloo")
-    engines = {"api": (api, None), "torch": (dist, pg), "gloo": (dist, gloo)}
+    null = dist.new_group(backend=null_backend.NAME)
+    engines = {"api": (api, None), "torch": (dist, pg), "gloo": (dist, gloo), "null": (dist, null)}
     out = {}
     for op in ops:
-        calls = {name: _caller(mod, rank, op, grp) for name, (mod, grp) in engines.items()}
+        calls = {name: _caller(mod, rank, op, grp) for name, (mod, grp) in engines.items() if name != "null"}
         times = {name: [] for name in calls}
         for block in range(4):  # alternating blocks, each engine warm
             for name, call in calls.items():
@@ -109,10 +182,12 @@ def latency_job(rank, world, emit, ops, iters):
                     call()
                     times[name].append(time.perf_counter() - t0)
         out[op] = {name: _median_p99(v) for name, v in times.items()}
+    out["stubbed"] = python_share(rank, ops, engines, [api._default(), tb.engine_group(pg)], iters)
+    pc.barrier()
     out["wire_us"] = _C.tcp_round_trip_us(2000, True) if rank == 0 else None
     out["links"] = sorted(set(pc.get_transport_info().values()))
-    dist.destroy_process_group(pg)
-    dist.destroy_process_group(gloo)
+    for group in (pg, gloo, null):
+        dist.destroy_process_group(group)
     return out
 
 
@@ -199,6 +274,20 @@ def main() -> int:
         r = rows[0][1][op]
         print(f"| {op} | {r['api'][0]:.1f} | {r['torch'][0]:.1f} | {r['torch'][0] / r['api'][0]:.2f}x | "
               f"{r['gloo'][0]:.1f} |")
+    print("\n## Where a call's time goes: the same calls, rank 0 alone, with the engine stubbed (each call")
+    print("completes as issued) and through torch on a backend that does nothing (bench/null_backend.py)")
+    print("engine = API - API stubbed; pycollect's Python = API stubbed (API) or torch stubbed - null")
+    print("(backend); torch's = null. Through torch a call costs at least engine + null: against the API,")
+    print("that floor is the least ratio any backend could reach.")
+    print("| op | API | engine | API's Python | through torch | backend's Python | torch's (null) | "
+          "floor: engine + null | floor ÷ API |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    for op in OPS:
+        r, st = rows[0][1][op], rows[0][1]["stubbed"][op]
+        engine = r["api"][0] - st["api"]
+        floor = engine + st["null"]
+        print(f"| {op} | {r['api'][0]:.1f} | {engine:.1f} | {st['api']:.1f} | {r['torch'][0]:.1f} | "
+              f"{st['torch'] - st['null']:.1f} | {st['null']:.1f} | {floor:.1f} | {floor / r['api'][0]:.2f}x |")
     print("\n## torch.distributed.pipelining: 2 stages, Schedule1F1B, 8 micro-batches (step, ms)")
     print("| MLP width | pycollect | gloo | ratio (target <= 0.7x) | losses equal |")
     print("|---|---|---|---|---|")

@@ -115,3 +115,36 @@ def test_plot_hierarchy_draws_the_runs_or_says_what_to_run(tmp_path):
     r = subprocess.run([sys.executable, script, "--results", str(tmp_path), "--out", str(out)], capture_output=True,
                        text=True, timeout=120)
     assert r.returncode == 0 and "1 runs" in r.stdout and out.stat().st_size > 1000, r.stderr
+
+
+def _p2p_split_job(rank, world, emit):
+    """bench/p2p.py's latency job on two calls, then a real all-reduce: the stand-in engine
+    python_share swapped in must be gone again."""
+    import torch
+
+    import pycollect as pc
+    sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "bench"))
+    import p2p
+
+    out = p2p.latency_job(rank, world, emit, ("ping_pong", "barrier"), 8)
+    t = torch.full((3,), float(rank + 1))
+    pc.all_reduce(t)
+    return out, t.tolist()
+
+
+def test_p2p_bench_splits_a_call_into_engine_backend_and_torch():
+    """bench/p2p.py times each call on the API, through torch on "pycollect" and Gloo, and on
+    rank 0 the same calls with the engine stubbed and on the null backend (torch's dispatch
+    alone); afterwards the groups carry real calls again (3 = 1 + 2 on both ranks)."""
+    from pycollect.launch import run_ranks
+
+    results = run_ranks(_p2p_split_job, 2, ["pycollect", "gloo"], timeout=120)
+    for _out, summed in results:
+        assert summed == [3.0, 3.0, 3.0]
+    out = results[0][0]
+    for op in ("ping_pong", "barrier"):
+        assert set(out[op]) == {"api", "torch", "gloo"} and all(v[0] > 0 for v in out[op].values())
+        assert set(out["stubbed"][op]) == {"api", "torch", "null"}
+        assert all(v > 0 for v in out["stubbed"][op].values())
+    assert results[1][0]["stubbed"] == {}  # rank 0's alone
+    assert out["wire_us"] > 0
