@@ -35,14 +35,17 @@ _local = threading.local()  # .inside: a through_host call is running its CPU ca
 
 def device_call(g, bufs: Sequence[Buffer], what: str) -> Optional[Tuple[int, int]]:
     """(CUDA device, caller's stream) if `bufs` live in device memory, None for host memory."""
+    for b in bufs:
+        if b.device is not None:
+            break
+    else:  # host memory only, the common case: asked without building lists
+        if g.host_device and not getattr(_local, "inside", False):
+            return (0, 0)  # tests: host memory plays the device's (ProcessGroup.use_host_device)
+        return None
     on_device = [b.device is not None for b in bufs]
     if any(on_device) and not all(on_device):
         names = ", ".join(f"{'cuda:%d' % b.device if b.device is not None else 'cpu'}" for b in bufs)
         raise ValueError(f"{what}: CPU and CUDA tensors are mixed in one call ({names}); move them to one device")
-    if not bufs or not on_device[0]:
-        if g.host_device and not getattr(_local, "inside", False):
-            return (0, 0)  # tests: host memory plays the device's (ProcessGroup.use_host_device)
-        return None
     import torch
 
     if not torch.cuda.is_available():

@@ -333,4 +333,4 @@ EAGER_MAX_BYTES = 64 * 1024  # collectives up to this size run at once on the ca
 
 
 def _small(tensor: torch.Tensor) -> bool:
-    return not tensor.is_sparse and tensor.numel() * tensor.element_size() <= EAGER_MAX_BYTES
+    return not tensor.is_sparse and tensor.nbytes <= EAGER_MAX_BYTES  # nbytes: sparse tensors have none
