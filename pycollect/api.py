@@ -231,8 +231,8 @@ def _run(g: ProcessGroup, launch, keepalive, async_op: bool, finish=None, profil
 
 
 # async_op=_POSTED (post_send, post_recv): an asynchronous call whose Work is None when the
-# engine finished it as it was posted.
-_POSTED = "posted"
+# engine finished it as it was posted. A private object: no caller's value can be it.
+_POSTED = object()
 
 
 def post_send(tensor, dst: int, group, tag: int = 0) -> Optional[Work]:
@@ -384,7 +384,7 @@ def barrier(group=None, async_op: bool = False, device_ids=None, timeout=None):
 
 
 def _check_tag(tag) -> int:
-    if type(tag) is not int and not isinstance(tag, int) or not -(2**31) <= tag < 2**31:
+    if not isinstance(tag, int) or not -(2**31) <= tag < 2**31:
         raise ValueError(f"tag must be a 32-bit integer, got {tag!r}")
     return tag
 
