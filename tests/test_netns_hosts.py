@@ -159,7 +159,11 @@ def test_torchrun_fits_the_link_between_hosts(netns_hosts4, tmp_path):
     # 0.165 (7 points, 4 terms). The window still tells these cables from loopback (GB/s) and
     # from the 10 Gbit/s network assumed without a fit (1.25 GB/s).
     assert links is not None and 0.09e9 < 1 / links.beta < 0.2e9, links
-    assert 0 < links.alpha < 1e-3, links
+    # A small message's time on the link: per message (alpha) plus per call (overhead). The
+    # 7-point fit splits it between the two by the all-reduces' message counts alone; in a
+    # loaded suite it once put all of it in overhead (alpha 0, overhead 64 us), which leaves
+    # the choice below unchanged (27 KiB either way).
+    assert 0 < links.alpha + links.overhead < 1e-3 and links.alpha >= 0 and links.overhead >= 0, links
     assert hierarchical_from("all_reduce", (2, 2), Params.load(str(out))) < hierarchical_from("all_reduce", (2, 2),
                                                                                               Params())
 
