@@ -51,21 +51,4 @@ std::vector<int> Hierarchy::extras() const {
   return ranks;
 }
 
-bool Hierarchy::contiguous() const {
-  for (const auto& host : hosts_) {
-    if (host.back() - host.front() + 1 != static_cast<int>(host.size())) return false;
-  }
-  return true;
-}
-
-std::string Hierarchy::describe() const {
-  std::string s = std::to_string(hosts_.size()) + " hosts:";
-  for (const auto& host : hosts_) {
-    s += " [";
-    for (size_t k = 0; k < host.size(); ++k) s += (k ? ", " : "") + std::to_string(host[k]);
-    s += "]";
-  }
-  return s;
-}
-
 }  // namespace pycollect

@@ -18,7 +18,6 @@
 #pragma once
 
 #include <cstddef>
-#include <string>
 #include <vector>
 
 #include "collectives/blocks.h"
@@ -50,11 +49,6 @@ class Hierarchy {
   // This rank's partner (an extra's core rank) or its extras (a core rank's).
   int partner() const { return hosts_[host_][local_ % rails_]; }
   std::vector<int> extras() const;
-  // Whether every host's ranks are consecutive group ranks (the flat ring then crosses
-  // each host boundary once).
-  bool contiguous() const;
-  // "2 hosts: [0, 1] [2, 3]" for messages.
-  std::string describe() const;
 
  private:
   std::vector<std::vector<int>> hosts_;

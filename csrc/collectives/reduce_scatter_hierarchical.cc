@@ -53,16 +53,16 @@ void reduceScatterHierarchical(Context& ctx, const void* in, void* out, size_t c
   // This rank's block on the intra-host ring (hostBlocks): rail `local`'s chunks of every
   // host, each host's members together; after phase 1 they sit packed in `hostSums`, host
   // by host, and each host's part there is its block on the rail.
+  std::vector<size_t> width;  // per host: the chunks its block on our rail carries
+  for (int h = 0; h < hy.hosts(); ++h) width.push_back(hy.members(h, hy.local()).size());
   std::vector<Block> railBlocks;
   size_t at = 0;
   for (int h = 0; h < hy.hosts(); ++h) {
-    const size_t length = hy.members(h, hy.local()).size() * count;
-    railBlocks.push_back({{at, length}});
-    at += length;
+    railBlocks.push_back({{at, width[h] * count}});
+    at += width[h] * count;
   }
-  const size_t mineCount = hy.members(hy.host(), hy.local()).size() * count;
-  size_t widest = 0;  // the most chunks one host's block on our rail carries
-  for (int h = 0; h < hy.hosts(); ++h) widest = std::max(widest, hy.members(h, hy.local()).size());
+  const size_t mineCount = width[hy.host()] * count;
+  const size_t widest = *std::max_element(width.begin(), width.end());
   // Stage: the input with the extras' folded in (if any), the host sums, ours with our
   // extras'; pipelined, ours piece by piece (with extras) and the rails' slot.
   const int pieces = pipelinePieces(ctx, total);
@@ -105,9 +105,8 @@ void reduceScatterHierarchical(Context& ctx, const void* in, void* out, size_t c
       std::vector<Block> blocks;
       size_t before = 0;
       for (int h = 0; h < hy.hosts(); ++h) {
-        const size_t mh = hy.members(h, hy.local()).size();
-        blocks.push_back({{M * offset + before * length, mh * length}});
-        before += mh;
+        blocks.push_back({{M * offset + before * length, width[h] * length}});
+        before += width[h];
       }
       rails.push(RailRing::Kind::kReduceScatter, hostSums, std::move(blocks), byPiece + m * offset * es);
       rails.poll();

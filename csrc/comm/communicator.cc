@@ -12,13 +12,13 @@
 namespace pycollect {
 namespace {
 
-// What kAuto means: the cost model's table when the group passed one; else the direct
-// algorithm for small messages on small groups (one round instead of 2(size-1)), the
-// ring otherwise.
 // What kAuto runs where the group set a size from which the hierarchy runs (`from`,
 // HierarchicalFrom): the hierarchy from there on, else `flat`.
 Algo hierarchyOr(size_t bytes, size_t from, Algo flat) { return bytes >= from ? Algo::kHierarchical : flat; }
 
+// What kAuto means for an all-reduce: the hierarchy from the group's size for it on;
+// below, the cost model's table when the group passed one, else the direct algorithm for
+// small messages on small groups (one round instead of 2(size-1)), the ring otherwise.
 Algo chooseAllreduce(const CommOptions& o, int size, size_t bytes) {
   Algo fixed = size > 1 && size <= o.directMaxRanks && bytes <= o.directMaxBytes ? Algo::kDirect : Algo::kRing;
   return hierarchyOr(bytes, o.hierarchicalFrom.allreduce, lookupAuto(o.allreduceAuto, bytes, fixed));
