@@ -158,15 +158,6 @@ class Work:
     def is_success(self) -> bool:
         return self.is_completed() and self.exception() is None
 
-    def done_here(self) -> bool:
-        """Already done, without error, on the host (a small send posted on the caller's
-        thread usually is): then it is also complete (its finish step ran). A staged call
-        never is here: its copies to the device may still run."""
-        if self._staged or not self._cwork.is_completed() or self._cwork.failed():
-            return False
-        self._complete()
-        return True
-
     def exception(self):
         if not self._cwork.is_completed():
             return None

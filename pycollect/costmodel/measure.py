@@ -124,24 +124,30 @@ _LINK_TERMS = dict(cores=None, cache_sizes=(None,), mem_sharing=(False,), single
 _LINK_MIN_SAMPLES = 4
 
 
+class _ProbeRecord:
+    """What _probe_job emits, kept: `samples` for the fit, `gamma` (seconds per byte reduced)."""
+
+    def __init__(self):
+        self.samples: List[tuple] = []
+        self.gamma: List[float] = []
+
+    def emit(self, kind: str, *values) -> None:
+        if kind == "sample":
+            self.samples.append(tuple(values) + (DEFAULT_SEGMENT_BYTES,))
+        else:
+            self.gamma.append(values[0])
+
+
 def _probe_samples(iters: int, line_rate: Optional[str] = None) -> Tuple[List[tuple], List[float]]:
     """The probe's measurement (_probe_job at 2 ranks, on `line_rate` hosts when given):
     (samples, [gamma: seconds per byte reduced])."""
     from ..launch import run_ranks
 
-    samples: List[tuple] = []
-    gamma: List[float] = []
-
-    def on_event(rank, ev):
-        if ev[0] == "sample":
-            samples.append(tuple(ev[1:]) + (DEFAULT_SEGMENT_BYTES,))
-        else:
-            gamma.append(ev[1])
-
+    record = _ProbeRecord()
     with _placement(2, line_rate) as where:
-        run_ranks(_probe_job, 2, ("pycollect",), job_args=(_PROBE_SIZES, iters), timeout=300, on_event=on_event,
-                  **where)
-    return samples, gamma
+        run_ranks(_probe_job, 2, ("pycollect",), job_args=(_PROBE_SIZES, iters), timeout=300,
+                  on_event=lambda _rank, ev: record.emit(*ev), **where)
+    return record.samples, record.gamma
 
 
 def probe(iters: int = 50, cores: Optional[int] = None) -> Tuple[Params, float, List[tuple]]:
@@ -214,23 +220,15 @@ def probe_inter_host(iters: int = 20) -> Optional[Tuple[Params, float, List[tupl
     if pc.get_world_size() != 2 or len(topo.hosts) != 2:
         raise ValueError(f"{step}, needs two ranks on two hosts (torchrun --nnodes 2 --nproc-per-node 1); this job "
                          f"is {topo}")
-    samples: List[tuple] = []
-    gamma: List[float] = []
-
-    def emit(kind, *values):
-        if kind == "sample":
-            samples.append(tuple(values) + (DEFAULT_SEGMENT_BYTES,))
-        else:
-            gamma.append(values[0])
-
+    record = _ProbeRecord()
     rank = pc.get_rank()
     try:
-        _probe_job(rank, 2, emit, _PROBE_SIZES, iters)
+        _probe_job(rank, 2, record.emit, _PROBE_SIZES, iters)
     except pc.PyCollectError as e:
         raise ValueError(f"{step}, failed: {type(e).__name__}: {e}") from e
     if rank != 0:
         return None
-    return _fit_link(samples, gamma, "the link between two hosts (ranks 0 and 1 of a torchrun job)")
+    return _fit_link(record.samples, record.gamma, "the link between two hosts (ranks 0 and 1 of a torchrun job)")
 
 
 @dataclass

@@ -113,12 +113,11 @@ def two_level(op: str, nbytes: float, layout: Sequence[int], params: Params,
     fold_in = S / n if op == "all_gather" else S
     fold_out = S / n if op == "reduce_scatter" else S
     t = 2 * intra.alpha + (fold_in + fold_out) * intra.beta if extras else 0.0
+    P = pipeline_pieces(S, seg)
     if op == "all_reduce":
-        P = pipeline_pieces(S, seg)
         rs, ag = F["reduce_scatter"]["ring"](S / P, m, intra, seg), F["all_gather"]["ring"](S / P, m, intra, seg)
         ar = F["all_reduce"]["ring"](S / (m * P), h, rails, seg)
         return t + rs + (P - 1) * max(rs + ag, ar) + ar + ag + (S * intra.gamma if extras else 0.0)
-    P = pipeline_pieces(S, seg)
     if op == "all_gather":
         first, second = F["all_gather"]["ring"](S / (m * P), h, rails, seg), F["all_gather"]["ring"](S / P, m, intra, seg)
     else:
