@@ -137,6 +137,13 @@ def _save(params: Params, path: str, what: str, err: float) -> None:
     print(f"# wrote {path} (use it: PYCOLLECT_MODEL={path})")
 
 
+def _refuse_default(out: str, what: str) -> None:
+    """A fit of links never goes to the loopback model's file (DEFAULT_PATH)."""
+    if os.path.abspath(out) == os.path.abspath(DEFAULT_PATH):
+        raise ValueError(f"--out {out}: that file is the loopback model the engine's automatic choice loads; "
+                         f"write {what} elsewhere")
+
+
 def _fit_inter_host(out: Optional[str]) -> int:
     """--fit --inter-host (every rank of a 2-node torchrun job runs it): the link between the
     hosts (measure.probe_inter_host), written by rank 0 as the `inter_host` of the model the
@@ -145,9 +152,7 @@ def _fit_inter_host(out: Optional[str]) -> int:
 
     if not out:
         raise ValueError("--fit --inter-host needs --out FILE (the model with the links between hosts)")
-    if os.path.abspath(out) == os.path.abspath(DEFAULT_PATH):
-        raise ValueError(f"--out {out}: that file is the loopback model the engine's automatic choice loads; "
-                         f"write the links between hosts elsewhere")
+    _refuse_default(out, "the links between hosts")
     fitted = probe_inter_host()
     if fitted is None:  # rank 1: rank 0 reports and writes
         return 0
@@ -174,9 +179,8 @@ def _fit_links(line_rate: str, out: Optional[str]) -> Params:
     from ..costmodel.measure import probe_links
     from ..netns import rate_bytes
 
-    if out and os.path.abspath(out) == os.path.abspath(DEFAULT_PATH):
-        raise ValueError(f"--out {out}: that file is the loopback model the engine's automatic choice loads; "
-                         f"write the namespace links' fit elsewhere")
+    if out:
+        _refuse_default(out, "the namespace links' fit")
     params, err, samples = probe_links(line_rate)
     what = f"probe ({len(samples)} points at 2 ranks) of 2 namespace hosts with {line_rate} cables"
     print(f"# fitted on the namespace links: {params.with_(source='').describe()}")
