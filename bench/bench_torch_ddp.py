@@ -115,19 +115,10 @@ def main() -> None:
     args = p.parse_args()
     from pycollect import netns
 
-    if args.ranks_per_host != 1 and not args.netns_hosts:
-        raise SystemExit("--ranks-per-host places ranks on namespace hosts: add --netns-hosts")
-    if args.netns_hosts:
-        if args.netns_hosts < 1 or args.ranks_per_host < 1:
-            raise SystemExit("--netns-hosts and --ranks-per-host must be >= 1")
-        try:
-            netns.rate_bytes(args.line_rate)
-        except ValueError as e:
-            raise SystemExit(f"--line-rate: {e}") from None
-        reason = netns.unavailable()
-        if reason:
-            raise SystemExit(f"--netns-hosts: namespace hosts cannot be built here: {reason}")
-        args.world_size = args.netns_hosts * args.ranks_per_host
+    try:
+        args.world_size = netns.check_placement(args.netns_hosts, args.ranks_per_host, args.line_rate) or args.world_size
+    except ValueError as e:
+        raise SystemExit(str(e)) from None
 
     try:
         with contextlib.ExitStack() as stack:

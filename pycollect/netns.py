@@ -65,6 +65,26 @@ def _namespaces() -> List[str]:
     return [line.split()[0] for line in _ip("netns", "list").stdout.splitlines() if line.strip()]
 
 
+def check_placement(hosts: int, ranks_per_host: int, line_rate: str) -> int:
+    """The ranks a benchmark's host flags place (--netns-hosts H, --ranks-per-host G,
+    --line-rate R): H x G, or 0 without hosts. ValueError naming the flag for a G below 1,
+    G without H, a rate tc cannot read, or hosts that cannot be built here."""
+    if not hosts:
+        if ranks_per_host != 1:
+            raise ValueError("--ranks-per-host places ranks on namespace hosts: add --netns-hosts H")
+        return 0
+    if hosts < 1 or ranks_per_host < 1:
+        raise ValueError(f"--netns-hosts and --ranks-per-host must be >= 1, got {hosts} and {ranks_per_host}")
+    try:
+        rate_bytes(line_rate)
+    except ValueError as e:
+        raise ValueError(f"--line-rate: {e}") from None
+    reason = unavailable()
+    if reason:
+        raise ValueError(f"--netns-hosts: namespace hosts cannot be built here: {reason}")
+    return hosts * ranks_per_host
+
+
 def unavailable() -> Optional[str]:
     """Why namespace hosts cannot be built here, or None when they can."""
     if os.geteuid() != 0:

@@ -77,20 +77,12 @@ def run(args) -> int:
 
     try:
         sizes = size_list(parse_size(args.minbytes), parse_size(args.maxbytes), args.stepfactor)
-        if args.netns_hosts:
-            if args.ranks_per_host < 1:
-                raise ValueError(f"--ranks-per-host must be >= 1, got {args.ranks_per_host}")
-            ranks = args.netns_hosts * args.ranks_per_host
-            if args.world_size not in (None, ranks):
-                raise ValueError(f"--netns-hosts {args.netns_hosts} x --ranks-per-host {args.ranks_per_host} runs "
-                                 f"{ranks} ranks; -g {args.world_size} disagrees (leave -g out)")
+        ranks = args.netns_hosts * args.ranks_per_host
+        if args.netns_hosts and args.world_size not in (None, ranks):
+            raise ValueError(f"--netns-hosts {args.netns_hosts} x --ranks-per-host {args.ranks_per_host} runs "
+                             f"{ranks} ranks; -g {args.world_size} disagrees (leave -g out)")
+        if netns.check_placement(args.netns_hosts, args.ranks_per_host, args.line_rate):
             args.world_size = ranks
-            netns.rate_bytes(args.line_rate)
-            reason = netns.unavailable()
-            if reason:
-                raise ValueError(f"--netns-hosts: namespace hosts cannot be built here: {reason}")
-        if args.ranks_per_host != 1 and not args.netns_hosts:
-            raise ValueError("--ranks-per-host places ranks on namespace hosts: add --netns-hosts H")
         args.world_size = 2 if args.world_size is None else args.world_size
         args.iters = args.iters if args.iters is not None else (200 if args.latency else 20)
         if args.latency:
