@@ -211,3 +211,85 @@ def case_reinit() -> list:
     pc.init_process_group(store=store, rank=first, world_size=2, timeout=datetime.timedelta(seconds=30))
     pc.barrier()
     return seen
+
+
+LATE_S = 1.0  # how late the peer comes in the point-to-point wait cases
+
+
+def case_p2p_wait_timeout(transport: str, wait_s: float) -> dict:
+    """Rank 0 waits `wait_s` for a point-to-point call that rank 1 answers LATE_S late, on a
+    group with `transport` links: an irecv (its wait), a 32 MiB isend (more than the sockets
+    hold, so it waits for the receiver), and a blocking recv on a group whose own timeout is
+    `wait_s`. {call: (what it raised,
+    seconds until it did)}; each async call still completes once the peer comes."""
+    from pycollect.errors import CollectiveTimeoutError
+
+    out: dict = {}
+    for call in ("irecv", "isend", "recv"):
+        g = _group(wait_s if call == "recv" else 30.0, transport=transport)
+        buf = torch.zeros(1 if call != "isend" else 1 << 23)
+        pc.barrier(group=g)
+        if g.rank == 0:
+            t0 = time.monotonic()
+            try:
+                if call == "recv":
+                    pc.recv(buf, g.ranks[1], group=g)
+                else:
+                    w = pc.irecv(buf, g.ranks[1], group=g) if call == "irecv" else pc.isend(buf, g.ranks[1], group=g)
+                    try:
+                        w.wait(timeout=wait_s)
+                    finally:
+                        late = time.monotonic() - t0
+                    w.wait()  # the peer comes: the call completes after all
+                    assert call != "irecv" or buf[0].item() == 7.0, buf
+                out[call] = ("no error", time.monotonic() - t0)
+            except CollectiveTimeoutError as e:
+                out[call] = ("CollectiveTimeoutError", time.monotonic() - t0, str(e))
+            if call != "recv" and call in out and out[call][0] == "no error":
+                out[call] = ("returned", late)
+        else:
+            time.sleep(LATE_S)
+            try:
+                if call == "irecv":
+                    pc.send(torch.full((1,), 7.0), g.ranks[0], group=g)
+                elif call == "isend":
+                    pc.recv(buf, g.ranks[0], group=g)
+            except Exception:  # noqa: BLE001 - a blocking recv's group failed on rank 0: nothing to send to
+                pass
+        if call != "recv":
+            pc.barrier(group=g)
+        pc.destroy_process_group(g)
+    return out
+
+
+def case_p2p_interrupted(transport: str) -> dict:
+    """Ctrl-C (SIGINT from another thread, 0.3 s in) while rank 0 waits for a recv that rank 1
+    never sends: through irecv().wait() and a blocking recv. {call: (what it raised, seconds)}."""
+    import os
+    import signal
+
+    out: dict = {}
+    for call in ("irecv", "recv"):
+        g = _group(30.0, transport=transport)
+        pc.barrier(group=g)
+        if g.rank == 0:
+            previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+            timer = threading.Timer(0.3, os.kill, (os.getpid(), signal.SIGINT))
+            t0 = time.monotonic()
+            timer.start()
+            try:
+                buf = torch.zeros(4)
+                if call == "irecv":
+                    pc.irecv(buf, g.ranks[1], group=g).wait()
+                else:
+                    pc.recv(buf, g.ranks[1], group=g)
+                out[call] = ("no error", time.monotonic() - t0)
+            except KeyboardInterrupt:
+                out[call] = ("KeyboardInterrupt", time.monotonic() - t0 - 0.3)
+            finally:
+                timer.join()
+                signal.signal(signal.SIGINT, previous)
+        else:
+            time.sleep(1.0)  # rank 0 was interrupted meanwhile: its group failed
+        pc.destroy_process_group(g)
+    return out

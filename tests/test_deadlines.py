@@ -122,11 +122,29 @@ def test_stopped_store_host(tmp_path):
         _check(outcomes, 0, continued, names=1)
 
 
+def _p2p_waits_honour_timeouts(pool) -> None:
+    """A point-to-point wait against a peer that comes late ends at its own timeout (within
+    100 ms), on TCP and on shared memory: irecv().wait(timeout), an isend's wait(timeout), and
+    a blocking recv on a group whose timeout is that short. Ctrl-C during such a wait raises
+    KeyboardInterrupt within 100 ms, async or blocking."""
+    wait_s = 0.3
+    for transport in ("tcp", "shm"):
+        out = pool.run(dc.case_p2p_wait_timeout, transport, wait_s)[0]
+        for call in ("irecv", "isend"):
+            name, took = out[call][:2]
+            assert name == "CollectiveTimeoutError" and wait_s <= took < wait_s + 0.1, (transport, call, out[call])
+        name, took, msg = out["recv"]
+        assert name == "CollectiveTimeoutError" and took < wait_s + 0.1 and "rank 1" in msg, (transport, out["recv"])
+        for call, (name, after) in pool.run(dc.case_p2p_interrupted, transport)[0].items():
+            assert name == "KeyboardInterrupt" and after < 0.1, (transport, call, name, after)
+
+
 def test_killed_rank():
     with RankPool(2, init_gloo=False, timeout=60) as pool:
         _reinitialised(pool)
         _ended_at_once(pool)
         _flight_ring(pool)
+        _p2p_waits_honour_timeouts(pool)
         _start(pool, dc.PATHS)
         pool.kill(1)
         killed = time.time()

@@ -1,6 +1,7 @@
 // A Communicator is one group's engine: its links (a full mesh, made and driven
 // by a Transport from makeTransport), a queue of operations, and one worker
-// thread that runs them in the order they were issued.
+// thread that runs them in the order they were issued; callers' threads may run
+// or drive them too, one thread at a time (worker.cc: [Note: the driving rule]).
 // Python holds it through pycollect._C; every public method is safe to call
 // without the GIL.
 //
@@ -264,9 +265,9 @@ class Communicator {
                                    int tag);
   // Completes finished point-to-point transfers; throws on a mismatch or timeout.
   void reapP2P();
-  // Idle with transfers in flight: wait for the links or a wake-up, then reap.
+  // Idle with transfers in flight: wait for the links, a wake-up or `limit`, then reap.
   // A mismatch found in an arrived header wins over a peer that has since left.
-  void progressIdle();
+  void progressIdle(Clock::time_point limit);
   // One pass: move bytes on every link, then complete what finished (reapP2P).
   void progressP2P();
   Clock::time_point deadlineFromNow(double timeoutSec = -1) const;
@@ -309,7 +310,7 @@ class Communicator {
 
   // Throws GroupFailedError in a process forked from the one that made this group.
   void checkNotForked() const;
-  void countBytesSent();  // worker thread
+  void countBytesSent();  // the driving thread
 
   const fork::Owner owner_;  // first: a forked child must not touch the rest
   const int rank_;
@@ -323,10 +324,10 @@ class Communicator {
   bool stagingClosed_ = false;           // shutdown released the staging: no new one
   std::atomic<uint64_t> stagedPieces_{0};
   std::vector<Link*> links_;  // indexed by rank, nullptr at self; owned by transport_
-  HeaderInbox inbox_;          // headers prefetched by a recv from any source (worker thread)
-  std::vector<char> scratch_;            // worker thread only
+  HeaderInbox inbox_;          // headers prefetched by a recv from any source (the driving thread)
+  std::vector<char> scratch_;            // the driving thread only (worker.cc: the driving rule)
   std::atomic<size_t> scratchBytes_{0};  // its capacity, for any thread to read
-  std::atomic<uint64_t> bytesSent_{0};    // refreshed by the worker after each op
+  std::atomic<uint64_t> bytesSent_{0};    // refreshed by the driving thread after each op
 
   std::mutex mu_;
   std::condition_variable cv_;
@@ -336,7 +337,8 @@ class Communicator {
   std::string failure_;
   std::thread worker_;
   bool idlePolling_ = false;    // (under mu_) the worker is in progressIdle: wake it
-  bool driving_ = false;        // (under mu_) a thread runs an op or polls the links
+  bool driving_ = false;        // (under mu_) a thread runs an op or polls the links: the
+                                // driving thread (worker.cc, [Note: the driving rule])
   int drivers_ = 0;             // (under mu_) callers waiting to drive the links (waitDriving)
   // (under mu_) Whether a thread that stops driving must wake the others: the worker for
   // calls queued, transfers posted, a failure, a shutdown or a scratch to give back; waiting
@@ -347,14 +349,14 @@ class Communicator {
 
   uint64_t seq_ = 0;                 // collective calls issued (under mu_)
   std::vector<uint64_t> sendSeq_;    // p2p messages issued to each peer
-  std::vector<uint64_t> recvSeq_;    // p2p messages expected from each peer (worker thread:
+  std::vector<uint64_t> recvSeq_;    // p2p messages expected from each peer (the driving thread:
                                      // numbered when posted, after any recv-from-any before)
   std::map<std::string, uint64_t> calls_;
   std::atomic<bool> tracing_{false};
   trace::Recorder recorder_;
   flight::Recorder flight_;
   Hierarchy hierarchy_;     // the group's hosts (setTopology; before: each rank alone)
-  std::vector<char> stage_;  // the hierarchical algorithms' partial results (worker thread)
+  std::vector<char> stage_;  // the hierarchical algorithms' partial results (the driving thread)
 };
 
 }  // namespace pycollect

@@ -16,6 +16,23 @@
 // shutdown's, with "the process group was destroyed"). abort() does the same from any
 // thread: it records the reason and interrupts the links, so the running call fails on
 // the worker, which then fails the rest.
+//
+// [Note: the driving rule] Several threads may run the engine: the worker, a caller that
+// runs its blocking call inline (enqueue), a caller that posts its send or recv (enqueue ->
+// postInline), and a waiter that runs its queued call or drives the links while it waits
+// (waitDriving: runTaken, then the drive loop). At most one of them drives at a time: the
+// thread that set driving_ (under mu_) when it was false. The driving thread, and no
+// other, may touch
+//   - the links and the transport's progress (progress, waitReady; wake() and a link's
+//     interrupt() are the exceptions: any thread),
+//   - p2p_ (post, reap, and failPending's drain),
+//   - scratch_, stage_, inbox_ and recvSeq_ (the algorithms' memory and numbering),
+// until it clears driving_ (under mu_). So a failure found while driving is handed on
+// (failWith, failPending) before driving_ is cleared, never after. Everything else that
+// threads share is read or written under mu_: queue_, failure_, stopping_, drivers_ and
+// driving_ itself; a thread that does not drive reads p2p_ and the scratch only while
+// driving_ is false (othersNeedWaking). shutdown() takes driving_ for good once the worker
+// has joined and the last driver has let go, then drains what is left.
 #include <unistd.h>
 
 #include <algorithm>
@@ -167,11 +184,13 @@ bool Communicator::waitDriving(const std::shared_ptr<Work>& work, double timeout
           do {
             progressP2P();
           } while (!work->isCompleted() && Clock::now() < spinEnd);
-          if (!work->isCompleted()) progressIdle();
+          // Sleep no further than this wait's own deadline (a slice of Work.wait: Python's
+          // timeout and its signal handlers are seen at the end of each slice).
+          if (!work->isCompleted()) progressIdle(deadline);
         } catch (const std::exception& e) {
           error = e.what();
         }
-        if (!error.empty()) failWith(error);
+        if (!error.empty()) failWith(error);  // still driving: failPending drains p2p_
         lock.lock();
         if (drivers_ > 1) cv_.notify_all();  // another waiter's call may have completed
         if (work->isCompleted() || others() || p2p_.empty() || Clock::now() >= deadline) break;
@@ -295,12 +314,13 @@ void Communicator::reapP2P() {
   }
 }
 
-void Communicator::progressIdle() {
-  // Sleep until the links have something, a wake() (a new op, a waiter that drives), or
-  // the nearest transfer deadline: no periodic re-check. Every way a posted transfer can
-  // complete passes through reapP2P (progressP2P), so nothing completes unseen; the
-  // 10 ms re-check that stood here hid one that did not (postInline's pass).
-  auto until = Clock::time_point::max();
+void Communicator::progressIdle(Clock::time_point limit) {
+  // Sleep until the links have something, a wake() (a new op, a waiter that drives), the
+  // nearest transfer deadline or `limit` (a waiter's own): no periodic re-check. Every way
+  // a posted transfer can complete passes through reapP2P (progressP2P), so nothing
+  // completes unseen; the 10 ms re-check that stood here hid one that did not
+  // (postInline's pass).
+  auto until = limit;
   for (auto& p : p2p_) until = std::min(until, p->deadline);
   transport_->waitReady(until);
   progressP2P();
@@ -319,8 +339,10 @@ void Communicator::progressP2P() {
 }
 
 bool Communicator::othersNeedWaking() const {
-  return !queue_.empty() || !p2p_.empty() || drivers_ > 0 || stopping_ || !failure_.empty() ||
-         heldScratch() > kScratchKeepBytes;
+  if (!queue_.empty() || drivers_ > 0 || stopping_ || !failure_.empty()) return true;
+  // p2p_ and the scratch are the driving thread's: while another thread drives, it decides
+  // this itself when it stops.
+  return !driving_ && (!p2p_.empty() || heldScratch() > kScratchKeepBytes);
 }
 
 void Communicator::workerLoop() {
@@ -347,22 +369,16 @@ void Communicator::workerLoop() {
         }
         idlePolling_ = driving_ = true;
         lock.unlock();
-        std::string error;
         try {
-          progressIdle();
+          progressIdle(Clock::time_point::max());
         } catch (const std::exception& e) {
-          error = e.what();
+          failWith(e.what());  // still driving: failPending drains p2p_ before anyone else may
         }
         lock.lock();
         idlePolling_ = driving_ = false;
         if (drivers_ > 0) {  // a caller waits to drive (waitDriving): wake it unlocked
           lock.unlock();
           cv_.notify_all();
-          lock.lock();
-        }
-        if (!error.empty()) {
-          lock.unlock();
-          failWith(error);
           lock.lock();
         }
       }
@@ -461,6 +477,7 @@ void Communicator::shutdown() {
   {
     std::unique_lock<std::mutex> lock(mu_);
     cv_.wait(lock, [this] { return !driving_; });  // an inline caller ends: its links are shut down
+    driving_ = true;  // for good: nobody drives a stopped group (the driving rule, above)
     dropped.swap(queue_);
   }
   failPending(std::move(dropped), "the process group was destroyed");
