@@ -1,6 +1,8 @@
-// The doorbell of a shared-memory link (shm/link.h) made of the TCP connection its two
-// ranks met on: one byte rings, the kernel closes it when the peer dies (so its death
-// shows within a poll, never as a silent hang), and shutting it down wakes the peer.
+// The doorbell of a shared-memory link (shm/link.h): the peer's Bell (shm/bell.h), borrowed
+// at the upgrade, wakes it; the TCP connection the two ranks met on says when the peer is
+// gone (the kernel closes it when the peer dies, so its death shows within a poll, never as
+// a silent hang) and, shut down, wakes the peer. Where the Bell could not be borrowed a
+// byte on that connection rings instead.
 #pragma once
 
 #include <cerrno>
@@ -8,6 +10,7 @@
 #include <string>
 
 #include "common/error.h"
+#include "transport/shm/bell.h"
 #include "transport/shm/link.h"
 #include "transport/tcp/link.h"
 
@@ -16,11 +19,16 @@ namespace mesh {
 
 class TcpDoorbell final : public shm::Doorbell {
  public:
-  explicit TcpDoorbell(std::unique_ptr<tcp::Link> link) : link_(std::move(link)) {}
+  TcpDoorbell(std::unique_ptr<tcp::Link> link, shm::Bell peerBell)
+      : link_(std::move(link)), peerBell_(std::move(peerBell)) {}
 
   int peer() const override { return link_->peer(); }
   int fd() const override { return link_->fd(); }
   void ring() override {
+    if (peerBell_.valid()) {
+      peerBell_.ring();
+      return;
+    }
     char one = 1;
     link_->socket().sendSome(&one, 1);  // EAGAIN: unread bytes will wake the peer anyway
   }
@@ -42,6 +50,7 @@ class TcpDoorbell final : public shm::Doorbell {
 
  private:
   std::unique_ptr<tcp::Link> link_;
+  shm::Bell peerBell_;
 };
 
 }  // namespace mesh

@@ -15,11 +15,13 @@ std::vector<pycollect::Link*> Transport::connect(const std::vector<Endpoint>& pe
   const tcp::MeshOptions mo = tcp_.meshOptions(token);
   auto deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(
                                      std::chrono::duration<double>(options_.timeoutSec));
-  std::vector<Upgrade> plan = negotiate(tcpLinks, mode_, options_.hostTag, mo, deadline);
+  if (mode_ != TransportKind::kTcp) bell_ = std::make_unique<shm::Bell>();
+  std::vector<Upgrade> plan = negotiate(tcpLinks, mode_, options_.hostTag, bell_ ? bell_->fd() : -1, mo, deadline);
   isShm_.assign(links.size(), false);
   for (size_t p = 0; p < plan.size(); ++p) {
     if (!plan[p].chosen) continue;
-    auto doorbell = std::make_unique<TcpDoorbell>(tcp_.detach(static_cast<int>(p)));
+    auto doorbell = std::make_unique<TcpDoorbell>(tcp_.detach(static_cast<int>(p)),
+                                                  shm::Bell::borrow(plan[p].peerPid, plan[p].peerBell));
     shm_.push_back(std::make_unique<shm::Link>(std::move(doorbell), std::move(plan[p].segment), plan[p].side,
                                                plan[p].peerPid,
                                                plan[p].singleCopy ? options_.shmSingleCopyBytes : shm::kNoSingleCopy));
@@ -69,8 +71,10 @@ void Transport::waitReady(Clock::time_point until) {
     bool moved = false;
     for (shm::Link* l : armed_) moved = l->arm() || moved;
     if (!moved && !woken_.exchange(false)) {
-      for (shm::Link* l : armed_) fds_.push_back(l->fd());
+      for (shm::Link* l : armed_) fds_.push_back(l->fd());  // the peers' deaths and aborts
+      fds_.push_back(bell_->fd());                          // their rings
       tcp_.waitReady(until, fds_);
+      bell_->drain();
     }
     for (shm::Link* l : armed_) l->disarm();
     return;

@@ -7,7 +7,8 @@
 // up to kSpin, yielding the core between looks (a ring round trip is far shorter
 // than a poll wake-up through the doorbell), then raise the sleeping flags and block
 // in one poll on the TCP sockets with work, the doorbell sockets of the busy
-// shared-memory links and the wake-up eventfd. Spinning first cuts a small call's
+// shared-memory links (the peers' deaths), this rank's Bell (the peers' rings,
+// shm/bell.h) and the wake-up eventfd. Spinning first cuts a small call's
 // wait several times over (docs/measurements.md, "spinning before sleeping").
 #pragma once
 
@@ -16,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "transport/shm/bell.h"
 #include "transport/shm/link.h"
 #include "transport/tcp/transport.h"
 #include "transport/transport.h"
@@ -48,6 +50,7 @@ class Transport final : public pycollect::Transport {
   TransportKind mode_;
   TransportOptions options_;
   tcp::Transport tcp_;
+  std::unique_ptr<shm::Bell> bell_;               // this rank's wake-up, lent to its shm peers
   std::vector<std::unique_ptr<shm::Link>> shm_;  // the upgraded links
   std::vector<bool> isShm_;                 // indexed by rank
   std::vector<shm::Link*> armed_;           // reused by waitReady

@@ -23,7 +23,7 @@ struct Intro {
   uint8_t mode = 0;  // TransportKind
   uint8_t reserved[3] = {};
   int32_t pid = 0;
-  uint32_t reserved2 = 0;
+  int32_t bell = -1;  // the sender's wake-up descriptor, in its process (shm/bell.h)
   uint64_t probeAddress = 0;
   uint64_t probeValue = 0;
   char host[96] = {};
@@ -74,12 +74,13 @@ std::string hostIdentity(const std::string& tag) {
 }
 
 std::vector<Upgrade> negotiate(const std::vector<tcp::Link*>& links, TransportKind mode,
-                               const std::string& hostTag, const tcp::MeshOptions& opts,
+                               const std::string& hostTag, int bell, const tcp::MeshOptions& opts,
                                Clock::time_point deadline) {
   const int self = opts.rank, size = static_cast<int>(links.size());
   Intro mine;
   mine.mode = static_cast<uint8_t>(mode);
   mine.pid = static_cast<int32_t>(::getpid());
+  mine.bell = bell;
   Probe probe = localProbe();
   mine.probeAddress = probe.address;
   mine.probeValue = probe.value;
@@ -110,6 +111,7 @@ std::vector<Upgrade> negotiate(const std::vector<tcp::Link*>& links, TransportKi
     plan[p].forced = forced;
     plan[p].side = self < p ? 0 : 1;
     plan[p].peerPid = t.pid;
+    plan[p].peerBell = t.bell;
   }
   auto canReadPeer = [&](int p) { return canRead(theirs[p].pid, {theirs[p].probeAddress, theirs[p].probeValue}); };
   const size_t bytes = segmentBytes(kRingBytes);

@@ -2,7 +2,7 @@
 // connected and authenticated (so only a peer that passed the handshake ever
 // learns a segment's name).
 //
-//   every rank -> every peer:  Intro{mode, pid, probe, host identity}
+//   every rank -> every peer:  Intro{mode, pid, bell, probe, host identity}
 //   lower rank -> higher rank: Offer{segment name, "I can read you"}   (same host only)
 //   higher rank -> lower rank: Reply{opened, "I can read you"}
 //
@@ -36,17 +36,19 @@ struct Upgrade {
   shm::Segment segment;
   int side = 0;         // 0: this rank is the lower one
   pid_t peerPid = 0;
+  int peerBell = -1;        // the peer's wake-up (shm/bell.h): its descriptor in its process
   bool singleCopy = false;  // the peer can read our memory
 };
 
 // This host's identity: "<boot id>/<ipc namespace>/<tag>", or "" if unknown.
 std::string hostIdentity(const std::string& tag);
 
-// One Upgrade per rank (index = rank; `links[self]` is nullptr). Throws
+// One Upgrade per rank (index = rank; `links[self]` is nullptr). `bell`: this rank's
+// wake-up descriptor (shm/bell.h), which its same-host peers borrow. Throws
 // InvalidArgument for a PYCOLLECT_TRANSPORT=shm that cannot be honoured, and
 // PeerLostError/TimeoutError when a peer does not answer.
 std::vector<Upgrade> negotiate(const std::vector<tcp::Link*>& links, TransportKind mode,
-                               const std::string& hostTag, const tcp::MeshOptions& opts,
+                               const std::string& hostTag, int bell, const tcp::MeshOptions& opts,
                                Clock::time_point deadline);
 
 }  // namespace mesh

@@ -1,6 +1,6 @@
 // The shared-memory Link: two SPSC byte rings in one segment (ring.h), one per
-// direction, plus a Doorbell (below): the liveness channel a sleeping rank is woken
-// through, which the mesh makes of the TCP connection the two ranks met on.
+// direction, plus a Doorbell (below): how a sleeping peer is woken (its Bell, bell.h)
+// and how its death shows (the TCP connection the two ranks met on; mesh/doorbell.h).
 //
 // Records. A send range becomes records in the ring, each a 16-byte RecordHeader
 // {bytes, address}: address 0 means the bytes follow in the ring (copied in by
@@ -20,9 +20,9 @@
 // that (pycollect/options.py, default_single_copy_bytes).
 //
 // Waiting. A rank with nothing to do spins briefly on the peer's cursors
-// (mesh::Transport::waitReady), then sets its `sleeping` flag and blocks in poll on the
-// doorbell. A rank that moves a cursor checks the peer's flag afterwards and, if
-// set, clears it and rings the doorbell. Flag and cursors are ordered
+// (mesh::Transport::waitReady), then sets its `sleeping` flag and blocks in poll on its
+// Bell and the doorbells' sockets. A rank that moves a cursor checks the peer's flag
+// afterwards and, if set, clears it and rings the doorbell. Flag and cursors are ordered
 // with sequentially consistent fences on both sides, so a wake-up is never lost.
 // When the peer dies, its kernel closes the socket: poll wakes and the next
 // progress() throws PeerLostError (never a silent hang on shared memory).
@@ -55,9 +55,10 @@ struct RecordHeader {
 };
 static_assert(sizeof(RecordHeader) == 16, "records are 16-byte aligned");
 
-// How a sleeping rank is woken, and how the peer's death shows: a channel next to the
-// segment that the mesh provides (the TCP connection the two ranks met on,
-// mesh/doorbell.h). Its descriptor becomes readable when the peer rings or goes away.
+// How a sleeping rank is woken, and how the peer's death shows: what the mesh provides
+// next to the segment (mesh/doorbell.h: the peer's Bell to ring, the TCP connection the
+// two ranks met on to watch). Its descriptor becomes readable when the peer goes away
+// (or rings over it, where its Bell could not be borrowed).
 class Doorbell {
  public:
   virtual ~Doorbell() = default;
