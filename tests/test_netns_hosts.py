@@ -202,11 +202,12 @@ def test_everything_is_removed_on_error_and_stale_runs_are_swept(netns_hosts4):
     assert all(n in left for n in netns_hosts4.names), "another Hosts' namespaces must stay"
 
 
-def _shm_rate_across_a_cut(seconds: float):
+def _shm_rate_across_a_cut(seconds: float, signal: str):
     """Ranks 0 and 1 (hosts 0 and 1) form a group that shares memory (one host tag for both,
     as namespace hosts on one machine may) and all-reduce 8 bytes in a loop for `seconds`,
     twice: rank 0 says when each loop starts, so the test can pull host 1's cable between
-    them. Returns (link kind, calls a second before, after), ranks 2 and 3 None."""
+    them (each writes `signal` with its rank when its first loop ended, and waits for the
+    file to go). Returns (link kind, calls a second before, after), ranks 2 and 3 None."""
     import dataclasses
 
     import pycollect as pc
@@ -225,35 +226,30 @@ def _shm_rate_across_a_cut(seconds: float):
             n += 1
         rates.append(n / (time.monotonic() - t0))
         if not rates[1:]:
-            with open(_CUT_SIGNAL.format(pc.get_rank()), "w"):
+            with open(signal.format(pc.get_rank()), "w"):
                 pass
-            while os.path.exists(_CUT_SIGNAL.format(pc.get_rank())):  # the test cuts the cable, then removes it
+            while os.path.exists(signal.format(pc.get_rank())):  # the test cuts the cable, then removes it
                 time.sleep(0.01)
     kind = g.transport_info()[1 - pc.get_rank()]
     pc.destroy_process_group(g)
     return kind, rates[0], rates[1]
 
 
-_CUT_SIGNAL = "/tmp/pycollect-test-cut-{}"
-
-
-def test_shared_memory_carries_on_when_the_cable_is_cut(netns_hosts4, host_pool4):
+def test_shared_memory_carries_on_when_the_cable_is_cut(netns_hosts4, host_pool4, tmp_path):
     """Ranks on two namespace hosts that share memory wake each other through their own
     Bell (an eventfd lent at the upgrade), not the TCP connection they met on: with host 1's
     cable pulled, their 8-byte all-reduce keeps its rate (it fell ~80x when wake-ups went over
     TCP and waited for the periodic check)."""
-    for r in (0, 1):
-        if os.path.exists(_CUT_SIGNAL.format(r)):
-            os.remove(_CUT_SIGNAL.format(r))
-    host_pool4.submit(_shm_rate_across_a_cut, 1.0)
+    signal = str(tmp_path / "loop-ended-{}")
+    host_pool4.submit(_shm_rate_across_a_cut, 1.0, signal)
     deadline = time.monotonic() + 30
-    while not all(os.path.exists(_CUT_SIGNAL.format(r)) for r in (0, 1)):
+    while not all(os.path.exists(signal.format(r)) for r in (0, 1)):
         assert time.monotonic() < deadline, "the first loop did not end"
         time.sleep(0.01)
     netns_hosts4.set_link(1, up=False)
     try:
         for r in (0, 1):
-            os.remove(_CUT_SIGNAL.format(r))
+            os.remove(signal.format(r))
         results = [v for ok, v in host_pool4.collect(timeout=30)]
     finally:
         netns_hosts4.set_link(1, up=True)
