@@ -25,6 +25,7 @@ import multiprocessing as mp
 import os
 import queue as queue_mod
 import socket
+import threading
 import time
 import traceback
 from typing import Any, Callable, List, Optional, Sequence
@@ -114,6 +115,7 @@ def pin_to_core(rank: int) -> None:
 
 
 RANK_PRELOAD = ["torch", "torch.distributed", "pycollect"]
+_server_lock = threading.Lock()
 
 
 def rank_context():
@@ -124,7 +126,30 @@ def rank_context():
     never made one. Pass the parent's environment and apply it with adopt_environment."""
     ctx = mp.get_context("forkserver")
     ctx.set_forkserver_preload(RANK_PRELOAD)
+    _start_server_beside_this_package()
     return ctx
+
+
+def _start_server_beside_this_package() -> None:
+    """Ranks import what their parent imported. The fork server runs `python -c`, so its
+    working directory comes first on its sys.path (Python 3.11 ignores the sys.path the
+    parent hands it): started in a directory that holds a pycollect source tree (the
+    repository root, with pycollect installed as a package), it preloaded that tree, and
+    every rank failed with "cannot import name '_C'". So it starts in the directory this
+    pycollect was imported from. The ranks still run in the parent's working directory
+    (multiprocessing sets it in each child, with the parent's sys.path, before the job).
+    Changing directory is process-wide: the lock keeps two starts apart, and the change
+    lasts as long as the server's start."""
+    from multiprocessing import forkserver
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    with _server_lock:
+        cwd = os.getcwd()
+        os.chdir(root)
+        try:
+            forkserver.ensure_running()
+        finally:
+            os.chdir(cwd)
 
 
 def adopt_environment(parent_env: dict, env: dict) -> None:

@@ -221,3 +221,46 @@ def case_scratch_kept_while_driving():
 def test_large_scratch_is_kept_while_calls_run_inline(pool2):
     for calls, correct in pool2.run(case_scratch_kept_while_driving, timeout=60):
         assert calls > 5 and correct, (calls, correct)
+
+
+_FROM_ELSEWHERE = """
+import sys
+from pycollect.launch import run_ranks
+
+def job(rank, world_size, emit):
+    import pycollect
+    return pycollect.__file__
+
+if __name__ == "__main__":
+    files = run_ranks(job, 2, ("pycollect",), timeout=60)
+    import pycollect
+    assert files == [pycollect.__file__] * 2, (files, pycollect.__file__)
+    print("ranks imported", files[0])
+"""
+
+
+def test_ranks_import_what_their_parent_imported(tmp_path):
+    """Launched from a directory that holds another pycollect tree (the repository root, with
+    pycollect installed as a regular package), the ranks import the parent's pycollect, not
+    that tree: the fork server they come from once preloaded the working directory's, and every
+    rank died. The parent here imports a copy of the built package from a directory of its own
+    (python -S: no editable-install finder to take the name first)."""
+    import shutil
+    import site
+    import subprocess
+    import sys
+
+    installed = tmp_path / "installed"
+    shutil.copytree(os.path.dirname(pc.__file__), installed / "pycollect",
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copy(pc._C.__file__, installed / "pycollect")
+    here = tmp_path / "here"
+    (here / "pycollect").mkdir(parents=True)
+    (here / "pycollect" / "__init__.py").write_text("# a source tree without its built extension\n")
+    script = tmp_path / "launch_elsewhere.py"
+    script.write_text(_FROM_ELSEWHERE)
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(installed)] + site.getsitepackages()))
+    done = subprocess.run([sys.executable, "-S", str(script)], cwd=here, env=env, capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert f"ranks imported {installed / 'pycollect' / '__init__.py'}" in done.stdout, done.stdout
