@@ -57,7 +57,10 @@ def as_buffer(x, what: str, writable: bool = False) -> Buffer:
         if writable and not x.untyped_storage().resizable() and not _C.is_writable(x.data_ptr(), x.numel() * x.element_size()):
             raise ValueError(f"{what}: tensor's memory is read-only (e.g. a read-only memmap) but is written "
                              "by this call")
-        return Buffer(x, x.data_ptr(), x.numel(), name)
+        address = x.data_ptr()
+        if address % x.element_size():
+            _refuse_misaligned(what, "tensor", address, x.element_size(), ".clone()")
+        return Buffer(x, address, x.numel(), name)
     if isinstance(x, np.ndarray):
         name = x.dtype.name
         if name not in DTYPE_CODES:
@@ -66,8 +69,18 @@ def as_buffer(x, what: str, writable: bool = False) -> Buffer:
             raise ValueError(f"{what}: array is not C-contiguous (shape {x.shape}, strides {x.strides}); use np.ascontiguousarray")
         if writable and not x.flags.writeable:
             raise ValueError(f"{what}: array is read-only but is written by this call")
+        if not x.flags.aligned:
+            _refuse_misaligned(what, "array", x.ctypes.data, x.itemsize, ".copy()")
         return Buffer(x, x.ctypes.data, x.size, name)
     raise TypeError(f"{what}: expected a torch.Tensor or numpy.ndarray, got {type(x).__name__}")
+
+
+def _refuse_misaligned(what: str, kind: str, address: int, itemsize: int, fix: str) -> None:
+    """Data not aligned to its element size (numpy and torch.frombuffer allow an odd offset):
+    the reduction kernels read and write whole elements in place, so it is refused before
+    anything is sent; an aligned copy (`fix`) is what to pass instead."""
+    raise ValueError(f"{what}: {kind}'s data at {address:#x} is not aligned to its {itemsize}-byte elements "
+                     f"(an odd offset into a buffer); pass an aligned copy ({fix})")
 
 
 def _cuda_buffer(x, what: str) -> Buffer:

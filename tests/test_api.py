@@ -310,6 +310,13 @@ def case_bad_inputs():
            "expected")
     expect("readonly_numpy", ValueError,
            lambda: pc.all_reduce(np.frombuffer(b"\0" * 16, dtype=np.float32)), "read-only")
+    for np_dtype, torch_dtype in ((np.float64, torch.float64), (np.int64, torch.int64)):
+        # an odd offset into a buffer (numpy and torch.frombuffer allow it): the kernels cast to T*
+        odd = np.frombuffer(bytearray(8 * 4 + 1), dtype=np_dtype, count=4, offset=1)
+        expect(f"misaligned_numpy_{odd.dtype}", ValueError, lambda: pc.all_reduce(odd), "not aligned", "8-byte",
+               ".copy()")
+        odd_t = torch.frombuffer(bytearray(8 * 4 + 1), dtype=torch_dtype, count=4, offset=1)
+        expect(f"misaligned_torch_{odd.dtype}", ValueError, lambda: pc.all_reduce(odd_t), "not aligned", ".clone()")
     expect("broadcast_src", ValueError, lambda: pc.broadcast(torch.ones(1), src=n + 5), str(n + 5))
     expect("send_to_self", ValueError, lambda: pc.send(torch.ones(1), pc.get_rank()), "itself")
     expect("a2a_splits", ValueError,
