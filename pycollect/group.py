@@ -17,7 +17,7 @@ from .tuning import DEFAULT_SEGMENT_BYTES, ENGINE_ALGOS, Params, auto_table
 from .tuning.hierarchy import OPS as HIERARCHY_OPS, hierarchical_from
 from .errors import (CollectiveTimeoutError, DeviceError, GroupFailedError, MismatchError, PeerLostError,
                      PyCollectError)
-from .options import Options, default_single_copy_bytes, default_spin_us
+from .options import WIRE_SETTINGS, Options, default_single_copy_bytes, default_spin_us
 from .topology import Topology
 from .types import Algo, TraceEvent
 from .work import Work
@@ -150,7 +150,10 @@ class ProcessGroup:
         self.auto: Dict[str, list] = {}
         # From which bytes "auto" runs each op hierarchically (None: never), once the ranks met.
         self.hierarchical_from: Dict[str, Optional[int]] = {}
-        self._comm = _C.Communicator(self.rank, self.size, _comm_options(timeout, self.options, self.size))
+        comm_options = _comm_options(timeout, self.options, self.size)
+        # What every rank must have alike (options.WIRE_SETTINGS), defaults resolved: checked as the ranks meet.
+        self._wire = {name: getattr(comm_options, attr) for name, attr in WIRE_SETTINGS.items()}
+        self._comm = _C.Communicator(self.rank, self.size, comm_options)
         self._connect(host)
 
     def _uses_model(self) -> bool:
@@ -208,7 +211,7 @@ class ProcessGroup:
         store, p = self._store, self._prefix
         nonce = f"{secrets.randbits(63):016x}"
         # The host identity rides along: every rank learns the group's topology from the roster.
-        mine = {"addr": address, "host": _C.host_identity(self.options.host_tag or "")}
+        mine = {"addr": address, "host": _C.host_identity(self.options.host_tag or ""), "wire": self._wire}
         store.set(f"{p}/addr/{self.rank}", json.dumps({"nonce": nonce, **mine}))
 
         def left() -> datetime.timedelta:
@@ -227,6 +230,11 @@ class ProcessGroup:
                 for theirs in found.values():
                     store.set(f"{p}/ack/{theirs['nonce']}", f"!{names}")  # they raise at once, naming them
                 raise self._join_timeout(f"{names} did not join")
+            disagreement = self._wire_disagreement([found[k]["wire"] for k in joins])
+            if disagreement:
+                for theirs in found.values():
+                    store.set(f"{p}/ack/{theirs['nonce']}", f"={disagreement}")
+                raise MismatchError(disagreement)
             self._token = token
             roster = [mine] + [{"addr": found[k]["addr"], "host": found[k]["host"]} for k in joins]
             store.set(f"{self._keys}/roster", json.dumps(roster))
@@ -243,6 +251,8 @@ class ProcessGroup:
             store.delete_key(ack)
             if answer.startswith("!"):
                 raise self._join_timeout(f"{answer[1:]} did not join (rank 0 says)")
+            if answer.startswith("="):
+                raise MismatchError(answer[1:])
             self._token = int(answer)
             roster = json.loads(store.get(f"{self._keys}/roster").decode())
         hosts, ports = [], []
@@ -265,6 +275,18 @@ class ProcessGroup:
         self.hierarchical_from = {op: hierarchical_from(op, layout, self.model, host_of) if self.model else None
                                   for op in HIERARCHY_OPS}
         self._comm.set_topology(host_of, *(NEVER if b is None else b for b in self.hierarchical_from.values()))
+
+    def _wire_disagreement(self, theirs: List[dict]) -> Optional[str]:
+        """Rank 0: what the joining ranks (1, 2, ...) set otherwise than it did among the
+        settings every rank must share (options.WIRE_SETTINGS), as a sentence; None if nothing."""
+        for name, own in self._wire.items():
+            differ = [(r, wire[name]) for r, wire in enumerate(theirs, 1) if wire.get(name) != own]
+            if differ:
+                others = "; ".join(f"{value} on {self._rank_name(r)}" for r, value in differ[:3])
+                more = f" and {len(differ) - 3} more ranks" if len(differ) > 3 else ""
+                return (f"forming group {self.name}: {name} differs across ranks: {own} on {self._rank_name(0)}, "
+                        f"{others}{more}. It shapes what goes on the wire, so every rank must set it alike")
+        return None
 
     def _wait_keys(self, keys: List[str], timeout: datetime.timedelta) -> List[str]:
         """Wait until every key is in the store; the keys still missing when `timeout` passed."""

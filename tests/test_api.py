@@ -396,6 +396,27 @@ def case_mismatch(kind_on_rank1: str):
     return outcome, elapsed, later
 
 
+def case_wire_settings(setting: str, rank1_value: int):
+    """A group whose rank 1 sets `setting` (an Options field) to `rank1_value`, the other ranks
+    leaving it alone: what forming it raised on this rank ("formed" if nothing), and an
+    all-reduce on a group formed next (the failed formation leaves nothing behind)."""
+    import dataclasses
+
+    from pycollect.options import Options
+
+    options = Options.from_env()
+    if pc.get_rank() == 1:
+        options = dataclasses.replace(options, **{setting: rank1_value})
+    try:
+        pc.destroy_process_group(pc.new_group(pg_options=options))
+        outcome = "formed"
+    except pc.MismatchError as e:
+        outcome = f"MismatchError: {e}"
+    t = torch.ones(3)
+    pc.all_reduce(t, group=pc.new_group())
+    return outcome, t.tolist()
+
+
 def case_barrier_timeout_argument():
     """Only rank 0 enters a barrier with timeout=0.5 s on a group whose timeout is 60 s
     (the others leave only after rank 0 timed out)."""
@@ -548,6 +569,21 @@ def test_mismatched_calls_fail_on_every_rank(pool4, kind):
         assert mine in msg and other in msg, f"rank {r}: {msg}"
         assert elapsed < 3.0, f"rank {r} took {elapsed:.2f} s"
         assert later == "GroupFailedError", f"rank {r}: {later}"
+
+
+def test_settings_that_shape_the_wire_must_agree(pool4):
+    """The pipelined hierarchy's pieces follow PYCOLLECT_SEGMENT_BYTES and a device call's
+    follow PYCOLLECT_STAGING_BYTES, which no header carries: a rank set otherwise gets a wrong
+    result or a hang. So a group whose ranks disagree fails as it forms, on every rank, naming
+    the setting and both values; the engine's default set explicitly is no disagreement."""
+    for setting, env, value in (("segment_bytes", "PYCOLLECT_SEGMENT_BYTES", 4096),
+                                ("staging_bytes", "PYCOLLECT_STAGING_BYTES", 1 << 20)):
+        for r, (outcome, after) in enumerate(pool4.run(case_wire_settings, setting, value)):
+            assert outcome.startswith("MismatchError") and env in outcome and f"{value} on rank 1" in outcome, \
+                (r, outcome)
+            assert after == [4.0] * 3, (r, after)
+    for r, (outcome, _) in enumerate(pool4.run(case_wire_settings, "segment_bytes", 512 * 1024)):
+        assert outcome == "formed", (r, outcome)
 
 
 def test_barrier_timeout_argument_overrides_the_group(pool4):
