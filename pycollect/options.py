@@ -58,15 +58,15 @@ TRANSPORTS = ("auto", "tcp", "shm")
 
 # The tunables every rank of a group must set alike, because they shape what goes on the wire
 # where no header says so (name -> the engine's CommOptions attribute, the default resolved):
-# the segment size cuts the pipelined hierarchy into pieces (collectives/rail_pipeline.cc), the
-# staging size cuts a device call into pieces that each cross the wire (comm/staging.cc). A
+# the segment size cuts the pipelined hierarchy into pieces (collectives/rail_pipeline.cc). A
 # group whose ranks disagree fails as it forms, with a MismatchError naming the setting.
-# The others are each rank's own: the algorithm (PYCOLLECT_ALGO, _DIRECT_MAX_BYTES, _MODEL)
-# travels in every call's header, which already refuses a disagreement per call; the transport
-# and the secret are negotiated at the handshake; how deep receives are posted (_INFLIGHT), when
-# shared memory reads in place (_SHM_SINGLE_COPY_BYTES: each record says which it is), spinning,
-# socket buffers, timeouts, tracing, the flight recorder and host tags are local.
-WIRE_SETTINGS = {"PYCOLLECT_SEGMENT_BYTES": "segment_bytes", "PYCOLLECT_STAGING_BYTES": "staging_bytes"}
+# The others need no such check: the algorithm (PYCOLLECT_ALGO, _DIRECT_MAX_BYTES, _MODEL) and a
+# device call's piece count (PYCOLLECT_STAGING_BYTES) travel in every call's header, which
+# refuses a disagreement per call; the transport and the secret are negotiated at the handshake;
+# the ring's segments are cut from one byte stream either way; how deep receives are posted
+# (_INFLIGHT), when shared memory reads in place (_SHM_SINGLE_COPY_BYTES: each record says which
+# it is), spinning, socket buffers, timeouts, tracing, the flight recorder and host tags are local.
+WIRE_SETTINGS = {"PYCOLLECT_SEGMENT_BYTES": "segment_bytes"}
 
 
 @dataclass(frozen=True)
