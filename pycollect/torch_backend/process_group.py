@@ -90,18 +90,19 @@ class PyCollectProcessGroup(dist.ProcessGroup):
     def _submit(self, method: str, works, result: List[torch.Tensor], source=None) -> TorchWork:
         return self._completer.add(TorchWork(method, works, result, source))
 
-    def _run(self, method: str, result: List[torch.Tensor], tensors, fn, *args, **kwargs) -> TorchWork:
-        """`fn(*args, **kwargs, async_op=...)`, a pycollect.api collective: queued (its Work
-        settled when waited on) if a tensor is large, else run now, on this thread (the
-        engine's inline path), its Work returned already settled: no hand-off to the
-        completer thread and back, which costs more than the call itself. Only for
-        collectives (every rank issues them in the same order, so running one before
-        returning cannot deadlock), never for point-to-point calls (an irecv issued before
-        the matching isend would). Bad arguments raise here on both paths; the engine's own
-        errors (a lost peer, a mismatch, a timeout) are the Work's."""
-        for t in tensors:
-            if not _small(t):
-                return self._submit(method, [fn(*args, async_op=True, **kwargs)], result)
+    def _run(self, method: str, opts, result: List[torch.Tensor], tensors, fn, *args, **kwargs) -> TorchWork:
+        """`fn(*args, **kwargs, async_op=...)`, a pycollect.api collective: run now, on this
+        thread (the engine's inline path), its Work returned already settled, when torch says
+        the caller waits for it at once (opts.asyncOp False: async_op=False) and its tensors
+        are small: no hand-off to the completer thread and back, which costs more than the
+        call itself. Otherwise queued, its Work settled when waited on: an async_op=True call
+        never waits for a peer (a rank that issues an async all-reduce, then a send its peer
+        needs before that peer joins the all-reduce, must not block in the all-reduce). torch
+        without asyncOp in its options (before 2.7) is taken as asynchronous. Bad arguments
+        raise here on both paths; the engine's own errors (a lost peer, a mismatch, a
+        timeout) are the Work's."""
+        if getattr(opts, "asyncOp", True) or not all(_small(t) for t in tensors):
+            return self._submit(method, [fn(*args, async_op=True, **kwargs)], result)
         try:
             fn(*args, async_op=False, **kwargs)
         except PyCollectError as e:
@@ -122,7 +123,7 @@ class PyCollectProcessGroup(dist.ProcessGroup):
             sparse_all_reduce(tensor, op, self._engine)
             return self._submit("allreduce", [], [tensor])
         op, _ = reduce_args(opts, "allreduce", [tensor], in_place=True)
-        return self._run("allreduce", [tensor], [tensor], api.all_reduce, tensor, op, group=self._engine)
+        return self._run("allreduce", opts, [tensor], [tensor], api.all_reduce, tensor, op, group=self._engine)
 
     def allreduce_coalesced(self, tensors, opts=None) -> TorchWork:
         """One engine call (one header, one pass) per dtype among `tensors`."""
@@ -141,34 +142,34 @@ class PyCollectProcessGroup(dist.ProcessGroup):
         tensor = single(tensors, "reduce")
         root = opts.rootRank if opts is not None else 0
         op, _ = reduce_args(opts, "reduce", [tensor], in_place=True)
-        return self._run("reduce", [tensor], [tensor], api.reduce, tensor, root, op, group=self._engine)
+        return self._run("reduce", opts, [tensor], [tensor], api.reduce, tensor, root, op, group=self._engine)
 
     def gather(self, output_tensors, input_tensors, opts=None) -> TorchWork:
         tensor = single(input_tensors, "gather", "input_tensors")
         root = opts.rootRank if opts is not None else 0
         outputs = single(output_tensors, "gather", "output_tensors") if self.rank() == root else None
-        return self._run("gather", list(outputs or []), [tensor, *(outputs or [])], api.gather, tensor, outputs, root,
+        return self._run("gather", opts, list(outputs or []), [tensor, *(outputs or [])], api.gather, tensor, outputs, root,
                          group=self._engine)
 
     def scatter(self, output_tensors, input_tensors, opts=None) -> TorchWork:
         tensor = single(output_tensors, "scatter", "output_tensors")
         root = opts.rootRank if opts is not None else 0
         inputs = single(input_tensors, "scatter", "input_tensors") if self.rank() == root else None
-        return self._run("scatter", [tensor], [tensor, *(inputs or [])], api.scatter, tensor, inputs, root,
+        return self._run("scatter", opts, [tensor], [tensor, *(inputs or [])], api.scatter, tensor, inputs, root,
                          group=self._engine)
 
     # -- broadcast / barrier -----------------------------------------------------
     def broadcast(self, tensors, opts=None) -> TorchWork:
         tensor = single(tensors, "broadcast")
         root = opts.rootRank if opts is not None else 0
-        return self._run("broadcast", [tensor], [tensor], api.broadcast, tensor, root, group=self._engine)
+        return self._run("broadcast", opts, [tensor], [tensor], api.broadcast, tensor, root, group=self._engine)
 
     def barrier(self, opts=None) -> TorchWork:
         """Times out after opts.timeout if set, else the group's (an error saying "Timed out",
         as Gloo's)."""
         timeout = getattr(opts, "timeout", None)
         timeout = timeout if timeout is not None and timeout.total_seconds() > 0 else None
-        return self._run("barrier", [], [], api.barrier, group=self._engine, timeout=timeout)
+        return self._run("barrier", opts, [], [], api.barrier, group=self._engine, timeout=timeout)
 
     def monitored_barrier(self, timeout=None, wait_all_ranks: bool = False) -> None:
         """Gloo's monitored barrier: rank 0 waits up to `timeout` for every other rank to
@@ -206,11 +207,11 @@ class PyCollectProcessGroup(dist.ProcessGroup):
     def allgather(self, output_tensors, input_tensors, opts=None) -> TorchWork:
         outputs = single(output_tensors, "allgather", "output_tensors")
         tensor = single(input_tensors, "allgather", "input_tensors")
-        return self._run("allgather", list(outputs), [tensor, *outputs], api.all_gather, outputs, tensor,
+        return self._run("allgather", opts, list(outputs), [tensor, *outputs], api.all_gather, outputs, tensor,
                          group=self._engine)
 
     def all_gather_single(self, output, input, opts=None) -> TorchWork:
-        return self._run("all_gather_single", [output], [output, input], self._gather_one, output, input)
+        return self._run("all_gather_single", opts, [output], [output, input], self._gather_one, output, input)
 
     def all_gather_single_coalesced(self, outputs, inputs, opts=None) -> TorchWork:
         return self._many("all_gather_single_coalesced", outputs, inputs, self._gather_one)
@@ -227,11 +228,11 @@ class PyCollectProcessGroup(dist.ProcessGroup):
         output = single(output_tensors, "reduce_scatter", "output_tensors")
         inputs = single(input_tensors, "reduce_scatter", "input_tensors")
         op, inputs = reduce_args(opts, "reduce_scatter", inputs, in_place=False, outputs=[output])
-        return self._run("reduce_scatter", [output], [output, *inputs], api.reduce_scatter, output, inputs, op,
+        return self._run("reduce_scatter", opts, [output], [output, *inputs], api.reduce_scatter, output, inputs, op,
                          group=self._engine)
 
     def reduce_scatter_single(self, output, input, opts=None) -> TorchWork:
-        return self._run("reduce_scatter_single", [output], [output, input], self._scatter_one, "reduce_scatter_single",
+        return self._run("reduce_scatter_single", opts, [output], [output, input], self._scatter_one, "reduce_scatter_single",
                          output, input, opts)
 
     def reduce_scatter_single_coalesced(self, outputs, inputs, opts=None) -> TorchWork:
@@ -272,7 +273,7 @@ class PyCollectProcessGroup(dist.ProcessGroup):
     # -- all-to-all and the coalesced all-gather -----------------------------------
     def alltoall_base(self, output, input, output_split_sizes, input_split_sizes, opts=None) -> TorchWork:
         """dist.all_to_all_single: one engine all-to-all over the chunks."""
-        return self._run("alltoall_base", [output], [output, input], api.all_to_all_single, output, input,
+        return self._run("alltoall_base", opts, [output], [output, input], api.all_to_all_single, output, input,
                          list(output_split_sizes or []) or None, list(input_split_sizes or []) or None,
                          group=self._engine)
 
@@ -280,7 +281,7 @@ class PyCollectProcessGroup(dist.ProcessGroup):
 
     def alltoall(self, output_tensors, input_tensors, opts=None) -> TorchWork:
         """dist.all_to_all (list form): one engine all-to-all."""
-        return self._run("alltoall", list(output_tensors), [*output_tensors, *input_tensors], api.all_to_all,
+        return self._run("alltoall", opts, list(output_tensors), [*output_tensors, *input_tensors], api.all_to_all,
                          list(output_tensors), list(input_tensors), group=self._engine)
 
     def allgather_coalesced(self, output_lists, input_list, opts=None) -> TorchWork:
@@ -329,7 +330,7 @@ def _wait_key(store, key: str, deadline: float) -> bool:
         time.sleep(0.01)
 
 
-EAGER_MAX_BYTES = 64 * 1024  # collectives up to this size run at once on the caller's thread
+EAGER_MAX_BYTES = 64 * 1024  # blocking collectives up to this size run at once on the caller's thread
 
 
 def _small(tensor: torch.Tensor) -> bool:
