@@ -404,6 +404,18 @@ def _schedule_groups(backend: str):
     return _SCHEDULE_GROUPS[backend]
 
 
+def _pipeline_step(mode: str, sending: bool, tensor, peer: int, group) -> None:
+    """A send (or receive) to `peer`, done before returning: blocking ("send"), isend/irecv
+    and wait ("isend"), or a batch_isend_irecv of one ("batch")."""
+    if mode == "send":
+        (dist.send if sending else dist.recv)(tensor, peer, group=group)
+    elif mode == "isend":
+        (dist.isend if sending else dist.irecv)(tensor, peer, group=group).wait()
+    else:
+        for w in dist.batch_isend_irecv([dist.P2POp(dist.isend if sending else dist.irecv, tensor, peer, group=group)]):
+            w.wait()
+
+
 def case_cross_group_schedule(backend: str, nbytes: int, mode: str):
     """The schedule DDP with pipelining makes: ranks 0 and 3 issue an async all-reduce on their
     data-parallel group, then send to their pipeline peer (1 and 2), who receive first and
@@ -420,24 +432,11 @@ def case_cross_group_schedule(backend: str, nbytes: int, mode: str):
     t0 = time.monotonic()
     if rank in (0, 3):
         w = dist.all_reduce(x, group=dp, async_op=True)
-        payload = torch.full((n,), 10.0 + rank)
-        if mode == "send":
-            dist.send(payload, dst=peer, group=pp)
-        elif mode == "isend":
-            dist.isend(payload, dst=peer, group=pp).wait()
-        else:
-            for pw in dist.batch_isend_irecv([dist.P2POp(dist.isend, payload, peer, group=pp)]):
-                pw.wait()
+        _pipeline_step(mode, True, torch.full((n,), 10.0 + rank), peer, pp)
         w.wait()
     else:
         got = torch.empty(n)
-        if mode == "send":
-            dist.recv(got, src=peer, group=pp)
-        elif mode == "isend":
-            dist.irecv(got, src=peer, group=pp).wait()
-        else:
-            for pw in dist.batch_isend_irecv([dist.P2POp(dist.irecv, got, peer, group=pp)]):
-                pw.wait()
+        _pipeline_step(mode, False, got, peer, pp)
         dist.all_reduce(x, group=dp)
     took = time.monotonic() - t0
     ok_x = x.eq(x[0]).all().item() and (got is None or got.eq(got[0]).all().item())
