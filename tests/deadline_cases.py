@@ -293,3 +293,45 @@ def case_p2p_interrupted(transport: str) -> dict:
             time.sleep(1.0)  # rank 0 was interrupted meanwhile: its group failed
         pc.destroy_process_group(g)
     return out
+
+
+def case_storm_then_peer_gone(rounds: int, calls: int) -> dict:
+    """`rounds` times: a fresh group, both ranks post `calls` isends and irecvs each way (8 B
+    and 64 KiB, async, unwaited), and rank 1 abandons the group in the middle (abort: its links
+    shut down, as its death would), on the thread that posts, while its worker and rank 0's
+    move the bytes. Rank 0 then waits for every call: each completes or raises a pycollect
+    error, none hangs. What rank 0 saw: {"rounds", "completed", "failed", "slowest_s",
+    "other": errors that were not pycollect's}."""
+    import random
+
+    rng = random.Random(1234)
+    seen = {"rounds": 0, "completed": 0, "failed": 0, "slowest_s": 0.0, "other": []}
+    for _ in range(rounds):
+        g = _group(5.0)
+        peer = g.ranks[1 - g.rank]
+        stop_at = rng.randrange(calls)
+        works = []
+        for i in range(calls):
+            if g.rank == 1 and i == stop_at:
+                g.abort("rank 1 leaves in the middle of the storm")
+                break
+            n = 2 if i % 2 else 1 << 14
+            try:
+                works.append(pc.isend(torch.ones(n), peer, group=g, tag=i))
+                works.append(pc.irecv(torch.empty(n), peer, group=g, tag=i))
+            except pc.PyCollectError:
+                break  # the group already failed: nothing more can be posted
+        if g.rank == 0:
+            for w in works:
+                t0 = time.monotonic()
+                try:
+                    w.wait()
+                    seen["completed"] += 1
+                except pc.PyCollectError:
+                    seen["failed"] += 1
+                except Exception as e:  # noqa: BLE001 - the test reads it
+                    seen["other"].append(f"{type(e).__name__}: {e}")
+                seen["slowest_s"] = max(seen["slowest_s"], time.monotonic() - t0)
+        seen["rounds"] += 1
+        pc.destroy_process_group(g)
+    return seen

@@ -139,12 +139,23 @@ def _p2p_waits_honour_timeouts(pool) -> None:
             assert name == "KeyboardInterrupt" and after < 0.1, (transport, call, name, after)
 
 
+def _storms_end_when_the_peer_goes(pool) -> None:
+    """A peer that goes in the middle of a storm of isends and irecvs, 200 times: every call
+    on the other rank completes or raises a pycollect error, within the group timeout, and the
+    process survives (the failure path used to drain the posted calls while another thread
+    reaped them)."""
+    seen = pool.run(dc.case_storm_then_peer_gone, 200, 24)[0]
+    assert seen["rounds"] == 200 and not seen["other"], seen
+    assert seen["failed"] > 0 and seen["slowest_s"] < 5.0 + 1.0, seen
+
+
 def test_killed_rank():
     with RankPool(2, init_gloo=False, timeout=60) as pool:
         _reinitialised(pool)
         _ended_at_once(pool)
         _flight_ring(pool)
         _p2p_waits_honour_timeouts(pool)
+        _storms_end_when_the_peer_goes(pool)
         _start(pool, dc.PATHS)
         pool.kill(1)
         killed = time.time()
