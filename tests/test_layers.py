@@ -34,7 +34,7 @@ LAYERS: List[List[str]] = [
     ["options"],
     ["tuning"],                                # what the engine needs of the cost model at run time
     ["_buffers", "errors"],
-    ["types", "_C"],                           # enums; the extension, the only door into C++
+    ["types", "_C", "launcher"],               # enums; the extension, the only door into C++; the launcher's env
 ]
 
 
