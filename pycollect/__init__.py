@@ -2,7 +2,7 @@
 reduce-scatter over TCP) with torch.distributed's names.
 
     import pycollect as pc
-    pc.init_process_group()   # reads torchrun's environment
+    pc.init_process_group()   # reads torchrun's, mpirun's or srun's environment
     pc.all_reduce(tensor)
 
 The C++ engine lives in the private module pycollect._C; everything public is here,
@@ -46,6 +46,7 @@ _LAZY = {
     "torch_backend": ("torch_backend", None),
     "Options": ("options", "Options"),
     "Topology": ("topology", "Topology"),
+    "export_torch_env": ("launcher", "export_torch_env"),
 }
 
 from .types import Algo, ReduceOp, TraceEvent  # noqa: E402  (pure Python)

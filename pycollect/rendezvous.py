@@ -1,8 +1,9 @@
-"""Rendezvous: find the store, pick the address to listen on, read torchrun's env.
+"""Rendezvous: find the store, pick the address to listen on.
 
-pycollect reuses torch.distributed's TCPStore. A job started by torchrun (or with
-RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT set) needs no arguments; explicit
-rank=/world_size=/init_method="tcp://host:port" or store= also work.
+pycollect reuses torch.distributed's TCPStore. A job started by torchrun, mpirun or
+srun (or with RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT set) needs no arguments:
+launcher.py reads whichever launcher's variables are there. Explicit
+rank=/world_size=/init_method="tcp://host:port" or store= also work, and win.
 """
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from dataclasses import dataclass
 from typing import Optional
 from urllib.parse import urlparse
 
+from .launcher import detect
 from .options import Options
 
 @dataclass
@@ -23,16 +25,6 @@ class Rendezvous:
     master_addr: Optional[str]
 
 
-def _env_int(name: str) -> Optional[int]:
-    value = os.environ.get(name)
-    if value is None or value == "":
-        return None
-    try:
-        return int(value)
-    except ValueError:
-        raise ValueError(f"environment variable {name}={value!r} is not an integer") from None
-
-
 def _require(value, name: str, env: str) -> int:
     if value is None or value < 0:
         raise ValueError(f"{name} is not known: pass {name}= or set {env} (torchrun sets it)")
@@ -40,10 +32,12 @@ def _require(value, name: str, env: str) -> int:
 
 
 def rendezvous(init_method, rank: int, world_size: int, store, timeout: datetime.timedelta) -> Rendezvous:
+    # Only an env:// rendezvous meets at MASTER_ADDR:MASTER_PORT; the others need the launcher for ranks only.
+    launch = detect(need_master=store is None and init_method in (None, "env://"))
     if rank is None or rank < 0:
-        rank = _env_int("RANK")
+        rank = launch.rank
     if world_size is None or world_size < 0:
-        world_size = _env_int("WORLD_SIZE")
+        world_size = launch.world_size
     rank = _require(rank, "rank", "RANK")
     world_size = _require(world_size, "world_size", "WORLD_SIZE")
     if world_size < 1:
@@ -53,13 +47,12 @@ def rendezvous(init_method, rank: int, world_size: int, store, timeout: datetime
     if store is not None:
         if init_method is not None:
             raise ValueError("pass either store= or init_method=, not both")
-        return Rendezvous(store, rank, world_size, _store_host(store) or os.environ.get("MASTER_ADDR"))
+        return Rendezvous(store, rank, world_size, _store_host(store) or launch.master_addr)
 
     import torch.distributed as dist
 
     if init_method is None or init_method == "env://":
-        host = os.environ.get("MASTER_ADDR")
-        port = _env_int("MASTER_PORT")
+        host, port = launch.master_addr, launch.master_port
         if host is None or port is None:
             raise ValueError(
                 "no rendezvous: set MASTER_ADDR and MASTER_PORT (torchrun does), or pass "
