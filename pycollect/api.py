@@ -1,7 +1,7 @@
 """torch.distributed-style functions on pycollect's engine.
 
     import pycollect as pc
-    pc.init_process_group()              # torchrun's env, or rank=, world_size=, init_method=
+    pc.init_process_group()              # torchrun's, mpirun's or srun's env, or rank=, world_size=, init_method=
     pc.all_reduce(t)                     # in place, SUM
     w = pc.all_gather_into_tensor(out, t, async_op=True); w.wait()
 
@@ -46,7 +46,8 @@ _global_rank = -1
 def init_process_group(backend: Optional[str] = None, init_method: Optional[str] = None, timeout=None,
                        world_size: int = -1, rank: int = -1, store=None, group_name: str = "",
                        **unused) -> None:
-    """Join the default group. With no arguments, reads RANK/WORLD_SIZE/MASTER_ADDR/MASTER_PORT."""
+    """Join the default group. With no arguments, reads the launcher's environment: torchrun's
+    RANK/WORLD_SIZE/MASTER_ADDR/MASTER_PORT, or mpirun's or srun's (launcher.py, docs/launchers.md)."""
     global _world, _store, _host, _global_rank, _group_seq
     if _world is not None:
         raise RuntimeError("init_process_group() was already called; call destroy_process_group() first")
