@@ -250,7 +250,7 @@ class Communicator {
   void runTaken(Op& op);
   void failRunning(const std::shared_ptr<Work>& work, const std::exception& e);
   std::shared_ptr<Work> enqueue(const WireHeader& header, std::function<void(Context&)> run) {
-    return enqueue(Collective{header, std::move(run), nullptr});
+    return enqueue(Collective{header, std::move(run), nullptr, -1, false, {}});
   }
   // Numbers a recv (per peer) and queues the transfer on its link.
   void postP2P(PendingP2P& p);
