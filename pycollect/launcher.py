@@ -42,7 +42,8 @@ class LaunchEnv:
     """What the launcher said. `launcher` names the one that gave the rank ("torchrun",
     "openmpi", "mpich", "pmix", "slurm"; "none" when no variable names a rank). A field
     nobody set is None. `notes`: which variables were used, defaults taken, and where two
-    launchers disagreed."""
+    launchers disagreed; `conflicts`: those disagreements alone (init_process_group warns
+    of them)."""
     launcher: str
     rank: Optional[int]
     world_size: Optional[int]
@@ -51,6 +52,7 @@ class LaunchEnv:
     master_addr: Optional[str]
     master_port: Optional[int]
     notes: Tuple[str, ...] = field(default=())
+    conflicts: Tuple[str, ...] = field(default=())
 
 
 # (launcher, its name in notes, {field: variable})
@@ -138,6 +140,7 @@ def detect(environ: Optional[Mapping[str, str]] = None, *, need_master: bool = F
     environ = os.environ if environ is None else environ
     found = _read(environ)
     notes: List[str] = []
+    conflicts: List[str] = []
     chosen: Dict[str, Optional[int]] = {}
     for f in FIELDS:
         got = found[f]
@@ -147,8 +150,9 @@ def detect(environ: Optional[Mapping[str, str]] = None, *, need_master: bool = F
         key, name, value = got[0]
         ignored = [f"{n}={v} ({_TITLE[k]})" for k, n, v in got[1:] if v != value]
         if ignored:
-            notes.append(f"{f}: used {name}={value} ({_TITLE[key]}), ignored " + ", ".join(ignored)
-                         + " (the launchers disagree; the first in precedence wins)")
+            conflicts.append(f"{f}: used {name}={value} ({_TITLE[key]}), ignored " + ", ".join(ignored)
+                             + " (the launchers disagree; the first in precedence wins)")
+    notes.extend(conflicts)
     launcher = found["rank"][0][0] if found["rank"] else "none"
     if launcher != "none":
         used = [n for f in FIELDS for k, n, _ in found[f][:1] if k == launcher]
@@ -158,7 +162,7 @@ def detect(environ: Optional[Mapping[str, str]] = None, *, need_master: bool = F
                      "Slurm's variables were ignored (start the ranks with srun)")
     addr, port = _master(environ, launcher, chosen, notes, need_master)
     return LaunchEnv(launcher, chosen["rank"], chosen["world_size"], chosen["local_rank"],
-                     chosen["local_world_size"], addr, port, tuple(notes))
+                     chosen["local_world_size"], addr, port, tuple(notes), tuple(conflicts))
 
 
 def _master(environ: Mapping[str, str], launcher: str, chosen: Dict[str, Optional[int]], notes: List[str],

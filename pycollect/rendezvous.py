@@ -10,6 +10,7 @@ from __future__ import annotations
 import datetime
 import os
 import socket
+import warnings
 from dataclasses import dataclass
 from typing import Optional
 from urllib.parse import urlparse
@@ -34,6 +35,9 @@ def _require(value, name: str, env: str) -> int:
 def rendezvous(init_method, rank: int, world_size: int, store, timeout: datetime.timedelta) -> Rendezvous:
     # Only an env:// rendezvous meets at MASTER_ADDR:MASTER_PORT; the others need the launcher for ranks only.
     launch = detect(need_master=store is None and init_method in (None, "env://"))
+    if rank is None or rank < 0 or world_size is None or world_size < 0:
+        for conflict in launch.conflicts:  # e.g. RANK and OMPI_COMM_WORLD_RANK both set, and different
+            warnings.warn(f"pycollect: {conflict}", RuntimeWarning, stacklevel=3)
     if rank is None or rank < 0:
         rank = launch.rank
     if world_size is None or world_size < 0:

@@ -12,6 +12,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import warnings
 
 import pytest
 
@@ -257,6 +258,13 @@ def test_rendezvous_under_mpi_and_explicit_arguments(monkeypatch):
     assert rv.rank == 3
     with pytest.raises(ValueError, match="set MASTER_ADDR"):
         _rendezvous(monkeypatch, ompi(size=4, local_size=2))
+    # Launchers that disagree on the rank: a warning says which was used (not when rank= is given).
+    with pytest.warns(RuntimeWarning, match=r"used RANK=0 \(torchrun\), ignored OMPI_COMM_WORLD_RANK=1"):
+        rv = _rendezvous(monkeypatch, ompi(size=4, local_size=2, RANK="0"), store=Store())
+    assert rv.rank == 0
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        _rendezvous(monkeypatch, ompi(size=4, local_size=2, RANK="0"), store=Store(), rank=2, world_size=4)
 
 
 # -- a real mpirun ---------------------------------------------------------------------
