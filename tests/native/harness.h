@@ -9,6 +9,7 @@
 // rank's body and aborts its communicator, so its peers fail instead of waiting for it.
 // awaitWork waits in each of the ways the Python layer does (pycollect/work.py), and
 // blocking() issues a call as Group.run_blocking does: under an InlineScope, then waits.
+// expectLinks checks the transport of each of a rank's links.
 #pragma once
 
 #include <atomic>
@@ -251,6 +252,14 @@ void blocking(Communicator& c, Issue issue) {
     work = issue();
   }
   awaitWork(c, work, WaitMode::kSlices);
+}
+
+// Checks that every link of this rank is of the kind want(peer) ("tcp", "shm").
+inline void expectLinks(Communicator& c, const std::function<std::string(int peer)>& want) {
+  for (const auto& [peer, kind] : c.linkKinds()) {
+    EXPECT(kind == want(peer), "rank " << c.rank() << ": the link to rank " << peer << " is " << kind << ", expected "
+                                       << want(peer));
+  }
 }
 
 }  // namespace driver

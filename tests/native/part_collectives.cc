@@ -1,0 +1,220 @@
+// The native driver's collectives part: every collective on 3 and 4 ranks over TCP. The
+// four all-reduce algorithms on float32 and int64 (0 .. 1M elements, sum, max, min, avg),
+// all-gather (ring, Bruck, in place), reduce-scatter, broadcast from every root, barrier,
+// reduce, gather and scatter (uneven shares, one empty), all-to-all, coalesced all-reduce
+// and all-gather; each call issued blocking under InlineScope or async and waited on in
+// another way, and rounds of async calls queued back to back and waited on in reverse.
+// Every rank's result is checked against values.h. collectiveSweep is also part_shm.cc's.
+#include <deque>
+#include <functional>
+
+#include "collective_cases.h"
+#include "parts.h"
+
+namespace driver {
+namespace {
+
+void reduceCase(Communicator& c, size_t count, int root, int style) {
+  const int rank = c.rank(), n = c.size();
+  std::vector<int64_t> data(count);
+  for (size_t i = 0; i < count; ++i) data[i] = value<int64_t>(rank, i);
+  runCall(c, style, [&] { return c.reduce(data.data(), count, DType::kInt64, ReduceOp::kSum, root); });
+  if (rank == root) {
+    EXPECT_EACH(data.data(), count, [&](size_t i) { return reduced<int64_t>(ReduceOp::kSum, n, i); },
+                "rank " << rank << "/" << n << " reduce to " << root << " count " << count);
+  } else {
+    EXPECT_EACH(data.data(), count, [&](size_t i) { return value<int64_t>(rank, i); },
+                "rank " << rank << "/" << n << " reduce to " << root << " changed a non-root's buffer, count "
+                        << count);
+  }
+}
+
+// Rank r's share in gather and scatter: sizes differ by rank, rank 1's is empty.
+size_t shareOf(int r, size_t base) { return r == 1 ? 0 : base + 5 * r; }
+
+void gatherCase(Communicator& c, size_t base, int root, int style) {
+  const int rank = c.rank(), n = c.size();
+  std::vector<float> in(shareOf(rank, base));
+  for (size_t i = 0; i < in.size(); ++i) in[i] = value<float>(rank, i);
+  std::vector<std::vector<float>> outs;
+  std::vector<Span> spans;
+  if (rank == root) {
+    for (int r = 0; r < n; ++r) outs.emplace_back(shareOf(r, base), -1.0f);
+    for (auto& o : outs) spans.push_back(Span{reinterpret_cast<char*>(o.data()), o.size()});
+  }
+  Span mine{reinterpret_cast<char*>(in.data()), in.size()};
+  runCall(c, style, [&] { return c.gather(mine, spans, DType::kFloat32, root); });
+  if (rank == root) {
+    for (int r = 0; r < n; ++r) {
+      EXPECT_EACH(outs[r].data(), outs[r].size(), [&](size_t i) { return value<float>(r, i); },
+                  "gather to " << root << " of " << n << ": rank " << r << "'s share");
+    }
+  }
+}
+
+void scatterCase(Communicator& c, size_t base, int root, int style) {
+  const int rank = c.rank(), n = c.size();
+  std::vector<std::vector<float>> ins;
+  std::vector<Span> spans;
+  if (rank == root) {
+    for (int r = 0; r < n; ++r) {
+      ins.emplace_back(shareOf(r, base));
+      for (size_t i = 0; i < ins.back().size(); ++i) ins.back()[i] = value<float>(r, i) + 0.5f;
+    }
+    for (auto& s : ins) spans.push_back(Span{reinterpret_cast<char*>(s.data()), s.size()});
+  }
+  std::vector<float> out(shareOf(rank, base), -1.0f);
+  Span mine{reinterpret_cast<char*>(out.data()), out.size()};
+  runCall(c, style, [&] { return c.scatter(spans, mine, DType::kFloat32, root); });
+  EXPECT_EACH(out.data(), out.size(), [&](size_t i) { return value<float>(rank, i) + 0.5f; },
+              "rank " << rank << "/" << n << " scatter from " << root);
+}
+
+// All-to-all's pair sizes: symmetric (a's to b is as long as b expects), some empty.
+size_t pairLength(int a, int b, size_t scale) { return static_cast<size_t>(((a + 1) * (b + 1)) % 4) * scale; }
+
+void allToAllCase(Communicator& c, size_t scale, int style) {
+  const int rank = c.rank(), n = c.size();
+  std::vector<std::vector<int64_t>> ins(n), outs(n);
+  std::vector<Span> inSpans, outSpans;
+  for (int p = 0; p < n; ++p) {
+    ins[p].resize(pairLength(rank, p, scale));
+    for (size_t i = 0; i < ins[p].size(); ++i) ins[p][i] = payload(rank, p, 0, i);
+    outs[p].assign(pairLength(p, rank, scale), -1);
+    inSpans.push_back(Span{reinterpret_cast<char*>(ins[p].data()), ins[p].size()});
+    outSpans.push_back(Span{reinterpret_cast<char*>(outs[p].data()), outs[p].size()});
+  }
+  runCall(c, style, [&] { return c.allToAll(inSpans, outSpans, DType::kInt64); });
+  for (int p = 0; p < n; ++p) {
+    EXPECT_EACH(outs[p].data(), outs[p].size(), [&](size_t i) { return payload(p, rank, 0, i); },
+                "rank " << rank << "/" << n << " all-to-all: from rank " << p);
+  }
+}
+
+// Calls issued back to back without waiting, then waited on in reverse order, each in
+// another way; their buffers are checked once all are done.
+void queuedCalls(Communicator& c, int round) {
+  const int rank = c.rank(), n = c.size();
+  struct Call {
+    std::shared_ptr<Work> work;
+    std::function<void()> verify;
+  };
+  std::deque<std::vector<float>> buffers;  // a deque: pushing keeps earlier buffers in place
+  std::vector<Call> calls;
+  for (int j = 0; j < 24; ++j) {
+    switch (j % 4) {
+      case 0: {
+        const size_t count = j == 4 ? size_t{1} << 18 : 1 + j * 131;
+        const Algo algo = kAllreduceAlgos[(j / 4 + round) % 4];
+        auto& data = buffers.emplace_back(count);
+        for (size_t i = 0; i < count; ++i) data[i] = value<float>(rank, i);
+        calls.push_back({c.allReduce(data.data(), count, DType::kFloat32, ReduceOp::kSum, algo), [&data, n, algo] {
+                           EXPECT_EACH(data.data(), data.size(),
+                                       [&](size_t i) { return reduced<float>(ReduceOp::kSum, n, i); },
+                                       "queued all-reduce " << pycollect::algoName(algo) << " count " << data.size());
+                         }});
+        break;
+      }
+      case 1: {
+        const size_t count = 1 + j * 17;
+        const Algo algo = j % 8 == 1 ? Algo::kRing : Algo::kBruck;
+        auto& in = buffers.emplace_back(count);
+        auto& out = buffers.emplace_back(count * n, -1.0f);
+        for (size_t i = 0; i < count; ++i) in[i] = value<float>(rank, i);
+        calls.push_back({c.allGather(in.data(), out.data(), count, DType::kFloat32, algo), [&out, count, algo] {
+                           EXPECT_EACH(out.data(), out.size(),
+                                       [&](size_t i) { return value<float>(static_cast<int>(i / count), i % count); },
+                                       "queued all-gather " << pycollect::algoName(algo) << " count " << count);
+                         }});
+        break;
+      }
+      case 2: {
+        const int root = (j / 4) % n;
+        const size_t count = 1000 + j;
+        auto& data = buffers.emplace_back(count, -1.0f);
+        if (rank == root) {
+          for (size_t i = 0; i < count; ++i) data[i] = value<float>(root, i);
+        }
+        calls.push_back({c.broadcast(data.data(), count, DType::kFloat32, root), [&data, root] {
+                           EXPECT_EACH(data.data(), data.size(), [&](size_t i) { return value<float>(root, i); },
+                                       "queued broadcast from " << root);
+                         }});
+        break;
+      }
+      default:
+        calls.push_back({c.barrier(), [] { report().pass(); }});
+        break;
+    }
+  }
+  for (size_t k = calls.size(); k-- > 0;) {
+    awaitWork(c, calls[k].work, static_cast<WaitMode>((k + rank) % kWaitModes));
+  }
+  for (auto& call : calls) call.verify();
+}
+
+}  // namespace
+
+void collectiveSweep(Communicator& c, const Sweep& sweep) {
+  const int rank = c.rank(), n = c.size();
+  int style = rank;
+  stage() = "all-reduce";
+  for (Algo algo : kAllreduceAlgos) {
+    for (size_t count : sweep.allreduceCounts) {
+      allReduceCase<float>(c, algo, count, ReduceOp::kSum, style++);
+      if (sweep.int64) allReduceCase<int64_t>(c, algo, count, ReduceOp::kSum, style++);
+    }
+    allReduceCase<int64_t>(c, algo, 7, ReduceOp::kMax, style++);
+    allReduceCase<float>(c, algo, 1000, ReduceOp::kMin, style++);
+    allReduceCase<float>(c, algo, 1001, ReduceOp::kAvg, style++);
+  }
+  stage() = "all-gather";
+  for (Algo algo : {Algo::kRing, Algo::kBruck}) {
+    for (size_t count : sweep.counts) {
+      allGatherCase<float>(c, algo, count, false, style++);
+      if (sweep.int64) allGatherCase<int64_t>(c, algo, count, true, style++);
+    }
+  }
+  stage() = "reduce-scatter";
+  for (size_t count : sweep.counts) {
+    reduceScatterCase<float>(c, Algo::kRing, count, style++);
+    if (sweep.int64) reduceScatterCase<int64_t>(c, Algo::kRing, count, style++);
+  }
+  stage() = "broadcast";
+  for (int root = 0; root < n; ++root) {
+    for (size_t count : sweep.counts) broadcastCase<float>(c, Algo::kRing, count, root, style++);
+  }
+  stage() = "barrier";
+  for (int k = 0; k < 6; ++k) {
+    runCall(c, style++, [&] { return c.barrier(k % 2 == 0 ? -1.0 : 30.0); });
+    report().pass();
+  }
+  stage() = "reduce, gather, scatter";
+  for (int root = 0; root < n; ++root) {
+    reduceCase(c, 7, root, style++);
+    reduceCase(c, size_t{1} << 16, root, style++);
+    gatherCase(c, 3, root, style++);
+    gatherCase(c, 4000, root, style++);
+    scatterCase(c, 3, root, style++);
+    scatterCase(c, 4000, root, style++);
+  }
+  stage() = "all-to-all";
+  allToAllCase(c, 5, style++);
+  allToAllCase(c, 20000, style++);
+  stage() = "coalesced";
+  coalescedCases(c, Algo::kAuto, style++);
+  coalescedCases(c, Algo::kRing, style++);
+  stage() = "queued calls";
+  for (int round = 0; round < 3; ++round) queuedCalls(c, round);
+}
+
+void partCollectives() {
+  Sweep sweep;
+  sweep.allreduceCounts = {0, 1, 7, size_t{1} << 16, size_t{1} << 20};
+  sweep.counts = {0, 1, 7, size_t{1} << 16};
+  for (int n : {3, 4}) {
+    GroupSpec spec;
+    spec.size = n;
+    runGroup(spec, [&](Communicator& c, Barrier&, int) { collectiveSweep(c, sweep); });
+  }
+}
+}  // namespace driver

@@ -1,0 +1,26 @@
+// The native driver's shm part: 2 to 4 ranks of one host over shared memory (every link
+// must be "shm"), running the collectives' sweep (part_collectives.cc) on 2 and 4 ranks
+// and the p2p suite (part_p2p.cc) on 2 and 3, with fewer sizes and float32 only.
+#include "collective_cases.h"
+#include "parts.h"
+
+namespace driver {
+
+void partShm() {
+  Sweep sweep;
+  sweep.allreduceCounts = {0, 7, size_t{1} << 16, size_t{1} << 20};
+  sweep.counts = {0, 7, size_t{1} << 16};
+  sweep.int64 = false;
+  for (int n : {2, 3, 4}) {
+    GroupSpec spec;
+    spec.size = n;
+    spec.options = [](int) { return makeOptions(TransportKind::kShm); };
+    runGroup(spec, [&](Communicator& c, Barrier& barrier, int) {
+      expectLinks(c, [](int) { return "shm"; });
+      if (n != 3) collectiveSweep(c, sweep);
+      if (n != 4) p2pSuite(c, barrier, 100);
+    });
+  }
+}
+
+}  // namespace driver
