@@ -1,7 +1,7 @@
 """Parent side of the benchmark: start the ranks, stream the rows.
 
 The ranks are started by pycollect.launch.run_ranks (pycollect's default group, plus
-Gloo's when it is the peer); rank 0 sends each finished row as an event, so the
+Gloo's when it is a peer), or by mpirun when MPI is one (benchmark.mpi); rank 0 sends each finished row as an event, so the
 table prints while the run goes on (the progress output of a long run). Ranks run on
 loopback, or with `netns_hosts` one per host of pycollect.netns.Hosts, whose cables
 carry `line_rate` each way: busbw can then be read against a known line rate.
@@ -29,7 +29,7 @@ class Config:
     iters: int = 20
     warmup: int = 5
     repeats: int = 5
-    peer: Optional[str] = "gloo"
+    peer: Optional[str] = "gloo"  # the engines timed beside pycollect: gloo, nccl, mpi or a list ("gloo,mpi")
     link_limit: bool = True
     env: Dict[str, str] = field(default_factory=dict)
     netns_hosts: bool = False  # ranks on namespace hosts (pycollect.netns) instead of loopback
@@ -39,12 +39,24 @@ class Config:
     algo: Optional[str] = None  # pycollect's algorithm for the timed op; None: the group's (PYCOLLECT_ALGO)
 
 
+PEERS = ("gloo", "nccl", "mpi")
+
+
+def peer_names(peer: Optional[str]) -> List[str]:
+    """Config.peer as a list: "gloo,mpi" -> ["gloo", "mpi"]; None or "none" -> []."""
+    names = [p.strip() for p in (peer or "").split(",") if p.strip() and p.strip() != "none"]
+    bad = [p for p in names if p not in PEERS]
+    if bad or len(set(names)) != len(names) or {"gloo", "nccl"} <= set(names):
+        raise ValueError(f"peers are one or more of {', '.join(PEERS)} (not both gloo and nccl), got {peer!r}")
+    return names
+
+
 def _job(rank: int, n: int, emit, cfg: Config) -> None:
     """One rank's part: the link limit, then every size (pycollect is initialised)."""
     from . import linklimit, runner
     from .. import api as pc
 
-    peer = runner.Engine(cfg.peer) if cfg.peer in ("gloo", "nccl") else None
+    peers = [runner.Engine(p) for p in peer_names(cfg.peer)]
     device = cfg.device
     if device == "cuda":
         import torch
@@ -58,7 +70,7 @@ def _job(rank: int, n: int, emit, cfg: Config) -> None:
         limit = linklimit.measure(rank)
         if rank == 0:
             emit("link", limit)
-    for row in runner.run(cfg.op, cfg.sizes, cfg.dtype, cfg.iters, cfg.warmup, cfg.repeats, peer,
+    for row in runner.run(cfg.op, cfg.sizes, cfg.dtype, cfg.iters, cfg.warmup, cfg.repeats, peers,
                           runner.Engine("pycollect", algo=cfg.algo), rank, n, device):
         if rank == 0:
             emit("row", row)
@@ -69,7 +81,16 @@ def run(cfg: Config, json_path: Optional[str] = None, plot_path: Optional[str] =
     """Run the benchmark; print the table as it goes (to `stream`, default the current
     sys.stdout); return {meta, rows, link_limit}."""
     stream = stream if stream is not None else sys.stdout
-    from ..launch import run_ranks
+    from .. import launch
+
+    peers = peer_names(cfg.peer)
+    start_ranks = launch.run_ranks
+    if "mpi" in peers:  # MPI's peer needs ranks that are MPI processes: mpirun starts them
+        from . import mpi
+
+        start_ranks = mpi.run_ranks
+        if cfg.netns_hosts or cfg.device != "cpu":
+            raise ValueError("--peer mpi runs on CPU tensors on loopback (no --device cuda, no --netns-hosts)")
 
     meta = {"date": datetime.datetime.now().isoformat(timespec="seconds"), "host": platform.node(),
             "machine": f"{platform.machine()}, {os.cpu_count()} cores", "python": platform.python_version(),
@@ -81,7 +102,7 @@ def run(cfg: Config, json_path: Optional[str] = None, plot_path: Optional[str] =
     where = (f"{hosts_n} namespace hosts x {cfg.ranks_per_host} rank{'s' if cfg.ranks_per_host > 1 else ''}, "
              f"{cfg.line_rate} cables ({line:.3f} GB/s each way)" if cfg.netns_hosts else f"{cfg.world_size} ranks on loopback")
     print(f"# pycollect bench: {cfg.op}, {where}, {cfg.dtype} on {cfg.device}, "
-          f"iters {cfg.iters} x {cfg.repeats} blocks (median), warm-up {cfg.warmup}, peer {cfg.peer or 'none'}, "
+          f"iters {cfg.iters} x {cfg.repeats} blocks (median), warm-up {cfg.warmup}, peer {','.join(peers) or 'none'}, "
           f"algo {cfg.env.get('PYCOLLECT_ALGO', 'auto')}",
           file=stream, flush=True)
 
@@ -100,17 +121,17 @@ def run(cfg: Config, json_path: Optional[str] = None, plot_path: Optional[str] =
             print(f"# link limit: {link:.3f} GB/s per direction", file=stream, flush=True)
         else:
             if not rows:
-                print(report.header(cfg.op, cfg.peer), file=stream, flush=True)
+                print(report.header(cfg.op, peers), file=stream, flush=True)
             rows.append(value)
-            print(report.format_row(value, cfg.peer), file=stream, flush=True)
+            print(report.format_row(value, peers), file=stream, flush=True)
 
-    backends = ("pycollect", cfg.peer) if cfg.peer in ("gloo", "nccl") else ("pycollect",)
+    backends = ("pycollect",) + tuple(p for p in peers if p in ("gloo", "nccl"))
     with contextlib.ExitStack() as stack:
         hosts = stack.enter_context(netns.Hosts(hosts_n, cfg.line_rate)) if cfg.netns_hosts else None
         where = hosts.placement(cfg.world_size, cfg.ranks_per_host) if hosts else {}
-        run_ranks(_job, cfg.world_size, backends, job_args=(cfg,), timeout=timeout, on_event=on_event, env=cfg.env,
+        start_ranks(_job, cfg.world_size, backends, job_args=(cfg,), timeout=timeout, on_event=on_event, env=cfg.env,
                   **where)
-    print(report.summary(rows, cfg.op, cfg.peer, link, line, memcpy,
+    print(report.summary(rows, cfg.op, peers, link, line, memcpy,
                          hosts=hosts_n if cfg.netns_hosts and cfg.ranks_per_host > 1 else None),
           file=stream, flush=True)
     meta["link_limit_GBps"] = link
@@ -122,7 +143,7 @@ def run(cfg: Config, json_path: Optional[str] = None, plot_path: Optional[str] =
     if plot_path and rows:
         network = f"namespace hosts, {cfg.line_rate} cables" if cfg.netns_hosts else f"loopback ({meta['machine']})"
         try:
-            report.plot(plot_path, cfg.op, rows, cfg.peer, link,
+            report.plot(plot_path, cfg.op, rows, peers, link,
                         f"{cfg.op}, {cfg.world_size} ranks, {cfg.dtype}, links {meta.get('links', '?')}, {network}",
                         memcpy)
             print(f"# wrote {plot_path}", file=stream)

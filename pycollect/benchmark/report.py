@@ -2,22 +2,30 @@
 from __future__ import annotations
 
 import json
-from typing import Dict, List, Optional
+from typing import Dict, List, Optional, Sequence, Union
 
 from ..measuring import format_size
 
 _ENGINE_COLS = "{:>10} {:>8} {:>8} {:>6}"
+Peers = Union[None, str, Sequence[str]]  # the engines beside pycollect: a name, a list, or None
 
 
-def header(op: str, peer: Optional[str]) -> str:
+def _peers(peers: Peers) -> List[str]:
+    return [peers] if isinstance(peers, str) else list(peers or [])
+
+
+def header(op: str, peers: Peers) -> str:
+    """Column titles: pycollect's columns, each peer's, then each peer's ratio (its time / ours)."""
+    peers = _peers(peers)
     left = f"{'size':>10} {'count':>10} {'type':>8} {'redop':>6}"
     eng = _ENGINE_COLS.format("time(us)", "algbw", "busbw", "#wrong")
-    line1 = f"#{'':>37}  {'pycollect':^35}"
-    line2 = f"#{left}  {eng}"
-    if peer:
-        line1 += f"  {peer:^35}  {'ratio':>6}"
-        line2 += f"  {eng}  {peer + '/us':>6}"
-    return f"# {op}\n{line1}\n{line2}"
+    line1 = f"#{'':>37}  {'pycollect':^35}" + "".join(f"  {p:^35}" for p in peers)
+    line2 = f"#{left}  {eng}" + f"  {eng}" * len(peers)
+    if peers:
+        ratios = [f"{p + '/us':>7}" for p in peers]
+        line1 += f"  {'ratio':^{len('  '.join(ratios))}}"
+        line2 += "  " + "  ".join(ratios)
+    return f"# {op}\n{line1.rstrip()}\n{line2}"
 
 
 def _engine(cols: Dict) -> str:
@@ -25,11 +33,16 @@ def _engine(cols: Dict) -> str:
                                cols["wrong"])
 
 
-def format_row(row: Dict, peer: Optional[str]) -> str:
+def format_row(row: Dict, peers: Peers) -> str:
+    peers = _peers(peers)
     s = f" {row['size']:>10} {row['count']:>10} {row['type']:>8} {row['redop']:>6}  {_engine(row['pycollect'])}"
-    if peer:
-        s += f"  {_engine(row[peer])}  {row['ratio']:>5.2f}x"
-    return s
+    s += "".join(f"  {_engine(row[p])}" for p in peers)
+    return s + "".join(f"  {_ratio(row, p):>6.2f}x" for p in peers)
+
+
+def _ratio(row: Dict, peer: str) -> float:
+    """The peer's time / pycollect's (rows written before there were several peers: row["ratio"])."""
+    return row[peer].get("ratio", row.get("ratio"))
 
 
 # The bytes each host's cable must carry each way, as a fraction of the size nccl-tests
@@ -44,8 +57,9 @@ def cable_bound(op: str, nbytes: float, hosts: int, line_rate: float) -> float:
     return CABLE_SHARE[op](hosts) * nbytes / (line_rate * 1e9)
 
 
-def summary(rows: List[Dict], op: str, peer: Optional[str], link_limit: Optional[float],
+def summary(rows: List[Dict], op: str, peers: Peers, link_limit: Optional[float],
             line_rate: Optional[float] = None, memcpy: Optional[float] = None, hosts: Optional[int] = None) -> str:
+    peers = _peers(peers)
     lines = []
     if memcpy:
         lines.append(f"# memcpy: {memcpy:.3f} GB/s (one rank copying 64 MiB between warm buffers)")
@@ -60,10 +74,10 @@ def summary(rows: List[Dict], op: str, peer: Optional[str], link_limit: Optional
                      + (f" = {busbw / link_limit:.2f} x link limit" if link_limit else "")
                      + (f" = {busbw / line_rate:.2f} x line rate" if line_rate else "")
                      + (f" = {busbw / memcpy:.2f} x memcpy" if memcpy else "")
-                     + (f"; {peer} {big[peer]['busbw']:.3f} GB/s" if peer else ""))
-        if peer:
-            ratios = [r["ratio"] for r in rows]
-            slower = [format_size(r["size"]) for r in rows if r["ratio"] < 1.0]
+                     + "".join(f"; {p} {big[p]['busbw']:.3f} GB/s" for p in peers))
+        for peer in peers:
+            ratios = [_ratio(r, peer) for r in rows]
+            slower = [format_size(r["size"]) for r, x in zip(rows, ratios) if x < 1.0]
             lines.append(f"# ratio {peer} time / pycollect time: min {min(ratios):.2f}x, "
                          f"max {max(ratios):.2f}x; sizes where pycollect is slower: {', '.join(slower) or 'none'}")
         if hosts and line_rate and op in CABLE_SHARE:
@@ -71,10 +85,11 @@ def summary(rows: List[Dict], op: str, peer: Optional[str], link_limit: Optional
             lines.append(f"# cable bound at {format_size(big['size'])}, {hosts} hosts: {bound * 1e3:.1f} ms "
                          f"({CABLE_SHARE[op](hosts):.3g} x size / line rate); pycollect "
                          f"{big['pycollect']['time_us'] / 1e3:.1f} ms = {bound * 1e6 / big['pycollect']['time_us']:.2f} x "
-                         f"the bound's speed" + (f", {peer} {big[peer]['time_us'] / 1e3:.1f} ms = "
-                                                 f"{bound * 1e6 / big[peer]['time_us']:.2f} x" if peer else ""))
+                         f"the bound's speed" + "".join(f", {p} {big[p]['time_us'] / 1e3:.1f} ms = "
+                                                        f"{bound * 1e6 / big[p]['time_us']:.2f} x" for p in peers))
         wrong = sum(r["pycollect"]["wrong"] for r in rows)
-        lines.append(f"# #wrong total (pycollect): {wrong}")
+        lines.append(f"# #wrong total (pycollect): {wrong}"
+                     + "".join(f"; {p}: {sum(r[p]['wrong'] for r in rows)}" for p in peers))
     return "\n".join(lines)
 
 
@@ -83,7 +98,7 @@ def write_json(path: str, meta: Dict, rows: List[Dict]) -> None:
         json.dump({"meta": meta, "rows": rows}, f, indent=2)
 
 
-def plot(path: str, op: str, rows: List[Dict], peer: Optional[str], link_limit: Optional[float],
+def plot(path: str, op: str, rows: List[Dict], peers: Peers, link_limit: Optional[float],
          title: str, memcpy: Optional[float] = None) -> None:
     import matplotlib
 
@@ -93,8 +108,8 @@ def plot(path: str, op: str, rows: List[Dict], peer: Optional[str], link_limit: 
     sizes = [r["size"] for r in rows]
     fig, ax = plt.subplots(figsize=(7.5, 4.5))
     ax.plot(sizes, [r["pycollect"]["busbw"] for r in rows], "o-", label="pycollect")
-    if peer:
-        ax.plot(sizes, [r[peer]["busbw"] for r in rows], "s--", label=peer)
+    for peer, style in zip(_peers(peers), ("s--", "^-.", "v:")):
+        ax.plot(sizes, [r[peer]["busbw"] for r in rows], style, label=peer)
     if link_limit:
         ax.axhline(link_limit, color="gray", linestyle=":", label=f"link limit {link_limit:.2f} GB/s")
     if memcpy:

@@ -1,7 +1,7 @@
-"""Worker side of the benchmark: time pycollect and the peer on the same tensors.
+"""Worker side of the benchmark: time pycollect and the peers on the same tensors.
 
-For each size the two engines run in alternating blocks of `iters` calls (ours
-first in even blocks, the peer first in odd ones); a block's time divided by
+For each size the engines run in alternating blocks of `iters` calls (ours, then the
+peers, in even blocks; the reverse order in odd ones); a block's time divided by
 `iters` is one sample and the row reports the median sample, the slowest rank's (and
 the fastest sample as best_us, which the cost model's validation compares against).
 Then one call of each runs on a known pattern and #wrong counts the elements
@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import statistics
 import time
-from typing import Dict, Iterator, Optional
+from typing import Dict, Iterator, Optional, Sequence
 
 import torch
 import torch.distributed as dist
@@ -21,16 +21,34 @@ from ..measuring import DTYPE_BYTES, buffers, bus_factor, elements, max_over_ran
 
 
 class Engine:
-    """One engine's calls: pycollect's API or torch.distributed's (the peer)."""
+    """One engine's calls: pycollect's API, torch.distributed's (gloo, nccl: a peer), or MPI's
+    (mpi: mpi4py's COMM_WORLD on numpy views of the same CPU tensors, in ranks that mpirun
+    started; see benchmark.mpi)."""
 
     def __init__(self, name: str, group=None, algo: Optional[str] = None):
         self.name = name
         self.group = group
         self.algo = algo  # pycollect's algorithm for the timed op (None: the group's choice)
-        self._torch = name != "pycollect"
+        self._torch = name not in ("pycollect", "mpi")
+        self._mpi = None
+        if name == "mpi":
+            from mpi4py import MPI
+
+            self._mpi, self._comm = MPI, MPI.COMM_WORLD
 
     def call(self, op: str, a, b) -> None:
         g = self.group
+        if self._mpi is not None:
+            MPI, x = self._mpi, a.numpy()
+            if op == "all_reduce":
+                self._comm.Allreduce(MPI.IN_PLACE, x, op=MPI.SUM)
+            elif op == "all_gather":
+                self._comm.Allgather(x, b.numpy())
+            elif op == "reduce_scatter":
+                self._comm.Reduce_scatter_block(x, b.numpy(), op=MPI.SUM)
+            else:
+                self._comm.Bcast(x, root=0)
+            return
         if self._torch:
             if op == "all_reduce":
                 dist.all_reduce(a, group=g)
@@ -44,7 +62,9 @@ class Engine:
         run_op(op, a, b, g, self.algo)
 
     def barrier(self) -> None:
-        if self._torch:
+        if self._mpi is not None:
+            self._comm.Barrier()
+        elif self._torch:
             dist.barrier(group=self.group)
         else:
             pc.barrier(group=self.group)
@@ -87,10 +107,12 @@ def _sync(device: str) -> None:
 
 
 def run(op: str, sizes, dtype_name: str, iters: int, warmup: int, repeats: int,
-        peer: Optional[Engine], ours: Engine, rank: int, n: int, device: str = "cpu") -> Iterator[Dict]:
+        peers: Sequence[Engine], ours: Engine, rank: int, n: int, device: str = "cpu") -> Iterator[Dict]:
+    """One row per size: every engine's median time, algbw, busbw and #wrong, and for each peer
+    its ratio (its time / ours; row["ratio"]: the first peer's)."""
     dtype = getattr(torch, dtype_name)
     esize = DTYPE_BYTES[dtype_name]
-    engines = [ours] + ([peer] if peer else [])
+    engines = [ours] + list(peers)
     for size in sizes:
         count = elements(op, size, n, esize)
         if count == 0:
@@ -122,6 +144,8 @@ def run(op: str, sizes, dtype_name: str, iters: int, warmup: int, repeats: int,
             wrong = torch.tensor([row[e.name]["wrong"]], dtype=torch.int64)
             pc.all_reduce(wrong, group=ours.group)
             row[e.name]["wrong"] = int(wrong[0])
-        if peer:
-            row["ratio"] = row[peer.name]["time_us"] / row[ours.name]["time_us"]
+        for p in peers:
+            row[p.name]["ratio"] = row[p.name]["time_us"] / row[ours.name]["time_us"]
+        if peers:
+            row["ratio"] = row[peers[0].name]["ratio"]
         yield row
