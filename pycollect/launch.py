@@ -201,6 +201,36 @@ def _failure_report(out, world_size: int, errors: dict, grace_s: float = 1.0) ->
     return "\n".join(f"rank {r} of {world_size} failed:\n{errors[r]}" for r in sorted(errors))
 
 
+def collect_results(get: Callable, world_size: int, timeout: float, on_event: Optional[Callable[[int, tuple], None]],
+                    check_alive: Callable[[dict], None], failure: Callable[[int, str], str],
+                    where: str = "") -> dict:
+    """The parent's side of a run: take the ranks' messages from `get(timeout=...)` (which
+    raises queue.Empty when none came) until every rank reported, handing events to
+    `on_event(rank, event)`. A rank's error raises RuntimeError(failure(rank, traceback));
+    between messages `check_alive(results)` raises for a rank that died silently; past
+    `timeout` seconds, TimeoutError names the ranks still out (`where`: how they run)."""
+    results: dict = {}
+    deadline = time.monotonic() + timeout
+    while len(results) < world_size:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            missing = [r for r in range(world_size) if r not in results]
+            raise TimeoutError(f"rank(s) {missing} did not finish within {timeout:g} s{where}")
+        try:
+            kind, rank, payload = get(timeout=min(left, 0.5))
+        except queue_mod.Empty:
+            check_alive(results)
+            continue
+        if kind == "event":
+            if on_event is not None:
+                on_event(rank, payload)
+        elif kind == "error":
+            raise RuntimeError(failure(rank, payload))
+        else:
+            results[rank] = payload
+    return results
+
+
 def run_ranks(job: Callable, world_size: int, backends: Sequence[str], job_args: tuple = (),
               timeout: float = 60.0, on_event: Optional[Callable[[int, tuple], None]] = None,
               env: Optional[dict] = None, netns: Optional[Sequence[str]] = None,
@@ -223,28 +253,16 @@ def run_ranks(job: Callable, world_size: int, backends: Sequence[str], job_args:
              for r in range(world_size)]
     for p in procs:
         p.start()
+
+    def check_alive(results: dict) -> None:
+        for r, p in enumerate(procs):
+            if r not in results and p.exitcode not in (None, 0):
+                raise RuntimeError(f"rank {r} died with exit code {p.exitcode} before reporting")
+
     results: dict = {}
-    deadline = time.monotonic() + timeout
     try:
-        while len(results) < world_size:
-            left = deadline - time.monotonic()
-            if left <= 0:
-                missing = [r for r in range(world_size) if r not in results]
-                raise TimeoutError(f"rank(s) {missing} did not finish within {timeout:g} s")
-            try:
-                kind, rank, payload = out.get(timeout=min(left, 0.5))
-            except queue_mod.Empty:
-                for r, p in enumerate(procs):
-                    if r not in results and p.exitcode not in (None, 0):
-                        raise RuntimeError(f"rank {r} died with exit code {p.exitcode} before reporting")
-                continue
-            if kind == "event":
-                if on_event is not None:
-                    on_event(rank, payload)
-            elif kind == "error":
-                raise RuntimeError(_failure_report(out, world_size, {rank: payload}))
-            else:
-                results[rank] = payload
+        results = collect_results(out.get, world_size, timeout, on_event, check_alive,
+                                  lambda rank, payload: _failure_report(out, world_size, {rank: payload}))
     finally:
         for p in procs:
             p.join(timeout=5 if len(results) == world_size else 0.1)

@@ -144,7 +144,7 @@ def run_ranks(job: Callable, world_size: int, backends: Sequence[str], job_args:
               timeout: float = 60.0, on_event: Optional[Callable[[int, tuple], None]] = None,
               env: Optional[dict] = None) -> List[Any]:
     """launch.run_ranks's contract, on ranks that mpirun starts (MPI_COMM_WORLD is the job's world)."""
-    from ..launch import _check_backends, free_port
+    from ..launch import _check_backends, collect_results, free_port
 
     _check_backends(backends)
     mpirun = ensure()
@@ -167,31 +167,18 @@ def run_ranks(job: Callable, world_size: int, backends: Sequence[str], job_args:
                for s, m in ((proc.stdout, True), (proc.stderr, False))]
     for t in readers:
         t.start()
-    results: dict = {}
-    deadline = time.monotonic() + timeout
+    def check_alive(results: dict) -> None:
+        if proc.poll() is not None and out.empty():
+            for t in readers:
+                t.join(timeout=2)
+            if out.empty():
+                raise RuntimeError(f"mpirun exited with code {proc.returncode} before every rank reported:\n"
+                                   + "\n".join(other))
+
     try:
-        while len(results) < world_size:
-            left = deadline - time.monotonic()
-            if left <= 0:
-                raise TimeoutError(f"rank(s) {[r for r in range(world_size) if r not in results]} did not "
-                                   f"finish within {timeout:g} s under mpirun")
-            try:
-                kind, rank, payload = out.get(timeout=min(left, 0.5))
-            except queue_mod.Empty:
-                if proc.poll() is not None and out.empty():
-                    for t in readers:
-                        t.join(timeout=2)
-                    if out.empty():
-                        raise RuntimeError(f"mpirun exited with code {proc.returncode} before every rank "
-                                           f"reported:\n" + "\n".join(other))
-                continue
-            if kind == "event":
-                if on_event is not None:
-                    on_event(rank, payload)
-            elif kind == "error":
-                raise RuntimeError(f"rank {rank} of {world_size} (under mpirun) failed:\n{payload}")
-            else:
-                results[rank] = payload
+        results = collect_results(out.get, world_size, timeout, on_event, check_alive,
+                                  lambda rank, payload: f"rank {rank} of {world_size} (under mpirun) failed:\n{payload}",
+                                  " under mpirun")
         proc.wait(timeout=60)
     finally:
         if proc.poll() is None:  # a failure or a timeout: mpirun takes its ranks down on SIGTERM
