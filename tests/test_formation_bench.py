@@ -1,0 +1,40 @@
+"""bench/formation.py in miniature: 4 ranks, 1 repeat, both engines. The table has a row per
+engine with positive times (+ar after form) and descriptor, thread and RSS figures; the JSON
+says the same; --phases adds pycollect's step timings and store call counts."""
+import json
+import os
+import re
+import subprocess
+import sys
+
+SCRIPT = os.path.join(os.path.dirname(__file__), "..", "bench", "formation.py")
+
+
+def test_formation_bench_prints_both_engines(tmp_path):
+    out = tmp_path / "f.json"
+    r = subprocess.run([sys.executable, SCRIPT, "-n", "4", "-r", "1", "--phases", "--json", str(out)],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    rows = {}
+    for line in r.stdout.splitlines():
+        m = re.match(r"\s*4 (pycollect|gloo)\s+([\d.]+)\s+([\d.]+)\s+(\d+)/(\d+)\s+(\d+)\s+(\d+)/(\d+)\s+(\d+)/(\d+)",
+                     line)
+        if m:
+            rows[m.group(1)] = [float(x) for x in m.groups()[1:]]
+    assert set(rows) == {"pycollect", "gloo"}, r.stdout
+    for engine, (form, ar, fds_med, fds_max, fds_r0, thr_med, thr_max, rss_med, rss_max) in rows.items():
+        assert 0 < form <= ar, (engine, r.stdout)
+        assert 0 < fds_med <= fds_max and fds_r0 > 0, (engine, r.stdout)
+        assert 0 < thr_med <= thr_max and 0 < rss_med <= rss_max, (engine, r.stdout)
+    assert "repeat 1/1" in r.stdout  # progress lines
+    data = json.loads(out.read_text())
+    row = data["table"]["4"]
+    assert row["pycollect"]["form_s"] > 0 and row["gloo"]["form_s"] > 0
+    phases = data["phases"]["4"]
+    assert phases["phases"]["exchange"]["max"] > 0 and phases["phases"]["cxx_connect"]["max"] > 0
+    assert phases["store"]["set.calls"]["rank0"] >= 4  # its address, token, roster, 3 answers
+
+
+def test_formation_bench_refuses_large_n_without_the_flag():
+    r = subprocess.run([sys.executable, SCRIPT, "-n", "128"], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2 and "--allow-large" in r.stderr, r.stderr
