@@ -161,16 +161,22 @@ class ProcessGroup:
 
     def _publish_model(self) -> None:
         """Rank 0: the cost model's parameters behind the automatic algorithm choice
-        (PYCOLLECT_MODEL, else the built-in defaults), in the store before its address."""
+        (PYCOLLECT_MODEL, else the built-in defaults) and the tables they give this group,
+        in the store before the ranks are admitted. The tables are built here once (~20 ms
+        of arithmetic) rather than on every rank: with more ranks than cores that was half
+        of forming a 64-rank group (docs/formation.md). Their inputs besides the model (the
+        group's size, PYCOLLECT_SEGMENT_BYTES) are the same on every rank (checked)."""
         params = Params.load(self.options.model) if self.options.model else Params()
-        self._store.set(f"{self._keys}/model", params.to_json())
+        self.auto = auto_tables(params, self.size, self.options)
+        self._store.set(f"{self._keys}/model", json.dumps({"params": params.to_json(), "auto": self.auto}))
 
     def _adopt_model(self) -> None:
-        """Every rank, once rank 0's address is in the store (so its model is too): the same
-        tables from the same parameters, given to the engine before it connects. A rank
-        never waits for the others before it listens and publishes its own address."""
-        self.model = Params.from_json(self._store.get(f"{self._keys}/model").decode())
-        self.auto = auto_tables(self.model, self.size, self.options)
+        """Every rank, once rank 0 admitted it (so the model is in the store): the same
+        parameters and tables, given to the engine before it connects. A rank never waits
+        for the others before it listens and publishes its own address."""
+        published = json.loads(self._store.get(f"{self._keys}/model").decode())
+        self.model = Params.from_json(published["params"])
+        self.auto = {field: [tuple(row) for row in rows] for field, rows in published["auto"].items()}
         self._comm.set_auto_tables(self.auto["allreduce_auto"], self.auto["allgather_auto"])
 
     def _connect(self, host: str) -> None:
