@@ -3,7 +3,11 @@
 #include <poll.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
+#include <exception>
+#include <mutex>
+#include <thread>
 
 #include "common/error.h"
 #include "transport/tcp/listener.h"
@@ -69,12 +73,38 @@ std::vector<std::unique_ptr<Link>> connectMesh(Listener& listener,
   }
   auto deadline = Clock::now() + std::chrono::milliseconds(static_cast<int64_t>(opts.timeoutSec * 1000));
   std::vector<std::unique_ptr<Link>> links(opts.size);
-  // Higher ranks first connect, lowest rank last accepts: rank size-1 only accepts,
-  // so the chain of waits always ends and no cycle can form.
-  for (int peer = opts.rank + 1; peer < opts.size; ++peer) {
-    links[peer] = connectTo(peer, Address::resolve(peers[peer].host, peers[peer].port), opts, deadline);
+  // Each rank dials the higher ranks on this thread while another accepts the lower ones,
+  // so it answers its lower ranks' greetings while it is still dialing. (Dialing first and
+  // accepting after chained the handshakes: rank r answered rank r-1 only once every rank
+  // above r had answered r, about n^2/2 greetings one after another: docs/formation.md.)
+  // The halves write disjoint entries of `links` (higher ranks here, lower ones there); the
+  // first to fail stops the other, and its error is the one raised.
+  std::atomic<bool> failed{false};
+  std::mutex mu;
+  std::exception_ptr firstError;  // the half that failed first says why; the other only stopped
+  auto fail = [&] {
+    std::lock_guard<std::mutex> lock(mu);
+    if (!firstError) firstError = std::current_exception();
+    failed.store(true);
+  };
+  MeshOptions mine = opts;
+  mine.halfFailed = &failed;
+  std::thread acceptor([&] {
+    try {
+      acceptLower(listener, links, mine, deadline);
+    } catch (...) {
+      fail();
+    }
+  });
+  try {
+    for (int peer = opts.rank + 1; peer < opts.size && !failed.load(); ++peer) {
+      links[peer] = connectTo(peer, Address::resolve(peers[peer].host, peers[peer].port), mine, deadline);
+    }
+  } catch (...) {
+    fail();
   }
-  acceptLower(listener, links, opts, deadline);
+  acceptor.join();
+  if (firstError) std::rethrow_exception(firstError);
   return links;
 }
 

@@ -29,7 +29,11 @@ struct MeshOptions {
   double linkTimeoutSec = 60.0;  // keepalive of every link (Socket::setLinkTimeout)
   // Set from another thread to make connectMesh give up soon (Transport::cancelConnect).
   const std::atomic<bool>* cancel = nullptr;
-  bool cancelled() const { return cancel != nullptr && cancel->load(); }
+  // connectMesh's own: set when one of its halves (dialing, accepting) failed, to stop the other.
+  const std::atomic<bool>* halfFailed = nullptr;
+  bool cancelled() const {
+    return (cancel != nullptr && cancel->load()) || (halfFailed != nullptr && halfFailed->load());
+  }
 };
 
 class Listener;
