@@ -202,7 +202,7 @@ def _start_strace(rank: int, directory: str) -> list:
 
 def _rank_main(rank: int, n: int, engine: str, port: int, out, timeout_s: float, parent_env: dict,
                phases_on: bool, strace_rank: int, strace_dir: str, strace_mode: str) -> None:
-    from pycollect.launch import adopt_environment
+    from pycollect.launch import adopt_environment, close_rank
 
     adopt_environment(parent_env, {})
     try:
@@ -269,17 +269,7 @@ def _rank_main(rank: int, n: int, engine: str, port: int, out, timeout_s: float,
 
         out.put(("error", rank, traceback.format_exc()))
     finally:
-        try:
-            import torch.distributed as dist
-
-            import pycollect as pc
-
-            if pc.is_initialized():
-                pc.destroy_process_group()
-            if dist.is_initialized():
-                dist.destroy_process_group()
-        except Exception:
-            pass
+        close_rank()
 
 
 # ----------------------------------------------------------------------------- in the parent
