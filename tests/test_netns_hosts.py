@@ -235,14 +235,15 @@ def _shm_rate_across_a_cut(seconds: float, signal: str, count: int):
     return kind, rates[0], rates[1]
 
 
-@pytest.mark.parametrize("count", [2, 1 << 20], ids=["8 B", "4 MiB"])
-def test_shared_memory_carries_on_when_the_cable_is_cut(netns_hosts4, host_pool4, tmp_path, count):
+def test_shared_memory_carries_on_when_the_cable_is_cut(netns_hosts4, host_pool4, tmp_path):
     """Ranks on two namespace hosts that share memory wake each other through their own
     Bell (an eventfd lent at the upgrade), not the TCP connection they met on: with host 1's
-    cable pulled, their all-reduce keeps its rate (it fell ~80x at 4 MiB, ~5x at 8 B, when
-    wake-ups went over TCP and waited for the periodic check)."""
+    cable pulled, their 4 MiB all-reduce keeps its rate (316 -> 471, 415 -> 1459 calls/s);
+    when wake-ups went over TCP it fell 10x (2099 -> 205) and waited for periodic checks. At
+    8 B the spin before sleeping hides it (79k -> 42k with TCP wake-ups, within the load's
+    noise when the suite runs), so the test takes the size the cut really shows at."""
     signal = str(tmp_path / "loop-ended-{}")
-    host_pool4.submit(_shm_rate_across_a_cut, 1.0, signal, count)
+    host_pool4.submit(_shm_rate_across_a_cut, 1.0, signal, 1 << 20)
     deadline = time.monotonic() + 30
     while not all(os.path.exists(signal.format(r)) for r in (0, 1)):
         assert time.monotonic() < deadline, "the first loop did not end"
