@@ -1,4 +1,4 @@
-// The connection handshake, protocol version 2.
+// The connection handshake, protocol version 3.
 //
 //   connecting rank C                          accepting rank A
 //   Hello{token, C, A, flags} [+ nonce_C]  ->
@@ -24,7 +24,8 @@ namespace pycollect {
 namespace tcp {
 
 constexpr uint32_t kMagic = 0x4c4f4350;  // "PCOL" in little-endian byte order
-constexpr uint32_t kProtocolVersion = 2;  // 2: flags and the secret's challenge-response
+constexpr uint32_t kProtocolVersion = 3;  // 2: flags and the secret's challenge-response; 3: the
+                                         // upgrade's Intro carries the Bell (mesh/upgrade.cc)
 constexpr uint32_t kFlagSecret = 1;       // the sender has a secret and will prove it
 
 struct Hello {
