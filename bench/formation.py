@@ -278,7 +278,7 @@ def run_once(n: int, engine: str, timeout: float = 300.0, phases: bool = False, 
     """One formation of `n` ranks on `engine`; each rank's result dict, in rank order."""
     import torch.distributed as dist
 
-    from pycollect.launch import collect_results, free_port, rank_context
+    from pycollect.launch import collect_processes, free_port, rank_context
 
     ctx = rank_context()
     out = ctx.Queue()
@@ -300,25 +300,12 @@ def run_once(n: int, engine: str, timeout: float = 300.0, phases: bool = False, 
                 # read it first (~10 ms of CPU each, on however few cores).
                 store.set("start", repr(time.time() + 0.3 + 0.01 * n))
 
-    def check_alive(results):
-        for r, p in enumerate(procs):
-            if r not in results and p.exitcode not in (None, 0):
-                raise RuntimeError(f"rank {r} died with exit code {p.exitcode} before reporting")
-
-    results = {}
     try:
-        results = collect_results(out.get, n, timeout, on_event, check_alive,
-                                  lambda rank, tb: f"rank {rank} of {n} ({engine}) failed:\n{tb}",
-                                  where=f" ({engine}, {n} ranks)")
+        return collect_processes(procs, out, timeout, on_event,
+                                 lambda rank, tb: f"rank {rank} of {n} ({engine}) failed:\n{tb}",
+                                 where=f" ({engine}, {n} ranks)", join_s=10)
     finally:
-        for p in procs:
-            p.join(timeout=10 if len(results) == n else 0.1)
-        for p in procs:
-            if p.is_alive():
-                p.kill()
-                p.join(timeout=5)
         del store
-    return [results[r] for r in range(n)]
 
 
 def summarize(runs: list) -> dict:

@@ -254,6 +254,18 @@ def run_ranks(job: Callable, world_size: int, backends: Sequence[str], job_args:
     for p in procs:
         p.start()
 
+    return collect_processes(procs, out, timeout, on_event,
+                             lambda rank, payload: _failure_report(out, world_size, {rank: payload}))
+
+
+def collect_processes(procs: list, out, timeout: float, on_event: Optional[Callable[[int, tuple], None]],
+                      failure: Callable[[int, str], str], where: str = "", join_s: float = 5.0) -> List[Any]:
+    """collect_results for ranks that are local processes (`procs`, rank order) reporting on
+    queue `out`: a rank that exits before reporting is an error; at the end every process is
+    joined (`join_s` each when all reported), and any still alive killed. The results, in
+    rank order."""
+    world_size = len(procs)
+
     def check_alive(results: dict) -> None:
         for r, p in enumerate(procs):
             if r not in results and p.exitcode not in (None, 0):
@@ -261,11 +273,10 @@ def run_ranks(job: Callable, world_size: int, backends: Sequence[str], job_args:
 
     results: dict = {}
     try:
-        results = collect_results(out.get, world_size, timeout, on_event, check_alive,
-                                  lambda rank, payload: _failure_report(out, world_size, {rank: payload}))
+        results = collect_results(out.get, world_size, timeout, on_event, check_alive, failure, where)
     finally:
         for p in procs:
-            p.join(timeout=5 if len(results) == world_size else 0.1)
+            p.join(timeout=join_s if len(results) == world_size else 0.1)
         for p in procs:
             if p.is_alive():
                 p.kill()
