@@ -45,6 +45,7 @@ class Communicator:
     rank: int
     size: int
     def __init__(self, rank: int, size: int, options: CommOptions) -> None: ...
+    def capsule(self) -> object: ...  # the group for pycollect._torch (a PyCapsule of a shared_ptr)
     def listen(self, host: str) -> Tuple[str, int]: ...
     # Before connect: the automatic choice's tables, [(max_bytes, algo code), ...] each.
     def set_auto_tables(self, allreduce: List[Tuple[int, int]], allgather: List[Tuple[int, int]]) -> None: ...
@@ -96,7 +97,7 @@ class Communicator:
                          blocking: bool = False) -> Work: ...
     def reduce_staged(self, data: int, count: int, dtype: int, op: int, root: int, device: int, stream: int) -> Work: ...
     def use_host_device(self, copy_delay_us: int = 0, fail_copy: int = 0, sticky_errors: bool = False,
-                        fail_flags: bool = False) -> None: ...  # tests
+                        fail_flags: bool = False, stream_wait: bool = False) -> None: ...  # tests
     def host_device_fill(self, data: int, bytes: int, value: int, delay_us: int) -> None: ...  # tests
     def host_device_snapshot(self, dst: int, src: int, bytes: int) -> None: ...  # tests: memcpy on stream 0
     def host_device_synchronize(self) -> None: ...  # tests: the host waits for stream 0

@@ -440,7 +440,7 @@ class ProcessGroup:
         with `stream_wait` it behaves as on CUDA (the host device's stream 0, the caller's,
         waits; the host returns at once), and a test reads results through that stream
         (the comm's host_device_snapshot / host_device_synchronize)."""
-        self._comm.use_host_device(copy_delay_us, fail_copy, sticky_errors, fail_flags)
+        self._comm.use_host_device(copy_delay_us, fail_copy, sticky_errors, fail_flags, stream_wait)
         self.host_device = True
         self.host_stream_wait = stream_wait
 

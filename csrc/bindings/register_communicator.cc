@@ -129,8 +129,18 @@ void registerCommunicator(py::module_& m) {
   // Every method that may block or take the queue lock releases the GIL: the
   // communicator never calls back into Python, and the buffers are raw memory.
   using R = py::call_guard<py::gil_scoped_release>;
-  py::class_<Communicator>(m, "Communicator")
+  // Held by a shared_ptr: the torch backend (pycollect._torch, another extension module
+  // linked against the same engine library) shares the group through capsule().
+  py::class_<Communicator, std::shared_ptr<Communicator>>(m, "Communicator")
       .def(py::init<int, int, CommOptions>(), py::arg("rank"), py::arg("size"), py::arg("options"))
+      .def("capsule",
+           [](const std::shared_ptr<Communicator>& c) {
+             // A PyCapsule named kCommunicatorCapsule holding a std::shared_ptr<Communicator>*:
+             // pybind11 types do not cross between modules built with different pybind11s.
+             auto* held = new std::shared_ptr<Communicator>(c);
+             return py::capsule(held, kCommunicatorCapsule,
+                                [](void* p) { delete static_cast<std::shared_ptr<Communicator>*>(p); });
+           })
       .def_property_readonly("rank", &Communicator::rank)
       .def_property_readonly("size", &Communicator::size)
       .def("listen", &Communicator::listen, py::arg("host"), R())
@@ -321,11 +331,12 @@ void registerCommunicator(py::module_& m) {
       // Tests: stage through the host device (CPU memory plays device memory).
       .def(
           "use_host_device",
-          [](Communicator& c, int copyDelayUs, uint64_t failCopy, bool stickyErrors, bool failFlags) {
-            c.useHostDevice(HostDeviceOptions{copyDelayUs, failCopy, stickyErrors, failFlags});
+          [](Communicator& c, int copyDelayUs, uint64_t failCopy, bool stickyErrors, bool failFlags,
+             bool streamWait) {
+            c.useHostDevice(HostDeviceOptions{copyDelayUs, failCopy, stickyErrors, failFlags, streamWait});
           },
           py::arg("copy_delay_us") = 0, py::arg("fail_copy") = 0, py::arg("sticky_errors") = false,
-          py::arg("fail_flags") = false)
+          py::arg("fail_flags") = false, py::arg("stream_wait") = false)
       .def(
           "host_device_fill",
           [](Communicator& c, uintptr_t data, size_t bytes, int value, int delayUs) {

@@ -88,6 +88,10 @@ struct DeviceCall {
 
 constexpr double kDefaultLinkTimeoutSec = 60.0;
 
+// The name of the PyCapsule through which pycollect._C hands a std::shared_ptr<Communicator>*
+// to the torch backend's module (bindings/register_communicator.cc, torch_backend/module.cc).
+constexpr const char* kCommunicatorCapsule = "pycollect.Communicator";
+
 // While an InlineScope with `on` lives on a thread, a collective that thread issues on a
 // communicator with nothing queued or in flight runs right there (the caller waits for
 // it anyway), instead of waking the worker and waiting to be woken: two thread
@@ -173,6 +177,10 @@ class Communicator {
   // Tests: stage through a HostDevice (host memory plays device memory) instead of CUDA.
   // Must come before the first staged call.
   void useHostDevice(HostDeviceOptions options);
+  // Whether useHostDevice was called: host memory takes the staged path (tests); and
+  // whether waits on such calls order the host device's stream rather than block the host.
+  bool stagesHostMemory();
+  bool hostStreamWait();
   // The host device, once a staged call made it (nullptr otherwise): for test hooks.
   HostDevice* hostDevice();
   // Tests: the next staged call is numbered `seq` + 1 (StagedSync::restartAt); nothing in flight.
@@ -248,6 +256,9 @@ class Communicator {
   // Runs an op taken from the queue on the thread that now drives the links (the worker,
   // or a waiting caller): a collective to its end, a send/recv posted (p2p_ carries it on).
   void runTaken(Op& op);
+  // Runs `ops` in order on this thread, which drives the group: calls issued by a completion
+  // hook, after what was queued before them (worker.cc, [Note: calls from a completion]).
+  void runHere(std::deque<Op>& ops);
   void failRunning(const std::shared_ptr<Work>& work, const std::exception& e);
   std::shared_ptr<Work> enqueue(const WireHeader& header, std::function<void(Context&)> run) {
     return enqueue(Collective{header, std::move(run), nullptr, -1, false, {}});

@@ -62,6 +62,16 @@ void Communicator::useHostDevice(HostDeviceOptions options) {
   hostDevice_ = std::make_unique<HostDeviceOptions>(options);
 }
 
+bool Communicator::stagesHostMemory() {
+  std::lock_guard<std::mutex> lock(stagingMu_);
+  return hostDevice_ != nullptr;
+}
+
+bool Communicator::hostStreamWait() {
+  std::lock_guard<std::mutex> lock(stagingMu_);
+  return hostDevice_ != nullptr && hostDevice_->streamWait;
+}
+
 HostDevice* Communicator::hostDevice() {
   std::lock_guard<std::mutex> lock(stagingMu_);
   if (staging_ == nullptr || hostDevice_ == nullptr) return nullptr;

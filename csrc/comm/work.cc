@@ -25,16 +25,30 @@ bool Work::failed() {
   return done_ && error_ != nullptr;
 }
 
+void Work::whenDone(std::function<void()> fn) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!done_) {
+      whenDone_.push_back(std::move(fn));
+      return;
+    }
+  }
+  fn();
+}
+
 void Work::finish(std::exception_ptr error) {
+  std::vector<std::function<void()>> hooks;
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (done_) return;  // finished once, with its first outcome
     done_ = true;
     error_ = error;
+    hooks.swap(whenDone_);
   }
   flight_.ended(error != nullptr);
   cv_.notify_all();
   finished(error != nullptr);
+  for (auto& fn : hooks) fn();
 }
 
 }  // namespace pycollect

@@ -33,6 +33,14 @@
 // driving_ itself; a thread that does not drive reads p2p_ and the scratch only while
 // driving_ is false (othersNeedWaking). shutdown() takes driving_ for good once the worker
 // has joined and the last driver has let go, then drains what is left.
+//
+// [Note: calls from a completion] A Work's completion hooks (Work::whenDone: the torch
+// backend completes torch's Futures there, whose callbacks may issue more calls, as DDP's
+// PowerSGD hook does, and wait for them) run on the thread that finished the op, which
+// still drives the group (DriverMark says so). A call issued there cannot be left to the
+// worker, which may be this very thread: enqueue runs it on the spot (runHere), after
+// whatever was queued before it, and drives a send or recv to its end. Works are finished
+// outside any iteration over p2p_ (reapP2P), so such a call may post transfers.
 #include <unistd.h>
 
 #include <algorithm>
@@ -46,6 +54,15 @@ namespace pycollect {
 namespace {
 
 thread_local bool tInline = false;  // this thread's blocking call may run inline (InlineScope)
+thread_local const Communicator* tDriver = nullptr;  // the group this thread drives now, if any
+
+// Marks this thread as the driving thread of `c` while it runs ops (and so their completion
+// hooks): see [Note: calls from a completion].
+struct DriverMark {
+  explicit DriverMark(const Communicator* c) : saved(tDriver) { tDriver = c; }
+  ~DriverMark() { tDriver = saved; }
+  const Communicator* saved;
+};
 
 }  // namespace
 
@@ -105,6 +122,14 @@ std::shared_ptr<Work> Communicator::enqueue(Op op) {
   work->setFlight(flight_.issued(flightCall(op)));
   ++calls_[opKindName(static_cast<OpKind>(header.kind))];  // send and recv both count as "send/recv"
   if (collective != nullptr) collective->trace = tracing_.load(std::memory_order_relaxed);
+  if (tDriver == this) {  // issued by a completion hook on the driving thread
+    std::deque<Op> ahead;
+    ahead.swap(queue_);
+    ahead.push_back(std::move(op));
+    lock.unlock();
+    runHere(ahead);
+    return work;
+  }
   if (tInline && queue_.empty() && !driving_ && p2p_.empty()) {
     driving_ = true;  // the worker waits for us; nobody else touches the links meanwhile
     lock.unlock();
@@ -208,7 +233,27 @@ bool Communicator::waitDriving(const std::shared_ptr<Work>& work, double timeout
   return work->wait(left > 0 ? left : 0);
 }
 
+void Communicator::runHere(std::deque<Op>& ops) {
+  for (auto& op : ops) {
+    std::string failure;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      failure = failure_;
+    }
+    Work& work = *workOf(op);
+    if (!failure.empty()) {
+      work.finish(std::make_exception_ptr(
+          GroupFailedError(work.what() + " was not run: the process group failed: " + failure)));
+    } else if (auto* c = std::get_if<Collective>(&op)) {
+      runCollective(*c);
+    } else {
+      runP2P(*std::get<std::unique_ptr<PendingP2P>>(op));  // to its end: nobody else would drive it
+    }
+  }
+}
+
 bool Communicator::postInline(PendingP2P& p) {
+  DriverMark mark(this);
   try {
     postP2P(p);
     // The pass may complete transfers posted before (p2p_): they are reaped here too,
@@ -225,6 +270,7 @@ bool Communicator::postInline(PendingP2P& p) {
 }
 
 void Communicator::runCollective(Collective& c) {
+  DriverMark mark(this);
   trace::Recorder::Scope traced(c.trace ? &recorder_ : nullptr, c.header.kind, c.header.seq);
   try {
     c.work->flight().started();
@@ -252,6 +298,7 @@ void Communicator::postP2P(PendingP2P& p) {
 }
 
 void Communicator::runP2P(PendingP2P& p) {
+  DriverMark mark(this);
   try {
     postP2P(p);
     // The transfer's own deadline (poll() names the call) comes first; the wait's is a backstop.
@@ -294,24 +341,27 @@ void Communicator::failRunning(const std::shared_ptr<Work>& work, const std::exc
 }
 
 void Communicator::reapP2P() {
+  // Finished after the loop: a completion hook may post more (runHere).
+  std::vector<std::unique_ptr<PendingP2P>> done;
   for (auto it = p2p_.begin(); it != p2p_.end();) {
-    PendingP2P& p = **it;
-    bool done;
+    bool complete;
     try {
-      done = p.poll();
+      complete = (*it)->poll();
     } catch (const std::exception& e) {
-      p.work->finish(std::current_exception());
-      std::string message = p.work->what() + ": " + e.what();
+      std::unique_ptr<PendingP2P> failed = std::move(*it);
       p2p_.erase(it);
-      throw GroupFailedError(message);
+      for (auto& d : done) d->work->finish(nullptr);
+      failed->work->finish(std::current_exception());
+      throw GroupFailedError(failed->work->what() + ": " + e.what());
     }
-    if (done) {
-      p.work->finish(nullptr);
+    if (complete) {
+      done.push_back(std::move(*it));
       it = p2p_.erase(it);
     } else {
       ++it;
     }
   }
+  for (auto& d : done) d->work->finish(nullptr);
 }
 
 void Communicator::progressIdle(Clock::time_point limit) {
@@ -327,6 +377,7 @@ void Communicator::progressIdle(Clock::time_point limit) {
 }
 
 void Communicator::progressP2P() {
+  DriverMark mark(this);
   try {
     transport_->progress();
   } catch (const PeerLostError&) {
@@ -398,6 +449,7 @@ void Communicator::workerLoop() {
 }
 
 void Communicator::runTaken(Op& op) {
+  DriverMark mark(this);
   // A posted p2p op moves on to p2p_, so keep its Work at hand for the catch.
   std::shared_ptr<Work> work = workOf(op);
   if (auto* c = std::get_if<Collective>(&op)) runCollective(*c);
@@ -428,6 +480,7 @@ void Communicator::failWith(const std::string& message) {
 }
 
 void Communicator::failPending(std::deque<Op> dropped, const std::string& reason) {
+  DriverMark mark(this);
   for (auto& op : dropped) {
     Work& work = *workOf(op);
     work.finish(std::make_exception_ptr(GroupFailedError(work.what() + " was not run: " + reason)));

@@ -34,6 +34,9 @@ struct HostDeviceOptions {
   uint64_t failCopy = 0;  // 1-based index of the copy that fails; 0: none
   bool stickyErrors = false;  // a failed copy fails every later call on the device
   bool failFlags = false;     // allocFlags raises DeviceError
+  // The torch backend's wait() orders the host device's stream 0 (the caller's) after a
+  // call and returns, as on CUDA; false: it blocks the host (a test reads CPU tensors).
+  bool streamWait = false;
 };
 
 class HostDevice : public Device {
