@@ -84,6 +84,7 @@ def case_registration():
     return dict(
         in_list="pycollect" in dist.Backend.backend_list,
         backend=dist.get_backend(pg), name_backend=pg.name(),
+        name_native=pg._get_backend(torch.device("cpu")).name(),
         resolves=c10d._resolve_process_group(pg.group_name) is pg,
         cpu_default=dist.Backend.default_device_backend_map["cpu"],
         engine_size=tb.engine_group(pg).size,
@@ -295,8 +296,15 @@ def case_fsdp(size, divide_factor=None, steps=4):
         meshes["pycollect"] = DeviceMesh.from_group(pg, "cpu")
     ours = meshes["pycollect"].get_group()
     ops = []
-    spy = ours.reduce_scatter_single
-    ours.reduce_scatter_single = lambda o, i, opts=None: (ops.append(opts.reduceOp.op.name), spy(o, i, opts))[1]
+    spy = dist.reduce_scatter_single  # FSDP2 reduce-scatters its gradients through it (keywords)
+
+    def recorded(*args, **kwargs):
+        if kwargs.get("group") is ours:
+            op = kwargs.get("op", dist.ReduceOp.SUM)
+            ops.append(getattr(op, "op", op).name)
+        return spy(*args, **kwargs)
+
+    dist.reduce_scatter_single = recorded
     before = _calls(ours)
     losses = {}
     for name in ("pycollect", "gloo"):
@@ -318,9 +326,9 @@ def case_fsdp(size, divide_factor=None, steps=4):
             loss.backward()
             opt.step()
             losses[name].append(loss.item())
-    del ours.reduce_scatter_single
+    dist.reduce_scatter_single = spy
     delta = _calls(ours) - before
-    return losses, dict(delta), sorted(set(ops)), isinstance(ours, tb.PyCollectProcessGroup)
+    return losses, dict(delta), sorted(set(ops)), tb.is_backend(ours)
 
 
 def case_work_semantics():
@@ -338,7 +346,7 @@ def case_work_semantics():
     buf = torch.zeros(1000)
     if me == 0:
         work = dist.irecv(buf, group=pg, group_src=1)
-        out["timeout"] = _raises(lambda: work.wait(timeout=datetime.timedelta(seconds=0.3)), TimeoutError)
+        out["timeout"] = _raises(lambda: work.wait(timeout=datetime.timedelta(seconds=0.3)), dist.DistBackendError)
         out["done_after_timeout"] = work.is_completed()
         ticks, done = 0, threading.Event()
         waiter = threading.Thread(target=lambda: (work.wait(), done.set()))
@@ -563,13 +571,14 @@ def case_default_group_env(port):
     dist.all_gather_into_tensor(gathered, grads)
     engine = tb.engine_group()
     counters = engine.counters()
+    ours = tb.is_backend(world)
     dist.destroy_process_group()
     try:
         api.get_world_size(engine)  # a destroyed group is refused
         released = False
     except ValueError:
         released = True
-    return dict(backend_world=isinstance(world, tb.PyCollectProcessGroup), mesh_is_world=mesh_group is world,
+    return dict(backend_world=ours, mesh_is_world=mesh_group is world,
                 grads_equal=bool(torch.equal(gathered[: grads.numel()], gathered[grads.numel():])),
                 counters=counters, released=released)
 
@@ -605,6 +614,7 @@ def case_abort_while_blocked(method: str):
 def test_registration(pool3):
     for r in pool3.run(case_registration):
         assert r["in_list"] and r["backend"] == "pycollect" and r["name_backend"] == "pycollect"
+        assert r["name_native"] == "pycollect", r
         assert r["resolves"], "torch cannot resolve the group by its name (DeviceMesh/FSDP2 need it)"
         assert r["cpu_default"] == "gloo", "registering must not change the default CPU backend"
         assert r["engine_size"] == WORLD
@@ -734,7 +744,9 @@ def test_cross_group_schedule_runs_as_on_gloo(pool4, mode, nbytes):
 def test_abort_returns_at_once_and_the_blocked_call_raises(pool3, method):
     out = pool3.run(case_abort_while_blocked, method)[0]
     assert out["abort_s"] < 1.0 and out["wait_s"] < 1.0, out
-    assert out["wait"].startswith("GroupFailedError") and "all_reduce" in out["wait"], out
+    # torch's type (as NCCL's and Gloo's failures), the engine's message naming rank and call
+    assert out["wait"].startswith("DistBackendError") and "destroyed" in out["wait"], out
+    assert "rank 0 all_reduce" in out["wait"], out
 
 
 @pytest.mark.parametrize("size", [2, 3])

@@ -4,12 +4,12 @@
     dist.init_process_group("pycollect")            # or dist.new_group(backend="pycollect")
     model = DistributedDataParallel(model)          # or fully_shard(block, mesh=...)
 
-Files: process_group.py (PyCollectProcessGroup, the torch ProcessGroup subclass, and its
-creator), ops.py (torch's reduce ops onto the engine's), work.py (torch Work objects and
-the completer thread that settles them), sparse.py (sparse all-reduce).
+The backend is native: a C++ c10d::Backend (csrc/torch_backend/, the module
+pycollect._torch) over the engine's own groups; native.py loads it and makes one per torch
+group.
 
-register() is cheap: it imports torch.distributed but neither the engine nor
-process_group.py, which load when torch first creates a group of this backend. torch
+register() is cheap: it imports torch.distributed but neither the engine nor the native
+module, which load when torch first creates a group of this backend. torch
 2.5+ calls autoload() (register, never raising) when it is imported, through the entry
 point pyproject.toml declares; pycollect/__init__.py keeps an import hook for the rest.
 """
@@ -19,7 +19,7 @@ BACKEND = "pycollect"
 
 
 def _create(options, backend_options=None):
-    from .process_group import create
+    from .native import create
 
     return create(options, backend_options)
 
@@ -60,13 +60,38 @@ def monitored_barrier(group=None, timeout=None, wait_all_ranks: bool = False) ->
     if dist.get_backend(pg) != BACKEND:
         raise ValueError(f"pycollect.torch_backend.monitored_barrier: the group's backend is "
                          f"{dist.get_backend(pg)!r}; use dist.monitored_barrier")
-    return pg.monitored_barrier(timeout, wait_all_ranks=wait_all_ranks)
+    seconds = (timeout.total_seconds() if hasattr(timeout, "total_seconds")
+               else engine_group(pg).timeout.total_seconds() if timeout is None else float(timeout))
+    return _backend(pg).monitored_barrier(seconds, wait_all_ranks=wait_all_ranks)
 
 
-def __getattr__(name):
-    # engine_group(group=None): the pycollect engine group behind a torch group of this backend.
-    if name in ("PyCollectProcessGroup", "engine_group", "create"):
-        from . import process_group
+def _backend(pg):
+    """The native backend object of torch group `pg` (TypeError if it is not this backend's)."""
+    import torch
+    import torch.distributed as dist
 
-        return getattr(process_group, name)
-    raise AttributeError(f"module 'pycollect.torch_backend' has no attribute {name!r}")
+    if dist.get_backend(pg) != BACKEND:
+        raise TypeError(f"{pg!r} is not a group of the {BACKEND!r} backend (its backend is {dist.get_backend(pg)!r})")
+    return pg._get_backend(torch.device("cpu"))
+
+
+def engine_group(group=None):
+    """The pycollect engine group behind a torch group of this backend (None: the default
+    group): its counters, links and flight record show what ran."""
+    import torch.distributed as dist
+
+    from .native import engine_of
+
+    pg = group if group is not None else dist.distributed_c10d._get_default_group()
+    return engine_of(_backend(pg))
+
+
+def is_backend(obj) -> bool:
+    """Whether `obj` is a torch group of this backend, or this backend's native object."""
+    import torch.distributed as dist
+
+    from .native import load
+
+    if isinstance(obj, dist.ProcessGroup):
+        return dist.get_backend(obj) == BACKEND
+    return isinstance(obj, load().Backend)

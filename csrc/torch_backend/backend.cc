@@ -1,0 +1,189 @@
+// The backend's plumbing: making and launching Works, where tensors live, coalescing,
+// barriers, sequence numbers and teardown. The calls themselves: collectives.cc and
+// point_to_point.cc.
+#include "torch_backend/backend.h"
+
+#include <c10/core/DeviceGuard.h>
+#include <c10/util/Exception.h>
+
+#include <thread>
+
+namespace pycollect::torchb {
+
+Backend::Backend(c10::intrusive_ptr<c10d::Store> store, int rank, int size, std::shared_ptr<Communicator> comm,
+                 Settings settings, PyObject* onShutdown)
+    : c10d::Backend(rank, size),
+      store_(std::move(store)),
+      comm_(std::move(comm)),
+      settings_(settings),
+      onShutdown_(onShutdown) {
+  Py_XINCREF(onShutdown_);  // called with the GIL held (the module's constructor binding)
+}
+
+Backend::~Backend() {
+  // Dropped without shutdown(): let the callback go, if Python is still there to take it.
+  if (onShutdown_ != nullptr && Py_IsInitialized() && !_Py_IsFinalizing()) {
+    PyGILState_STATE gil = PyGILState_Ensure();
+    Py_DECREF(onShutdown_);
+    PyGILState_Release(gil);
+  }
+}
+
+c10::intrusive_ptr<TorchWork> Backend::make(OpType type, const char* method, std::vector<at::Tensor> outputs) {
+  return c10::make_intrusive<TorchWork>(rank_, type, method, std::move(outputs), comm_, settings_.blockingWait);
+}
+
+WorkPtr Backend::launch(c10::intrusive_ptr<TorchWork> work) {
+  auto started = TorchWork::start(std::move(work));
+  if (coalescing_) coalesced_.push_back(started);
+  return started;
+}
+
+bool Backend::hostStaged() const { return comm_->stagesHostMemory(); }
+
+DeviceCall Backend::deviceCall(const Buffer& b, const char* method) {
+  if (b.device < 0) return DeviceCall{0, 0};  // the host device (tests): its stream 0
+  if (cudaDevice_ < 0) {
+    cudaDevice_ = b.device;
+  } else if (b.device != cudaDevice_) {
+    C10_THROW_ERROR(ValueError, c10::str("pycollect backend: ", method, ": tensor is on cuda:", b.device,
+                                         " but this group's CUDA device is cuda:", cudaDevice_,
+                                         " (the device of its first CUDA call); use one device per group"));
+  }
+  return DeviceCall{b.device, currentStream(b.device)};
+}
+
+at::Tensor Backend::hostInput(const at::Tensor& t) {
+  if (!t.is_cuda()) return t;
+  return t.to(at::kCPU, /*non_blocking=*/false, /*copy=*/true);  // after the work on the caller's stream
+}
+
+at::Tensor Backend::hostOutput(c10::intrusive_ptr<TorchWork>& work, const at::Tensor& t,
+                               std::vector<std::pair<at::Tensor, at::Tensor>>& back) {
+  if (!t.is_cuda()) return t;
+  at::Tensor host = t.to(at::kCPU, false, true);  // its contents too: a rank that does not write it keeps them
+  back.emplace_back(t, host);
+  return host;
+}
+
+void Backend::copyBackWhenDone(c10::intrusive_ptr<TorchWork>& work,
+                               std::vector<std::pair<at::Tensor, at::Tensor>> back) {
+  if (back.empty()) return;
+  work->setFinish([back = std::move(back)] {
+    for (const auto& [device, host] : back) {
+      c10::DeviceGuard guard(device.device());
+      device.copy_(host);  // pageable host memory: the copy has ended when it returns
+    }
+  });
+}
+
+double Backend::timeoutSec(std::chrono::milliseconds t) const {
+  if (t <= std::chrono::milliseconds(0)) return -1;  // unset: the group's
+  return std::chrono::duration<double>(t).count();
+}
+
+void Backend::startCoalescing() {
+  if (coalescing_) C10_THROW_ERROR(ValueError, "pycollect backend: startCoalescing while already coalescing");
+  coalescing_ = true;
+  coalesced_.clear();
+}
+
+WorkPtr Backend::endCoalescing() {
+  if (!coalescing_) C10_THROW_ERROR(ValueError, "pycollect backend: endCoalescing without startCoalescing");
+  coalescing_ = false;
+  // One Work for the batch, done when every call of it is settled (their engine operations
+  // were issued as each call came: a batch of sends and recvs is all posted by now). Each
+  // call's Future finishes a marker the batch's Work waits on.
+  auto work = make(OpType::COALESCED, "coalesced", {});
+  std::vector<c10::intrusive_ptr<TorchWork>> parts;
+  parts.swap(coalesced_);
+  for (auto& p : parts) {
+    auto marker = std::make_shared<pycollect::Work>("a call of the coalesced batch");
+    p->getFuture()->addCallback([marker](c10::ivalue::Future& f) {
+      marker->finish(f.hasError() ? f.exception_ptr() : nullptr);
+    });
+    work->add(marker);
+  }
+  return TorchWork::start(work);
+}
+
+WorkPtr Backend::barrier(const c10d::BarrierOptions& opts) {
+  InlineScope runs(!opts.asyncOp && !coalescing_);
+  auto work = make(OpType::BARRIER, "barrier", {});
+  work->add(comm_->barrier(timeoutSec(opts.timeout)));
+  ++seq_;
+  return launch(work);
+}
+
+namespace {
+
+// Whether `key` appears in `store` before `deadline`.
+bool waitKey(c10d::Store& store, const std::string& key, std::chrono::steady_clock::time_point deadline) {
+  for (;;) {
+    if (store.check({key})) return true;
+    if (std::chrono::steady_clock::now() >= deadline) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+}
+
+}  // namespace
+
+void Backend::monitoredBarrier(const c10d::BarrierOptions& opts, bool waitAllRanks) {
+  // Unset (negative): the group's timeout. Zero: rank 0 has no time at all, as with Gloo.
+  const auto timeout = opts.timeout >= std::chrono::milliseconds(0) ? opts.timeout : settings_.timeout;
+  const auto ms = timeout.count();
+  if (rank_ == 0 && ms == 0) {
+    C10_THROW_ERROR(DistBackendError, c10::str("Rank 0 timed out in monitoredBarrier after 0 ms."));
+  }
+  const std::string key = "monitored_barrier/" + std::to_string(monitored_++);
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  store_->set(key + "/arrived/" + std::to_string(rank_), std::vector<uint8_t>{'1'});
+  if (rank_ != 0) {
+    if (!waitKey(*store_, key + "/released", deadline)) {
+      C10_THROW_ERROR(DistBackendError,
+                      c10::str("Rank ", rank_, " successfully reached monitoredBarrier, but received errors while "
+                               "waiting for send/recv from rank 0. Please check rank 0 logs for faulty rank "
+                               "(pycollect backend: not released within ", ms, " ms)."));
+    }
+    return;
+  }
+  std::vector<int> missing;
+  for (int r = 1; r < size_; ++r) {
+    if (!waitKey(*store_, key + "/arrived/" + std::to_string(r), deadline)) {
+      if (!waitAllRanks) {
+        C10_THROW_ERROR(DistBackendError, c10::str("Rank ", r, " failed to pass monitoredBarrier in ", ms, " ms"));
+      }
+      missing.push_back(r);
+    }
+  }
+  if (!missing.empty()) {
+    std::string names;
+    for (int r : missing) names += (names.empty() ? "" : ", ") + std::to_string(r);
+    C10_THROW_ERROR(DistBackendError, c10::str("Ranks ", names, " failed to pass monitoredBarrier in ", ms, " ms"));
+  }
+  store_->set(key + "/released", std::vector<uint8_t>{'1'});
+}
+
+void Backend::setSequenceNumberForGroup() { seq_ = 0; }  // every rank starts the group at 0
+
+uint64_t Backend::getSequenceNumberForGroup() { return seq_; }
+
+void Backend::release() {
+  PyObject* callback = onShutdown_;
+  onShutdown_ = nullptr;
+  if (callback != nullptr && Py_IsInitialized() && !_Py_IsFinalizing()) {
+    PyGILState_STATE gil = PyGILState_Ensure();
+    PyObject* result = PyObject_CallNoArgs(callback);
+    if (result == nullptr) PyErr_Clear();  // teardown goes on: the links close below regardless
+    Py_XDECREF(result);
+    Py_DECREF(callback);
+    PyGILState_Release(gil);
+  }
+  comm_->shutdown();
+}
+
+void Backend::shutdown() { release(); }
+
+void Backend::abort() { release(); }
+
+}  // namespace pycollect::torchb

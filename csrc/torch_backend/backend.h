@@ -1,0 +1,147 @@
+// pycollect as a torch.distributed backend: a c10d::Backend whose calls run on one
+// pycollect engine group (comm/communicator.h), registered as "pycollect" for CPU and
+// CUDA tensors (pycollect/torch_backend/__init__.py).
+//
+// Python forms the group (pycollect.group: rendezvous on torch's store, HMAC, topology,
+// the cost model's tables) and hands its Communicator over; from then on no Python runs
+// on a call. Each call checks its tensors (torch_backend/tensors.h), issues its engine
+// operations and returns a TorchWork (torch_backend/work.h) that the engine completes.
+//
+// torch's contract: an asynchronous call (opts.asyncOp, and every send and recv) is
+// queued, or posted when the links are free, and never waits for a peer; a blocking
+// call (async_op=False: torch waits at once) runs on the caller's thread when nothing is
+// queued ahead of it (InlineScope). Each group has its own engine worker, so point-to-
+// point calls and collectives of several groups make progress independently.
+//
+// CUDA tensors: all-reduce, broadcast, reduce and the flat all-gather and reduce-scatter
+// are staged through pinned host memory by the engine, ordered after the caller's
+// current stream, and wait() orders the stream after them (no host wait). The other
+// calls copy CUDA inputs to host memory first and copy results back when they complete.
+#pragma once
+
+#include <torch/csrc/distributed/c10d/Backend.hpp>
+#include <torch/csrc/distributed/c10d/Store.hpp>
+
+#include <Python.h>
+
+#include <chrono>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <c10/util/Exception.h>
+
+#include "comm/communicator.h"
+#include "common/error.h"
+#include "torch_backend/tensors.h"
+#include "torch_backend/work.h"
+
+namespace pycollect::torchb {
+
+using c10d::OpType;
+using WorkPtr = c10::intrusive_ptr<c10d::Work>;
+
+class Backend : public c10d::Backend {
+ public:
+  struct Settings {
+    std::chrono::milliseconds timeout{1800 * 1000};
+    bool blockingWait = false;  // PYCOLLECT_BLOCKING_WAIT: wait() blocks the host on CUDA calls too
+  };
+  Backend(c10::intrusive_ptr<c10d::Store> store, int rank, int size, std::shared_ptr<Communicator> comm,
+          Settings settings, PyObject* onShutdown);
+  ~Backend() override;
+
+  const std::string getBackendName() const override { return "pycollect"; }
+  bool supportsCoalescing() const override { return true; }
+  void startCoalescing() override;
+  WorkPtr endCoalescing() override;
+
+  WorkPtr broadcast(std::vector<at::Tensor>& tensors, const c10d::BroadcastOptions& opts) override;
+  WorkPtr allreduce(std::vector<at::Tensor>& tensors, const c10d::AllreduceOptions& opts) override;
+  WorkPtr allreduce_sparse(std::vector<at::Tensor>& tensors, const c10d::AllreduceOptions& opts) override;
+  WorkPtr allreduce_coalesced(std::vector<at::Tensor>& tensors, const c10d::AllreduceCoalescedOptions& opts) override;
+  WorkPtr reduce(std::vector<at::Tensor>& tensors, const c10d::ReduceOptions& opts) override;
+  WorkPtr allgather(std::vector<std::vector<at::Tensor>>& outputs, std::vector<at::Tensor>& inputs,
+                    const c10d::AllgatherOptions& opts) override;
+  WorkPtr _allgather_base(at::Tensor& output, at::Tensor& input, const c10d::AllgatherOptions& opts) override;
+  WorkPtr allgather_coalesced(std::vector<std::vector<at::Tensor>>& outputs, std::vector<at::Tensor>& inputs,
+                              const c10d::AllgatherOptions& opts) override;
+  WorkPtr allgather_into_tensor_coalesced(std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
+                                          const c10d::AllgatherOptions& opts) override;
+  WorkPtr gather(std::vector<std::vector<at::Tensor>>& outputs, std::vector<at::Tensor>& inputs,
+                 const c10d::GatherOptions& opts) override;
+  WorkPtr scatter(std::vector<at::Tensor>& outputs, std::vector<std::vector<at::Tensor>>& inputs,
+                  const c10d::ScatterOptions& opts) override;
+  WorkPtr reduce_scatter(std::vector<at::Tensor>& outputs, std::vector<std::vector<at::Tensor>>& inputs,
+                         const c10d::ReduceScatterOptions& opts) override;
+  WorkPtr _reduce_scatter_base(at::Tensor& output, at::Tensor& input, const c10d::ReduceScatterOptions& opts) override;
+  WorkPtr reduce_scatter_tensor_coalesced(std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
+                                          const c10d::ReduceScatterOptions& opts) override;
+  WorkPtr alltoall_base(at::Tensor& output, at::Tensor& input, std::vector<int64_t>& outputSplits,
+                        std::vector<int64_t>& inputSplits, const c10d::AllToAllOptions& opts) override;
+  WorkPtr alltoall(std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
+                   const c10d::AllToAllOptions& opts) override;
+  WorkPtr send(std::vector<at::Tensor>& tensors, int dstRank, int tag) override;
+  WorkPtr recv(std::vector<at::Tensor>& tensors, int srcRank, int tag) override;
+  WorkPtr recvAnysource(std::vector<at::Tensor>& tensors, int tag) override;
+  WorkPtr barrier(const c10d::BarrierOptions& opts) override;
+  // Gloo's monitored barrier, met in the group's store (so a rank that never arrives is
+  // named, and the links stay usable): rank 0 waits for each rank, then releases them.
+  void monitoredBarrier(const c10d::BarrierOptions& opts, bool waitAllRanks) override;
+  void setSequenceNumberForGroup() override;
+  uint64_t getSequenceNumberForGroup() override;
+  void abort() override;
+  void shutdown() override;
+
+  const std::shared_ptr<Communicator>& communicator() const { return comm_; }
+
+ private:
+  // A new Work for a call of `method`, yielding `outputs`.
+  c10::intrusive_ptr<TorchWork> make(OpType type, const char* method, std::vector<at::Tensor> outputs);
+  // Starts `work` (its engine operations were added); kept for endCoalescing if coalescing.
+  WorkPtr launch(c10::intrusive_ptr<TorchWork> work);
+  // Issues a call's engine operations (`issue` adds them to the Work), on this thread when
+  // `blocking` and nothing is queued (InlineScope), then launches the Work. Arguments the
+  // engine refuses raise ValueError here; an engine error at issue (the group failed
+  // earlier, or was destroyed) is the Work's, as a failure while running would be.
+  template <typename F>
+  WorkPtr run(c10::intrusive_ptr<TorchWork> work, bool blocking, F&& issue) {
+    try {
+      InlineScope runs(blocking && !coalescing_);
+      issue(*work);
+    } catch (const InvalidArgument& e) {
+      C10_THROW_ERROR(ValueError, c10::str("pycollect backend: ", work->method(), ": ", e.what()));
+    } catch (const c10::Error&) {
+      throw;
+    } catch (const std::exception&) {
+      auto failed = std::make_shared<pycollect::Work>(work->method());
+      failed->finish(std::current_exception());
+      work->add(std::move(failed));
+    }
+    return launch(std::move(work));
+  }
+  // Whether host memory is staged as device memory (the engine's host device, in tests).
+  bool hostStaged() const;
+  // For a staged call: the device of `b` (-1 for the host device) and its DeviceCall.
+  DeviceCall deviceCall(const Buffer& b, const char* method);
+  // CUDA tensors of the calls without a staged form: host copies in, results copied back
+  // when the call completes (the Work's finish step).
+  at::Tensor hostInput(const at::Tensor& t);
+  at::Tensor hostOutput(c10::intrusive_ptr<TorchWork>& work, const at::Tensor& t,
+                        std::vector<std::pair<at::Tensor, at::Tensor>>& back);
+  void copyBackWhenDone(c10::intrusive_ptr<TorchWork>& work, std::vector<std::pair<at::Tensor, at::Tensor>> back);
+  double timeoutSec(std::chrono::milliseconds t) const;
+  void release();  // runs the shutdown callback once
+
+  c10::intrusive_ptr<c10d::Store> store_;
+  std::shared_ptr<Communicator> comm_;
+  Settings settings_;
+  PyObject* onShutdown_;  // Python: forget the engine group (pycollect.api); owned reference
+  int cudaDevice_ = -1;   // the device of the group's CUDA calls (its first one's)
+  bool coalescing_ = false;
+  std::vector<c10::intrusive_ptr<TorchWork>> coalesced_;
+  uint64_t seq_ = 0;        // collectives issued (the group's sequence number)
+  uint64_t monitored_ = 0;  // monitored barriers so far (each meets under its own keys)
+};
+
+}  // namespace pycollect::torchb

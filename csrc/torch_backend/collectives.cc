@@ -1,0 +1,513 @@
+// The backend's collectives: each checks its tensors, then issues one engine operation
+// (a few for the coalesced forms) through Backend::run. Ranks (`rootRank`) are ranks in
+// the group, as torch passes them.
+#include <c10/core/DeviceGuard.h>
+
+#include "torch_backend/backend.h"
+
+namespace pycollect::torchb {
+
+namespace {
+
+// Whether every tensor of a call lives in host memory, or every one on a CUDA device.
+bool onCuda(const std::vector<at::Tensor>& tensors, const char* method) {
+  bool cuda = false, host = false;
+  for (const auto& t : tensors) (t.is_cuda() ? cuda : host) = true;
+  if (cuda && host) {
+    C10_THROW_ERROR(ValueError, c10::str("pycollect backend: ", method,
+                                         ": CPU and CUDA tensors are mixed in one call; move them to one device"));
+  }
+  return cuda;
+}
+
+std::vector<Span> spansOf(const std::vector<at::Tensor>& tensors) {
+  std::vector<Span> out;
+  out.reserve(tensors.size());
+  for (const auto& t : tensors) out.push_back(Span{static_cast<char*>(t.data_ptr()), static_cast<size_t>(t.numel())});
+  return out;
+}
+
+// `flat`'s consecutive pieces copied into `outs` (the list forms' finish step).
+void unflatten(const at::Tensor& flat, const std::vector<at::Tensor>& outs) {
+  int64_t offset = 0;
+  for (const auto& o : outs) {
+    c10::OptionalDeviceGuard guard;
+    if (o.is_cuda()) guard.reset_device(o.device());
+    o.copy_(flat.narrow(0, offset, o.numel()).view(o.sizes()));
+    offset += o.numel();
+  }
+}
+
+}  // namespace
+
+WorkPtr Backend::allreduce(std::vector<at::Tensor>& tensors, const c10d::AllreduceOptions& opts) {
+  at::Tensor& t = single(tensors, "allreduce");
+  if (t.is_sparse()) return allreduce_sparse(tensors, opts);
+  const Buffer b = check(t, "allreduce", "tensor");
+  const Reduction r = reduction(opts.reduceOp, "allreduce");
+  if (r.premul()) premultiply(r, t, true, "allreduce");
+  ++seq_;
+  return run(make(OpType::ALLREDUCE, "allreduce", {t}), !opts.asyncOp, [&](TorchWork& w) {
+    if (b.device >= 0 || hostStaged()) {
+      w.setStaged(b.device);
+      w.add(comm_->allReduceStaged(b.data, b.count, b.dtype, r.op, Algo::kAuto, deviceCall(b, "allreduce")));
+    } else {
+      w.add(comm_->allReduce(b.data, b.count, b.dtype, r.op, Algo::kAuto));
+    }
+  });
+}
+
+WorkPtr Backend::allreduce_coalesced(std::vector<at::Tensor>& tensors, const c10d::AllreduceCoalescedOptions& opts) {
+  const char* method = "allreduce_coalesced";
+  std::vector<Buffer> bufs;
+  for (const auto& t : tensors) bufs.push_back(check(t, method, "tensors"));
+  const Reduction r = reduction(opts.reduceOp, method);
+  const bool cuda = onCuda(tensors, method);
+  for (auto& t : tensors) {
+    if (r.premul()) premultiply(r, t, true, method);
+  }
+  auto work = make(OpType::ALLREDUCE_COALESCED, method, tensors);
+  std::vector<std::pair<at::Tensor, at::Tensor>> back;
+  std::vector<at::Tensor> host;
+  for (const auto& t : tensors) host.push_back(cuda ? hostOutput(work, t, back) : t);
+  copyBackWhenDone(work, std::move(back));
+  ++seq_;
+  // One engine call (one header, one pass) per dtype among the tensors.
+  return run(work, !opts.asyncOp, [&](TorchWork& w) {
+    std::vector<bool> taken(host.size(), false);
+    for (size_t i = 0; i < host.size(); ++i) {
+      if (taken[i]) continue;
+      std::vector<at::Tensor> same;
+      for (size_t j = i; j < host.size(); ++j) {
+        if (!taken[j] && bufs[j].dtype == bufs[i].dtype) {
+          taken[j] = true;
+          same.push_back(host[j]);
+        }
+      }
+      w.add(comm_->allReduceCoalesced(spansOf(same), bufs[i].dtype, r.op, Algo::kAuto));
+    }
+    for (auto& h : host) w.keep(h);
+  });
+}
+
+WorkPtr Backend::broadcast(std::vector<at::Tensor>& tensors, const c10d::BroadcastOptions& opts) {
+  at::Tensor& t = single(tensors, "broadcast");
+  const Buffer b = check(t, "broadcast", "tensor");
+  const int root = static_cast<int>(opts.rootRank);
+  ++seq_;
+  return run(make(OpType::BROADCAST, "broadcast", {t}), !opts.asyncOp, [&](TorchWork& w) {
+    if (b.device >= 0 || hostStaged()) {
+      w.setStaged(b.device);
+      w.add(comm_->broadcastStaged(b.data, b.count, b.dtype, root, Algo::kAuto, deviceCall(b, "broadcast")));
+    } else {
+      w.add(comm_->broadcast(b.data, b.count, b.dtype, root, Algo::kAuto));
+    }
+  });
+}
+
+WorkPtr Backend::reduce(std::vector<at::Tensor>& tensors, const c10d::ReduceOptions& opts) {
+  at::Tensor& t = single(tensors, "reduce");
+  const Buffer b = check(t, "reduce", "tensor");
+  const Reduction r = reduction(opts.reduceOp, "reduce");
+  const int root = static_cast<int>(opts.rootRank);
+  if (r.premul()) premultiply(r, t, true, "reduce");
+  ++seq_;
+  return run(make(OpType::REDUCE, "reduce", {t}), !opts.asyncOp, [&](TorchWork& w) {
+    if (b.device >= 0 || hostStaged()) {
+      w.setStaged(b.device);
+      w.add(comm_->reduceStaged(b.data, b.count, b.dtype, r.op, root, deviceCall(b, "reduce")));
+    } else {
+      w.add(comm_->reduce(b.data, b.count, b.dtype, r.op, root));
+    }
+  });
+}
+
+WorkPtr Backend::_allgather_base(at::Tensor& output, at::Tensor& input, const c10d::AllgatherOptions& opts) {
+  const char* method = "_allgather_base";
+  const Buffer i = check(input, method, "input");
+  const Buffer o = check(output, method, "output");
+  checkSameDType({output}, input, method);
+  checkNumel(output, input.numel() * size_, method, "output");
+  onCuda({input, output}, method);
+  ++seq_;
+  return run(make(OpType::_ALLGATHER_BASE, method, {output}), !opts.asyncOp, [&](TorchWork& w) {
+    w.keep(input);
+    if (o.device >= 0 || hostStaged()) {
+      w.setStaged(o.device);
+      w.add(comm_->allGatherStaged(i.data, o.data, i.count, i.dtype, Algo::kAuto, deviceCall(o, method)));
+    } else {
+      w.add(comm_->allGather(i.data, o.data, i.count, i.dtype, Algo::kAuto));
+    }
+  });
+}
+
+WorkPtr Backend::allgather(std::vector<std::vector<at::Tensor>>& outputs, std::vector<at::Tensor>& inputs,
+                           const c10d::AllgatherOptions& opts) {
+  const char* method = "allgather";
+  at::Tensor& input = single(inputs, method, "input_tensors");
+  checkOneList(outputs.size(), method, "output_tensors");  // the same error
+  std::vector<at::Tensor>& outs = outputs[0];
+  const Buffer i = check(input, method, "input");
+  if (static_cast<int>(outs.size()) != size_) {
+    C10_THROW_ERROR(ValueError, c10::str("pycollect backend: allgather(output_tensors): list has ", outs.size(),
+                                         " entries, the group has ", size_, " ranks"));
+  }
+  for (const auto& o : outs) {
+    check(o, method, "output_tensors");
+    checkNumel(o, input.numel(), method, "output_tensors");
+  }
+  checkSameDType(outs, input, method);
+  std::vector<at::Tensor> all(outs);
+  all.push_back(input);
+  onCuda(all, method);
+  // Gathered into one buffer, then copied into the list (the Work's finish step): on the
+  // device for CUDA tensors (a staged all-gather), else in host memory.
+  at::Tensor flat = at::empty({input.numel() * size_}, input.options());
+  const Buffer f = check(flat, method, "output");
+  auto work = make(OpType::ALLGATHER, method, outs);
+  work->setFinish([flat, outs] { unflatten(flat, outs); });
+  ++seq_;
+  return run(work, !opts.asyncOp, [&](TorchWork& w) {
+    w.keep(input);
+    w.keep(flat);
+    if (i.device >= 0 || hostStaged()) {
+      w.setStaged(i.device);
+      w.add(comm_->allGatherStaged(i.data, f.data, i.count, i.dtype, Algo::kAuto, deviceCall(i, method)));
+    } else {
+      w.add(comm_->allGather(i.data, f.data, i.count, i.dtype, Algo::kAuto));
+    }
+  });
+}
+
+WorkPtr Backend::allgather_coalesced(std::vector<std::vector<at::Tensor>>& outputs, std::vector<at::Tensor>& inputs,
+                                     const c10d::AllgatherOptions& opts) {
+  const char* method = "allgather_coalesced";
+  if (static_cast<int>(outputs.size()) != size_) {
+    C10_THROW_ERROR(ValueError, c10::str("pycollect backend: ", method, ": ", outputs.size(),
+                                         " output lists, the group has ", size_, " ranks"));
+  }
+  if (inputs.empty()) C10_THROW_ERROR(ValueError, "pycollect backend: allgather_coalesced: no input tensors");
+  std::vector<at::Tensor> all;
+  for (const auto& t : inputs) check(t, method, "input_tensors");
+  for (const auto& row : outputs) {
+    if (row.size() != inputs.size()) {
+      C10_THROW_ERROR(ValueError, c10::str("pycollect backend: ", method, ": an output list has ", row.size(),
+                                           " tensors for ", inputs.size(), " inputs"));
+    }
+    for (size_t k = 0; k < row.size(); ++k) {
+      check(row[k], method, "output_tensor_lists");
+      checkNumel(row[k], inputs[k].numel(), method, "output_tensor_lists");
+      all.push_back(row[k]);
+    }
+  }
+  checkSameDType(inputs, inputs[0], method);
+  checkSameDType(all, inputs[0], method);
+  std::vector<at::Tensor> both(all);
+  both.insert(both.end(), inputs.begin(), inputs.end());
+  const bool cuda = onCuda(both, method);
+  auto work = make(OpType::ALLGATHER_COALESCED, method, all);
+  std::vector<std::pair<at::Tensor, at::Tensor>> back;
+  std::vector<at::Tensor> ins, outs;
+  for (const auto& t : inputs) ins.push_back(cuda ? hostInput(t) : t);
+  for (const auto& t : all) outs.push_back(cuda ? hostOutput(work, t, back) : t);
+  copyBackWhenDone(work, std::move(back));
+  const DType dtype = check(inputs[0], method, "input_tensors").dtype;
+  ++seq_;
+  return run(work, !opts.asyncOp, [&](TorchWork& w) {
+    for (auto& t : ins) w.keep(t);
+    for (auto& t : outs) w.keep(t);
+    w.add(comm_->allGatherCoalesced(spansOf(ins), spansOf(outs), dtype, Algo::kAuto));
+  });
+}
+
+WorkPtr Backend::allgather_into_tensor_coalesced(std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
+                                                 const c10d::AllgatherOptions& opts) {
+  const char* method = "allgather_into_tensor_coalesced";
+  if (outputs.size() != inputs.size()) {
+    C10_THROW_ERROR(ValueError, c10::str("pycollect backend: ", method, ": ", outputs.size(), " outputs for ",
+                                         inputs.size(), " inputs"));
+  }
+  std::vector<Buffer> ins, outs;
+  for (size_t k = 0; k < inputs.size(); ++k) {
+    ins.push_back(check(inputs[k], method, "inputs"));
+    outs.push_back(check(outputs[k], method, "outputs"));
+    checkSameDType({outputs[k]}, inputs[k], method);
+    checkNumel(outputs[k], inputs[k].numel() * size_, method, "outputs");
+  }
+  std::vector<at::Tensor> all(outputs);
+  all.insert(all.end(), inputs.begin(), inputs.end());
+  onCuda(all, method);
+  seq_ += inputs.size();
+  return run(make(OpType::ALLGATHER_COALESCED, method, outputs), !opts.asyncOp, [&](TorchWork& w) {
+    for (auto& t : inputs) w.keep(t);
+    for (size_t k = 0; k < ins.size(); ++k) {
+      if (outs[k].device >= 0 || hostStaged()) {
+        w.setStaged(outs[k].device);
+        w.add(comm_->allGatherStaged(ins[k].data, outs[k].data, ins[k].count, ins[k].dtype, Algo::kAuto,
+                                     deviceCall(outs[k], method)));
+      } else {
+        w.add(comm_->allGather(ins[k].data, outs[k].data, ins[k].count, ins[k].dtype, Algo::kAuto));
+      }
+    }
+  });
+}
+
+WorkPtr Backend::gather(std::vector<std::vector<at::Tensor>>& outputs, std::vector<at::Tensor>& inputs,
+                        const c10d::GatherOptions& opts) {
+  const char* method = "gather";
+  at::Tensor& input = single(inputs, method, "input_tensors");
+  const Buffer i = check(input, method, "input");
+  const int root = static_cast<int>(opts.rootRank);
+  std::vector<at::Tensor> outs;
+  if (rank_ == root) {
+    checkOneList(outputs.size(), method, "output_tensors");
+    outs = outputs[0];
+    if (static_cast<int>(outs.size()) != size_) {
+      C10_THROW_ERROR(ValueError, c10::str("pycollect backend: gather(output_tensors): list has ", outs.size(),
+                                           " entries, the group has ", size_, " ranks"));
+    }
+    for (const auto& o : outs) check(o, method, "output_tensors");
+    checkSameDType(outs, input, method);
+  }
+  std::vector<at::Tensor> all(outs);
+  all.push_back(input);
+  const bool cuda = onCuda(all, method);
+  auto work = make(OpType::GATHER, method, outs);
+  std::vector<std::pair<at::Tensor, at::Tensor>> back;
+  at::Tensor in = cuda ? hostInput(input) : input;
+  std::vector<at::Tensor> hostOuts;
+  for (const auto& o : outs) hostOuts.push_back(cuda ? hostOutput(work, o, back) : o);
+  copyBackWhenDone(work, std::move(back));
+  ++seq_;
+  return run(work, !opts.asyncOp, [&](TorchWork& w) {
+    w.keep(in);
+    for (auto& t : hostOuts) w.keep(t);
+    w.add(comm_->gather(Span{static_cast<char*>(in.data_ptr()), i.count}, spansOf(hostOuts), i.dtype, root));
+  });
+}
+
+WorkPtr Backend::scatter(std::vector<at::Tensor>& outputs, std::vector<std::vector<at::Tensor>>& inputs,
+                         const c10d::ScatterOptions& opts) {
+  const char* method = "scatter";
+  at::Tensor& output = single(outputs, method, "output_tensors");
+  const Buffer o = check(output, method, "output");
+  const int root = static_cast<int>(opts.rootRank);
+  std::vector<at::Tensor> ins;
+  if (rank_ == root) {
+    checkOneList(inputs.size(), method, "input_tensors");
+    ins = inputs[0];
+    if (static_cast<int>(ins.size()) != size_) {
+      C10_THROW_ERROR(ValueError, c10::str("pycollect backend: scatter(input_tensors): list has ", ins.size(),
+                                           " entries, the group has ", size_, " ranks"));
+    }
+    for (const auto& t : ins) check(t, method, "input_tensors");
+    checkSameDType(ins, output, method);
+  }
+  std::vector<at::Tensor> all(ins);
+  all.push_back(output);
+  const bool cuda = onCuda(all, method);
+  auto work = make(OpType::SCATTER, method, {output});
+  std::vector<std::pair<at::Tensor, at::Tensor>> back;
+  at::Tensor out = cuda ? hostOutput(work, output, back) : output;
+  std::vector<at::Tensor> hostIns;
+  for (const auto& t : ins) hostIns.push_back(cuda ? hostInput(t) : t);
+  copyBackWhenDone(work, std::move(back));
+  ++seq_;
+  return run(work, !opts.asyncOp, [&](TorchWork& w) {
+    w.keep(out);
+    for (auto& t : hostIns) w.keep(t);
+    w.add(comm_->scatter(spansOf(hostIns), Span{static_cast<char*>(out.data_ptr()), o.count}, o.dtype, root));
+  });
+}
+
+WorkPtr Backend::_reduce_scatter_base(at::Tensor& output, at::Tensor& input, const c10d::ReduceScatterOptions& opts) {
+  const char* method = "_reduce_scatter_base";
+  check(input, method, "input");
+  const Buffer o = check(output, method, "output");
+  checkSameDType({output}, input, method);
+  checkNumel(input, output.numel() * size_, method, "input");
+  onCuda({input, output}, method);
+  const Reduction r = reduction(opts.reduceOp, method);
+  at::Tensor in = r.premul() ? premultiply(r, input, false, method) : input;  // the caller's input stays as it was
+  const Buffer i = check(in, method, "input");
+  ++seq_;
+  return run(make(OpType::_REDUCE_SCATTER_BASE, method, {output}), !opts.asyncOp, [&](TorchWork& w) {
+    w.keep(in);
+    if (o.device >= 0 || hostStaged()) {
+      w.setStaged(o.device);
+      w.add(comm_->reduceScatterStaged(i.data, o.data, o.count, o.dtype, r.op, Algo::kAuto, deviceCall(o, method)));
+    } else {
+      w.add(comm_->reduceScatter(i.data, o.data, o.count, o.dtype, r.op, Algo::kAuto));
+    }
+  });
+}
+
+WorkPtr Backend::reduce_scatter(std::vector<at::Tensor>& outputs, std::vector<std::vector<at::Tensor>>& inputs,
+                                const c10d::ReduceScatterOptions& opts) {
+  const char* method = "reduce_scatter";
+  at::Tensor& output = single(outputs, method, "output_tensors");
+  checkOneList(inputs.size(), method, "input_tensors");
+  const std::vector<at::Tensor>& ins = inputs[0];
+  const Buffer o = check(output, method, "output");
+  if (static_cast<int>(ins.size()) != size_) {
+    C10_THROW_ERROR(ValueError, c10::str("pycollect backend: reduce_scatter(input_tensors): list has ", ins.size(),
+                                         " entries, the group has ", size_, " ranks"));
+  }
+  for (const auto& t : ins) {
+    check(t, method, "input_tensors");
+    checkNumel(t, output.numel(), method, "input_tensors");
+  }
+  checkSameDType(ins, output, method);
+  std::vector<at::Tensor> all(ins);
+  all.push_back(output);
+  const bool cuda = onCuda(all, method);
+  const Reduction r = reduction(opts.reduceOp, method);
+  // The list, one flat host buffer (PREMUL_SUM's factor applied there, not to the inputs).
+  std::vector<at::Tensor> pieces;
+  for (const auto& t : ins) pieces.push_back((cuda ? hostInput(t) : t).reshape({-1}));
+  at::Tensor flat = at::cat(pieces);
+  if (r.premul()) premultiply(r, flat, true, method);
+  auto work = make(OpType::REDUCE_SCATTER, method, {output});
+  std::vector<std::pair<at::Tensor, at::Tensor>> back;
+  at::Tensor out = cuda ? hostOutput(work, output, back) : output;
+  copyBackWhenDone(work, std::move(back));
+  ++seq_;
+  return run(work, !opts.asyncOp, [&](TorchWork& w) {
+    w.keep(flat);
+    w.keep(out);
+    w.add(comm_->reduceScatter(flat.data_ptr(), out.data_ptr(), o.count, o.dtype, r.op, Algo::kAuto));
+  });
+}
+
+WorkPtr Backend::reduce_scatter_tensor_coalesced(std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
+                                                 const c10d::ReduceScatterOptions& opts) {
+  const char* method = "reduce_scatter_tensor_coalesced";
+  if (outputs.size() != inputs.size()) {
+    C10_THROW_ERROR(ValueError, c10::str("pycollect backend: ", method, ": ", outputs.size(), " outputs for ",
+                                         inputs.size(), " inputs"));
+  }
+  const Reduction r = reduction(opts.reduceOp, method);
+  std::vector<at::Tensor> ins;
+  std::vector<Buffer> inBufs, outBufs;
+  for (size_t k = 0; k < inputs.size(); ++k) {
+    check(inputs[k], method, "inputs");
+    outBufs.push_back(check(outputs[k], method, "outputs"));
+    checkSameDType({outputs[k]}, inputs[k], method);
+    checkNumel(inputs[k], outputs[k].numel() * size_, method, "inputs");
+  }
+  std::vector<at::Tensor> all(outputs);
+  all.insert(all.end(), inputs.begin(), inputs.end());
+  onCuda(all, method);
+  for (const auto& t : inputs) {
+    ins.push_back(r.premul() ? premultiply(r, t, false, method) : t);
+    inBufs.push_back(check(ins.back(), method, "inputs"));
+  }
+  seq_ += inputs.size();
+  return run(make(OpType::REDUCE_SCATTER_TENSOR_COALESCED, method, outputs), !opts.asyncOp, [&](TorchWork& w) {
+    for (auto& t : ins) w.keep(t);
+    for (size_t k = 0; k < ins.size(); ++k) {
+      const Buffer& i = inBufs[k];
+      const Buffer& o = outBufs[k];
+      if (o.device >= 0 || hostStaged()) {
+        w.setStaged(o.device);
+        w.add(comm_->reduceScatterStaged(i.data, o.data, o.count, o.dtype, r.op, Algo::kAuto, deviceCall(o, method)));
+      } else {
+        w.add(comm_->reduceScatter(i.data, o.data, o.count, o.dtype, r.op, Algo::kAuto));
+      }
+    }
+  });
+}
+
+namespace {
+
+// One span per rank over `t`'s rows (dim 0), `splits` rows each (empty: equal parts).
+std::vector<Span> rowSpans(const at::Tensor& t, const std::vector<int64_t>& splits, int size, const char* method,
+                           const char* what) {
+  const int64_t rows = t.dim() == 0 ? 1 : t.size(0);
+  const int64_t rowElems = rows == 0 ? 0 : t.numel() / rows;
+  std::vector<int64_t> parts(splits);
+  if (parts.empty()) {
+    if (rows % size != 0) {
+      C10_THROW_ERROR(ValueError, c10::str("pycollect backend: ", method, "(", what, "): ", rows,
+                                           " rows do not split into ", size, " equal parts"));
+    }
+    parts.assign(size, rows / size);
+  }
+  if (static_cast<int>(parts.size()) != size) {
+    C10_THROW_ERROR(ValueError, c10::str("pycollect backend: ", method, ": ", parts.size(), " ", what,
+                                         " split sizes, the group has ", size, " ranks"));
+  }
+  int64_t total = 0;
+  for (int64_t p : parts) {
+    if (p < 0) C10_THROW_ERROR(ValueError, c10::str("pycollect backend: ", method, ": negative split size ", p));
+    total += p;
+  }
+  if (total != rows) {
+    C10_THROW_ERROR(ValueError, c10::str("pycollect backend: ", method, "(", what, "): split sizes add up to ", total,
+                                         " rows, the tensor has ", rows));
+  }
+  std::vector<Span> out;
+  char* base = static_cast<char*>(t.data_ptr());
+  int64_t offset = 0;
+  for (int64_t p : parts) {
+    out.push_back(Span{base + offset * rowElems * t.element_size(), static_cast<size_t>(p * rowElems)});
+    offset += p;
+  }
+  return out;
+}
+
+}  // namespace
+
+WorkPtr Backend::alltoall_base(at::Tensor& output, at::Tensor& input, std::vector<int64_t>& outputSplits,
+                               std::vector<int64_t>& inputSplits, const c10d::AllToAllOptions& opts) {
+  const char* method = "alltoall_base";
+  const Buffer i = check(input, method, "input");
+  check(output, method, "output");
+  checkSameDType({output}, input, method);
+  const bool cuda = onCuda({input, output}, method);
+  auto work = make(OpType::ALLTOALL_BASE, method, {output});
+  std::vector<std::pair<at::Tensor, at::Tensor>> back;
+  at::Tensor in = cuda ? hostInput(input) : input;
+  at::Tensor out = cuda ? hostOutput(work, output, back) : output;
+  std::vector<Span> ins = rowSpans(in, inputSplits, size_, method, "input");
+  std::vector<Span> outs = rowSpans(out, outputSplits, size_, method, "output");
+  copyBackWhenDone(work, std::move(back));
+  ++seq_;
+  return run(work, !opts.asyncOp, [&](TorchWork& w) {
+    w.keep(in);
+    w.keep(out);
+    w.add(comm_->allToAll(ins, outs, i.dtype));
+  });
+}
+
+WorkPtr Backend::alltoall(std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
+                          const c10d::AllToAllOptions& opts) {
+  const char* method = "alltoall";
+  if (static_cast<int>(inputs.size()) != size_ || static_cast<int>(outputs.size()) != size_) {
+    C10_THROW_ERROR(ValueError, c10::str("pycollect backend: alltoall: ", inputs.size(), " inputs and ",
+                                         outputs.size(), " outputs; the group has ", size_, " ranks"));
+  }
+  if (size_ == 0) C10_THROW_ERROR(ValueError, "pycollect backend: alltoall: empty group");
+  for (const auto& t : inputs) check(t, method, "input_tensors");
+  for (const auto& t : outputs) check(t, method, "output_tensors");
+  checkSameDType(inputs, inputs[0], method);
+  checkSameDType(outputs, inputs[0], method);
+  std::vector<at::Tensor> all(outputs);
+  all.insert(all.end(), inputs.begin(), inputs.end());
+  const bool cuda = onCuda(all, method);
+  auto work = make(OpType::ALLTOALL, method, outputs);
+  std::vector<std::pair<at::Tensor, at::Tensor>> back;
+  std::vector<at::Tensor> ins, outs;
+  for (const auto& t : inputs) ins.push_back(cuda ? hostInput(t) : t);
+  for (const auto& t : outputs) outs.push_back(cuda ? hostOutput(work, t, back) : t);
+  copyBackWhenDone(work, std::move(back));
+  const DType dtype = check(inputs[0], method, "input_tensors").dtype;
+  ++seq_;
+  return run(work, !opts.asyncOp, [&](TorchWork& w) {
+    for (auto& t : ins) w.keep(t);
+    for (auto& t : outs) w.keep(t);
+    w.add(comm_->allToAll(spansOf(ins), spansOf(outs), dtype));
+  });
+}
+
+}  // namespace pycollect::torchb

@@ -1,0 +1,93 @@
+// The torch Work of one backend call: the engine operations it issued (in order) and the
+// tensors its Future yields.
+//
+// Completion comes from the engine itself: each engine Work runs a hook when it finishes
+// (comm/work.h, whenDone), on the thread that finished it; the last one settles this Work
+// there: it runs the call's finish step if any (copying a flat result into a list, or host
+// copies back into CUDA tensors), marks the Work complete, and completes torch's Future,
+// whose callbacks (DDP's, a comm hook's) run on that thread. A callback may issue further
+// calls on the same group and wait for them (PowerSGD does): the engine runs such calls
+// where they are issued (worker.cc, [Note: calls from a completion]). No thread stands
+// between the engine and torch.
+//
+// wait() drives the links itself while it waits (Communicator::waitDriving), so a blocking
+// wait ends when the bytes arrive. For CUDA tensors staged through pinned memory, wait()
+// makes the caller's current stream wait for the result and returns at once (no host
+// wait), as NCCL's does, unless PYCOLLECT_BLOCKING_WAIT is set.
+#pragma once
+
+#include <ATen/ATen.h>
+#include <ATen/core/ivalue.h>
+#include <torch/csrc/distributed/c10d/Work.hpp>
+
+#include <atomic>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "comm/communicator.h"
+#include "comm/work.h"
+
+namespace pycollect::torchb {
+
+class TorchWork : public c10d::Work {
+ public:
+  TorchWork(int rank, c10d::OpType type, const char* method, std::vector<at::Tensor> outputs,
+            std::shared_ptr<Communicator> comm, bool blockingWait);
+  ~TorchWork() override;
+
+  // Building the Work (before start): the engine operations, in issue order; tensors to
+  // keep alive until it completes; the finish step, run once every engine operation
+  // succeeded, before the Work completes.
+  void add(std::shared_ptr<pycollect::Work> work) { engine_.push_back(std::move(work)); }
+  void keep(at::Tensor t) { keep_.push_back(std::move(t)); }
+  void setFinish(std::function<void()> fn) { finish_ = std::move(fn); }
+  // Staged (device) calls: the device whose stream the caller's wait() may order (-1: the
+  // engine's host device in tests, whose stream is 0).
+  void setStaged(int device) { staged_ = true; device_ = device; }
+  const char* method() const { return method_; }
+  // A recv from any source: where the engine writes the sender's rank.
+  int32_t* sourceSlot() { return &source_; }
+  void setSource(int rank) { source_ = rank; }
+  // Hooks each engine operation; the last to finish settles this Work (maybe right here).
+  static c10::intrusive_ptr<TorchWork> start(c10::intrusive_ptr<TorchWork> self);
+  // A Work whose call already failed or did nothing: settled at once.
+  static c10::intrusive_ptr<TorchWork> done(int rank, c10d::OpType type, const char* method,
+                                            std::vector<at::Tensor> outputs, std::exception_ptr error = nullptr);
+
+  bool isCompleted() override;
+  bool isSuccess() const override;
+  std::exception_ptr exception() const override;
+  int sourceRank() const override;
+  std::vector<at::Tensor> result() override;
+  void synchronize() override;
+  bool wait(std::chrono::milliseconds timeout = kNoTimeout) override;
+  c10::intrusive_ptr<c10::ivalue::Future> getFuture() override;
+
+ private:
+  void engineDone();  // one engine operation finished
+  void settle();      // all did: finish step, complete, Future
+  // Makes the caller's stream wait for every staged operation; false: the host must wait.
+  bool streamWait();
+
+  const char* method_;
+  std::vector<at::Tensor> outputs_;
+  std::vector<at::Tensor> keep_;
+  std::shared_ptr<Communicator> comm_;
+  bool blockingWait_;
+  std::vector<std::shared_ptr<pycollect::Work>> engine_;
+  std::function<void()> finish_;
+  std::atomic<size_t> pending_{0};
+  bool staged_ = false;
+  int device_ = -1;
+  int32_t source_ = -1;
+  c10::intrusive_ptr<c10::ivalue::Future> future_;
+};
+
+// An engine error as torch's exception type, with the engine's message (which names the
+// rank): DistBackendError for every failure of the group, a timeout's saying "Timed out"
+// as Gloo's does.
+std::exception_ptr torchError(const char* method, std::exception_ptr error);
+
+}  // namespace pycollect::torchb

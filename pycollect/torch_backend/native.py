@@ -1,0 +1,90 @@
+"""The bridge to the native backend (pycollect._torch, csrc/torch_backend/): loading it under
+the torch it was built against, and making one backend per torch group.
+
+For each group torch calls `create` (registered by pycollect.torch_backend.register) with
+the group's own PrefixStore, rank, size and timeout. Python forms the engine group
+(pycollect.group: rendezvous on that store, HMAC, topology, the cost model's tables: one
+formation for the engine API and the backend alike) and hands its Communicator to the C++
+c10d::Backend; from then on no Python runs on a call. When torch shuts the group down
+the backend calls back here once, and the engine group is forgotten.
+"""
+from __future__ import annotations
+
+import os
+
+from .. import api
+from ..group import ProcessGroup as EngineGroup
+from ..rendezvous import _store_host, listen_address
+
+BUILD_FILE = "torch_build.txt"  # written by the build beside the module (cmake/torch_backend.cmake)
+REBUILD = "pip install --no-build-isolation --force-reinstall --no-deps <pycollect's source directory>"
+
+_module = None
+_engines: dict = {}  # backend.engine_key -> the engine group behind it
+_made: dict = {}  # torch group name -> groups of this backend made under it in this process
+
+
+def built_against():
+    """The torch version pycollect's backend was built against; None if it was built without."""
+    from .. import _C
+
+    path = os.path.join(os.path.dirname(_C.__file__), BUILD_FILE)
+    try:
+        with open(path) as f:
+            return f.read().strip()
+    except FileNotFoundError:
+        return None
+
+
+def load():
+    """pycollect._torch, once checked against the torch this process runs."""
+    global _module
+    if _module is not None:
+        return _module
+    import torch
+
+    built = built_against()
+    if built is None:
+        raise ImportError("pycollect was built without its torch backend (torch did not import when it was built); "
+                          f"install torch first, then rebuild pycollect: {REBUILD}")
+    if built != torch.__version__:
+        raise ImportError(f"pycollect's torch backend was built against torch {built}, but this process runs torch "
+                          f"{torch.__version__}; rebuild it against this torch: {REBUILD} (the engine API, "
+                          "pycollect.all_reduce and the rest, works as it is)")
+    from .. import _torch
+
+    _module = _torch
+    return _module
+
+
+def create(options, backend_options=None):
+    """torch's creator hook (extended API: one _DistributedBackendOptions): the group, a torch
+    ProcessGroup whose backend for CPU and CUDA tensors is the native one."""
+    native = load()
+    store, rank, size, timeout = options.store, options.group_rank, options.group_size, options.timeout
+    host = listen_address(os.environ.get("MASTER_ADDR") or _store_host(store))
+    # torch gives every group its own PrefixStore, named after the group; a group made
+    # again under the same name in this process (destroy_process_group, then
+    # init_process_group on the same store) gets keys of its own: its count.
+    group_id = str(options.group_id)
+    made = _made.get(group_id, 0)
+    _made[group_id] = made + 1
+    engine = api.register_group(EngineGroup(f"tb{made}", store, range(size), rank, timeout, host))
+    key = []
+
+    def forget() -> None:  # the backend's shutdown or abort, once
+        _engines.pop(key[0] if key else None, None)
+        api.unregister_group(engine)
+
+    backend = native.Backend(store, rank, size, engine._comm.capsule(), timeout.total_seconds(),
+                             engine.options.blocking_wait, forget)
+    key.append(backend.engine_key)
+    _engines[backend.engine_key] = engine
+    return native.ProcessGroup(store, rank, size, backend)
+
+
+def engine_of(backend) -> EngineGroup:
+    engine = _engines.get(getattr(backend, "engine_key", None))
+    if engine is None:
+        raise ValueError(f"{backend!r} was shut down")
+    return engine
