@@ -1,7 +1,8 @@
-"""torch DDP step time on the "pycollect" backend against "gloo", in the same run.
+"""torch DDP (or FSDP2) step time on the "pycollect" backend against "gloo", in the same run.
 
     python bench/bench_torch_ddp.py                      # 2 ranks, ~21M-param MLP
     python bench/bench_torch_ddp.py --width 1024 --steps 10
+    python bench/bench_torch_ddp.py --wrap fsdp2         # torch's fully_shard per layer + root
     sudo python bench/bench_torch_ddp.py --netns-hosts 2 --ranks-per-host 2   # across hosts
 
 With --netns-hosts H the ranks run G to a host on H network-namespace hosts
@@ -66,8 +67,19 @@ def job(rank: int, world_size: int, emit, args) -> dict:
     models, opts = {}, {}
     for name, group in groups.items():
         torch.manual_seed(0)
-        models[name] = DDP(make_model(args.width, args.layers), process_group=group,
-                           bucket_cap_mb=args.bucket_mb)
+        if args.wrap == "fsdp2":  # torch's FSDP2: each Linear its own unit, then the root
+            from torch.distributed.device_mesh import DeviceMesh
+            from torch.distributed.fsdp import fully_shard
+
+            mesh = DeviceMesh.from_group(group, "cpu")
+            model = make_model(args.width, args.layers)
+            for layer in model:
+                if isinstance(layer, torch.nn.Linear):
+                    fully_shard(layer, mesh=mesh)
+            models[name] = fully_shard(model, mesh=mesh)
+        else:
+            models[name] = DDP(make_model(args.width, args.layers), process_group=group,
+                               bucket_cap_mb=args.bucket_mb)
         opts[name] = torch.optim.SGD(models[name].parameters(), lr=1e-3)
     nparams = sum(p.numel() for p in models["gloo"].parameters())
     gen = torch.Generator().manual_seed(rank)
@@ -86,7 +98,10 @@ def job(rank: int, world_size: int, emit, args) -> dict:
                 times[name].append(slowest.item())
     engine = {k: v - engine_before.get(k, 0) for k, v in tb.engine_group(engine_pg).counters().items()
               if v != engine_before.get(k, 0)}
-    diff = max((a - b).abs().max().item()
+    def full(p):
+        return p.full_tensor() if hasattr(p, "full_tensor") else p  # FSDP2's DTensor shards
+
+    diff = max((full(a) - full(b)).abs().max().item()
                for a, b in zip(models["pycollect"].parameters(), models["gloo"].parameters()))
     group = tb.engine_group(engine_pg)
     return dict(times=times, nparams=nparams, engine=engine, diff=diff, topology=str(group.topology),
@@ -108,6 +123,7 @@ def main() -> None:
     p.add_argument("--warmup", type=int, default=3)
     p.add_argument("--bucket-mb", type=float, default=25.0, help="DDP bucket_cap_mb (torch's default 25)")
     p.add_argument("--threads", type=int, default=1, help="torch threads per rank")
+    p.add_argument("--wrap", choices=("ddp", "fsdp2"), default="ddp", help="torch DDP or torch FSDP2 (fully_shard)")
     p.add_argument("--netns-hosts", type=int, default=0, metavar="H",
                    help="run the ranks on H network-namespace hosts (needs root and iproute2)")
     p.add_argument("--ranks-per-host", type=int, default=1, metavar="G", help="with --netns-hosts: ranks a host")
@@ -131,7 +147,7 @@ def main() -> None:
              if args.netns_hosts else "loopback")
     print(f"# {where}; topology {out['topology']}; the engine runs hierarchically from (bytes): "
           f"{out['hierarchical_from'] or 'never (one host)'}")
-    print(f"torch {torch.__version__}, {args.world_size} ranks, model {out['nparams'] / 1e6:.1f} M params "
+    print(f"torch {args.wrap.upper()}, torch {torch.__version__}, {args.world_size} ranks, model {out['nparams'] / 1e6:.1f} M params "
           f"({args.layers} x Linear({args.width}, {args.width}) + head), batch {args.batch}, "
           f"bucket_cap_mb {args.bucket_mb}, {args.steps} interleaved steps after {args.warmup} warm-up")
     print(f"{'backend':>10} {'p25 (ms)':>10} {'median (ms)':>12} {'p75 (ms)':>10}")

@@ -223,28 +223,10 @@ def _run(g: ProcessGroup, launch, keepalive, async_op: bool, finish=None, profil
 
         with torch.autograd.profiler.record_function(f"pycollect::{sys._getframe(1).f_code.co_name}"):
             return _run(g, launch, keepalive, async_op, finish, profiled=True)
-    if async_op is _POSTED:
-        return g.post(launch, keepalive)
     if async_op:
         return g.submit(launch, keepalive, finish)
     g.run_blocking(launch, keepalive, finish)
     return None
-
-
-# async_op=_POSTED (post_send, post_recv): an asynchronous call whose Work is None when the
-# engine finished it as it was posted. A private object: no caller's value can be it.
-_POSTED = object()
-
-
-def post_send(tensor, dst: int, group, tag: int = 0) -> Optional[Work]:
-    """isend for a caller that needs no Work once it is done (the torch backend, whose own
-    Work stands for it): None when it completed as posted (a small send's bytes left)."""
-    return _send(tensor, dst, group, tag, async_op=_POSTED)
-
-
-def post_recv(tensor, src: int, group, tag: int = 0) -> Optional[Work]:
-    """irecv from `src` as post_send: None when the bytes were already here."""
-    return _recv(tensor, src, group, tag, async_op=_POSTED)
 
 
 def _input_output(g: ProcessGroup, call: str, inp, in_name: str, out, out_name: str, gathers: bool):
@@ -425,8 +407,7 @@ def _recv(tensor, src: Optional[int], group, tag: int, async_op: bool):
     work = _run(g, lambda c, blk: c.recv(b.address, b.numel, b.code, peer, tag, blk), (b,), async_op)
     if not async_op:
         return src
-    if work is not None:  # None: posted and done (post_recv)
-        work.source_rank = lambda: src
+    work.source_rank = lambda: src
     return work
 
 

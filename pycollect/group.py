@@ -366,12 +366,6 @@ class ProcessGroup:
         to the device completed (a wait() that only made a stream wait does not end them)."""
         return self._issue(launch, False, keepalive, finish, settle=False)
 
-    def post(self, launch, keepalive=()) -> Optional[Work]:
-        """An asynchronous call for a caller that needs no Work once it is done (the torch
-        backend's send and recv): None when the engine finished it as it was posted (a small
-        send that left, a receive whose bytes were waiting), else its Work."""
-        return self._issue(launch, False, keepalive, None, settle=True)
-
     def run_blocking(self, launch, keepalive=(), finish=None) -> None:
         """A blocking call: `launch(comm, True)`, the engine free to run it on this thread. A
         host call that ran inline comes back done: it returns then and there, without the
