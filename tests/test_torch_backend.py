@@ -789,3 +789,107 @@ def test_default_group_by_env():
         assert r["backend_world"] and r["mesh_is_world"] and r["grads_equal"] and r["released"]
         assert r["counters"].get("all_reduce", 0) >= 1 and r["counters"].get("broadcast", 0) >= 1
         assert r["counters"].get("all_gather", 0) >= 2
+
+
+# -- the build: the backend is built against the torch it runs with ---------------------------
+
+
+def test_another_torch_is_refused_naming_both_versions_and_the_engine_works(monkeypatch):
+    """The native module is built against one torch (torch_build.txt beside it): under another,
+    loading it raises ImportError naming both versions and the command that rebuilds, before
+    anything of the mismatched module is loaded; pycollect's own API keeps working."""
+    import numpy as np
+
+    from pycollect.torch_backend import native
+
+    assert native.built_against() == torch.__version__  # this build: the running torch
+    monkeypatch.setattr(native, "_module", None)
+    monkeypatch.setattr(native, "built_against", lambda: "2.0.0+elsewhere")
+    with pytest.raises(ImportError) as e:
+        native.load()
+    message = str(e.value)
+    assert "2.0.0+elsewhere" in message and torch.__version__ in message, message
+    assert "pip install --no-build-isolation" in message, message
+    pc.init_process_group(init_method=f"tcp://127.0.0.1:{free_port()}", rank=0, world_size=1)
+    try:
+        x = np.arange(4, dtype=np.float32)
+        pc.all_reduce(x)
+        assert x.tolist() == [0.0, 1.0, 2.0, 3.0]
+    finally:
+        pc.destroy_process_group()
+
+
+def test_a_python_without_torch_configures_the_engine_alone(tmp_path):
+    """CMake with a Python that has no torch: the engine and pycollect._C, no torch backend
+    (the configure step says so); with the venv's Python the backend is a target too."""
+    import shutil
+    import subprocess
+    import sys
+    import venv
+
+    import pybind11
+
+    cmake = shutil.which("cmake", path=os.path.dirname(sys.executable)) or shutil.which("cmake")
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    bare = tmp_path / "bare"
+    venv.create(bare, with_pip=False)  # the base Python's headers, no packages
+    targets = {}
+    for name, python in (("bare", bare / "bin" / "python"), ("torch", sys.executable)):
+        build = tmp_path / f"build-{name}"
+        p = subprocess.run([cmake, "-S", root, "-B", str(build), "-G", "Ninja", f"-DPython_EXECUTABLE={python}",
+                            f"-Dpybind11_DIR={pybind11.get_cmake_dir()}"], capture_output=True, text=True,
+                           timeout=120)
+        assert p.returncode == 0, p.stdout + p.stderr
+        listed = subprocess.run([shutil.which("ninja", path=os.path.dirname(sys.executable)) or "ninja", "-C",
+                                 str(build), "-t", "targets", "all"], capture_output=True, text=True, timeout=60)
+        targets[name] = listed.stdout
+        if name == "bare":
+            assert "building the engine without the torch backend" in p.stdout, p.stdout
+    assert "libpycollect_engine.so" in targets["bare"] and "_C." in targets["bare"]
+    assert "_torch." not in targets["bare"]
+    assert "_torch." in targets["torch"]
+
+
+# -- real clients: torch's own parallelism libraries, on "pycollect" and on Gloo --------------
+#
+# The rank-side bodies are in tests/real_client_cases.py. Each runs one unchanged torch client
+# twice in the same ranks, on the pycollect group and on the Gloo group over the same ranks
+# (the _pair groups above), from the same seeds: the results must be bit-identical, and the
+# engine's counters must show that the client's calls ran on pycollect.
+
+import real_client_cases as rcc  # noqa: E402 - the section's own module
+
+
+def _mismatches(ours, ref, path="") -> list:
+    """Where two nested results (dicts, lists, tensors, numbers) differ; [] if bit-identical."""
+    if isinstance(ref, dict):
+        if set(ours) != set(ref):
+            return [f"{path}: keys {sorted(map(str, ours))} != {sorted(map(str, ref))}"]
+        return [m for k in ref for m in _mismatches(ours[k], ref[k], f"{path}.{k}")]
+    if isinstance(ref, (list, tuple)):
+        if len(ours) != len(ref):
+            return [f"{path}: {len(ours)} items != {len(ref)}"]
+        return [m for i, (a, b) in enumerate(zip(ours, ref)) for m in _mismatches(a, b, f"{path}[{i}]")]
+    if torch.is_tensor(ref):
+        if ours.dtype != ref.dtype or ours.shape != ref.shape:
+            return [f"{path}: {ours.dtype}{tuple(ours.shape)} != {ref.dtype}{tuple(ref.shape)}"]
+        if not torch.equal(ours, ref):
+            diff = (ours.double() - ref.double()).abs().max().item()
+            return [f"{path}: differs (max |diff| {diff:.3g})"]
+        return []
+    return [] if ours == ref else [f"{path}: {ours!r} != {ref!r}"]
+
+
+def _check_pair(results, size):
+    """The results of the ranks in the group (the others return None); each rank's pycollect
+    run bit-identical to its Gloo run."""
+    results = [r for r in results if r is not None]
+    assert len(results) == size
+    for rank, (out, *_) in enumerate(results):
+        assert _mismatches(out["pycollect"], out["gloo"]) == [], f"rank {rank}: pycollect != Gloo"
+    return results
+
+
+def test_real_client_tensor_parallel(pool3):
+    results = _check_pair(pool3.run(rcc.case_tensor_parallel), WORLD)
+    print([d for _, d in results])
