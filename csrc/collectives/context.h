@@ -135,8 +135,6 @@ class Context {
   }
   const Hierarchy& hierarchy() const;
   char* stage(size_t bytes);
-  // This rank in the parent group (its rank, but for a view), for messages.
-  int groupRank() const { return groupRank_; }
   // From now on every wait of this context also polls `b` (nullptr: none).
   void setBackground(Background* b) { background_ = b; }
 
@@ -164,7 +162,7 @@ class Context {
   const flight::Mark* flight_ = nullptr;
   const char* phase_ = "start";
   int step_ = 0, steps_ = 0;
-  int groupRank_;
+  int groupRank_;  // this rank in the parent group (its rank, but for a view), for messages
   const char* level_ = nullptr;    // a view's level ("intra-host"), nullptr for the call
   const char* lastPhase_ = nullptr, *lastNamed_ = nullptr;  // named()'s one-entry cache
   const Hierarchy* hierarchy_ = nullptr;
