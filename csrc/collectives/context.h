@@ -66,8 +66,11 @@ class Context {
   const Tunables tunables;
 
   Link& link(int peer) { return *links_[peer]; }
-  int left() const { return (rank + size - 1) % size; }
-  int right() const { return (rank + 1) % size; }
+  // Position x on the ring of this context's ranks, wrapped into [0, size): a ring's
+  // chunk and neighbour arithmetic (r - s - 1) steps below zero.
+  int wrap(int x) const { return ((x % size) + size) % size; }
+  int left() const { return wrap(rank - 1); }
+  int right() const { return wrap(rank + 1); }
 
   // Names the phase and step for timeout messages ("reduce-scatter", 2, 3), and for
   // the trace events that follow (chunk and segment unknown: -1).
