@@ -118,3 +118,19 @@ def test_secret_and_link_timeout(tmp_path):
                        ({"PYCOLLECT_LINK_TIMEOUT": "soon"}, "not a number")]:
         with pytest.raises(ValueError, match=words):
             Options.from_env(env)
+
+
+def test_the_models_copies_of_engine_constants_are_the_engines():
+    """pycollect.types and pycollect.tuning keep copies of engine constants so that the model
+    and the planner load no engine (the tests above); here the copies meet the engine's own."""
+    from pycollect import _C
+    from pycollect.tuning import DEFAULT_SEGMENT_BYTES, SHM_SINGLE_COPY_BYTES, formulas, hierarchy
+    from pycollect.types import DTYPE_CODES, DTYPE_SIZES
+
+    engine = _C.ENGINE_DEFAULTS
+    assert DEFAULT_SEGMENT_BYTES == engine["segment_bytes"] == _C.CommOptions().segment_bytes
+    assert formulas.RING_BLOCK_SEGMENTS == engine["ring_block_segments"]
+    assert SHM_SINGLE_COPY_BYTES == engine["shm_single_copy_bytes"] == _C.CommOptions().shm_single_copy_bytes
+    assert hierarchy.PIECE_SEGMENTS == engine["pipeline_piece_segments"]
+    assert hierarchy.MAX_PIECES == engine["pipeline_max_pieces"]
+    assert {name: (DTYPE_CODES[name], DTYPE_SIZES[name]) for name in DTYPE_CODES} == _C.DTYPES

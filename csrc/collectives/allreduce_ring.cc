@@ -47,8 +47,6 @@
 
 namespace pycollect {
 
-constexpr size_t kBlockSegments = 2;  // see above
-
 namespace {
 
 // The link order: unit u is (segment, stage); blocks of `block` segments, each through
