@@ -181,9 +181,10 @@ def default_spin_us(local_ranks: int) -> int:
 def default_single_copy_bytes(local_ranks: int) -> int:
     """Shared memory's single-copy threshold (csrc/transport/shm/link.h explains it): through
     the ring two cores copy one message (the sender in, the receiver out), which is faster
-    while every rank has a core, so only messages longer than a ring segment (512 KiB) are
-    read from the sender; where ranks outnumber cores that second copy takes a core another
-    rank needs, so every message from 64 KiB is."""
+    while every rank has a core, so only messages of at least SHM_SINGLE_COPY_BYTES_FIT
+    (1 MiB, two default ring segments) are read from the sender; where ranks outnumber cores
+    that second copy takes a core another rank needs, so every message from
+    SHM_SINGLE_COPY_BYTES (64 KiB, the engine's own default) is."""
     return SHM_SINGLE_COPY_BYTES_FIT if ranks_fit_cores(local_ranks) else SHM_SINGLE_COPY_BYTES
 
 
