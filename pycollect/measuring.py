@@ -9,9 +9,12 @@ from __future__ import annotations
 import re
 from typing import List, Optional
 
+from .types import DTYPE_SIZES
+
 _UNITS = {"": 1, "B": 1, "K": 1024, "KB": 1024, "M": 1024**2, "MB": 1024**2, "G": 1024**3, "GB": 1024**3}
-DTYPE_BYTES = {"float32": 4, "float64": 8, "float16": 2, "bfloat16": 2, "int8": 1, "uint8": 1, "int32": 4,
-               "int64": 8}
+# The dtypes the tools measure, with their sizes (pycollect.types holds them for every dtype).
+DTYPE_BYTES = {d: DTYPE_SIZES[d] for d in ("float32", "float64", "float16", "bfloat16", "int8", "uint8", "int32",
+                                           "int64")}
 OPS = ("all_reduce", "all_gather", "reduce_scatter", "broadcast")
 
 

@@ -4,27 +4,8 @@
     to_timedelta(30)            # a group's timeout: seconds, a timedelta or None (the default)
     to_seconds(timeout)         # a wait's: seconds, a timedelta, None or inf (no limit) -> seconds or None
 
-| variable                    | meaning                                               | default           |
-|-----------------------------|-------------------------------------------------------|-------------------|
-| PYCOLLECT_ALGO              | algorithm of the calls that have it: auto, ring, direct, halving_doubling, tree (all-reduce), bruck (all-gather), hierarchical (all four of all-reduce, all-gather, reduce-scatter, broadcast); a call without it runs auto | auto |
-| PYCOLLECT_SEGMENT_BYTES     | pipelining unit of the ring algorithms (> 0)          | engine's (512 KiB)|
-| PYCOLLECT_INFLIGHT          | receive segments posted ahead (>= 1)                  | engine's (4)      |
-| PYCOLLECT_DIRECT_MAX_BYTES  | "auto" uses the direct all-reduce up to this (>= 0), instead of the cost model's table | the model decides |
-| PYCOLLECT_SOCKET_BUFFER     | SO_SNDBUF/SO_RCVBUF bytes, 0 = kernel autotuning      | 0                 |
-| PYCOLLECT_SOCKET_IFNAME     | interface to listen on (e.g. eth0, lo)                | route to MASTER_ADDR |
-| PYCOLLECT_SPIN_US           | busy-poll this long in a wait before sleeping (>= 0) | 50 when this host's ranks fit its cores, else 0 |
-| PYCOLLECT_LINK_TIMEOUT      | seconds before a link that stopped answering (no FIN: a cut cable) fails | 60 |
-| PYCOLLECT_SECRET            | shared secret for the handshake's mutual authentication (never in the store) | none |
-| PYCOLLECT_SECRET_FILE       | a file holding that secret (instead of PYCOLLECT_SECRET) | none |
-| PYCOLLECT_TRANSPORT         | links: auto (shared memory to ranks on this host, TCP to others), tcp, or shm (every link, else an error) | auto |
-| PYCOLLECT_STAGING_BYTES     | CUDA tensors: bytes per staged piece (> 0)            | engine's (4 MiB)  |
-| PYCOLLECT_BLOCKING_WAIT     | 1: wait() on a CUDA call blocks the host until the result is in device memory and raises its errors (as TORCH_NCCL_BLOCKING_WAIT); 0: it makes the current stream wait | 1 where CUDA_DEVICE_MAX_CONNECTIONS <= 2, else 0 |
-| PYCOLLECT_MODEL             | cost-model parameters (JSON of `pycollect model --fit`) behind "auto"; rank 0's are used by all | built-in defaults |
-| PYCOLLECT_SHM_SINGLE_COPY_BYTES | shared memory: sends of at least this many bytes are read from the sender's memory (one copy), smaller ones go through the ring (two, on two cores) (> 0) | 1 MiB when this host's ranks fit its cores, else 64 KiB |
-| PYCOLLECT_HOST_TAG          | appended to this rank's host identity: ranks with different tags never share memory (tests, or hosts that share a boot id) | none |
-| PYCOLLECT_TRACE             | 1: record engine events for every call (pc.take_trace, docs/traces.md); 0: only inside pc.tracing() | 0 |
-| PYCOLLECT_FLIGHT_DIR        | where each rank writes its flight record when a call fails (`pycollect flight DIR` reads them; docs/flight.md) | a directory under the system's temp dir, named in the error |
-| PYCOLLECT_FLIGHT_ENTRIES    | calls each group's flight recorder keeps (0: off)       | 1024              |
+Every variable, what it means and its default: docs/configuration.md, whose table
+tests/test_options.py holds to this module (KNOWN, from_env and the defaults below).
 """
 from __future__ import annotations
 
@@ -181,9 +162,10 @@ def default_spin_us(local_ranks: int) -> int:
 def default_single_copy_bytes(local_ranks: int) -> int:
     """Shared memory's single-copy threshold (csrc/transport/shm/link.h explains it): through
     the ring two cores copy one message (the sender in, the receiver out), which is faster
-    while every rank has a core, so only messages longer than a ring segment (512 KiB) are
-    read from the sender; where ranks outnumber cores that second copy takes a core another
-    rank needs, so every message from 64 KiB is."""
+    while every rank has a core, so only messages of at least SHM_SINGLE_COPY_BYTES_FIT
+    (1 MiB, two default ring segments) are read from the sender; where ranks outnumber cores
+    that second copy takes a core another rank needs, so every message from
+    SHM_SINGLE_COPY_BYTES (64 KiB, the engine's own default) is."""
     return SHM_SINGLE_COPY_BYTES_FIT if ranks_fit_cores(local_ranks) else SHM_SINGLE_COPY_BYTES
 
 

@@ -20,7 +20,8 @@ DTYPE_CODES = {
 }
 SUPPORTED_DTYPES = tuple(DTYPE_CODES)
 DTYPE_SIZES = {"float32": 4, "float64": 8, "float16": 2, "bfloat16": 2, "int8": 1, "uint8": 1, "int32": 4,
-               "int64": 8, "int16": 2, "bool": 1}  # bytes an element (dtypeSize in csrc/common/types.cc)
+               "int64": 8, "int16": 2, "bool": 1}  # bytes an element; codes and sizes are the engine's
+# (csrc/common/types.cc, pycollect._C.DTYPES), copied so that importing this loads no engine
 
 
 class ReduceOp(enum.IntEnum):

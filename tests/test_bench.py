@@ -130,28 +130,63 @@ def _p2p_split_job(rank, world, emit):
     sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "bench"))
     import p2p
 
-    out = p2p.latency_job(rank, world, emit, ("ping_pong", "barrier"), 8)
+    out = p2p.latency_job(rank, world, emit, ("ping_pong", "barrier"), 64)  # medians steady enough to add up
     t = torch.full((3,), float(rank + 1))
     pc.all_reduce(t)
     return out, t.tolist()
 
 
+SPLIT_TOLERANCE = 0.5  # of the whole: medians of separate runs on a shared 2-core machine
+SPLIT_OPS = ("ping_pong", "barrier")
+SPLIT_RUNS = 5  # at most; a quiet machine adds up in the first
+
+
+def _split_misses(best) -> list:
+    """The ops whose parts (engine + backend's Python + torch's own) miss the whole call through
+    torch by more than SPLIT_TOLERANCE: (op, parts, whole) in microseconds."""
+    misses = []
+    for op in SPLIT_OPS:
+        engine = best[op, "api"] - best[op, "api stubbed"]
+        backend_python = best[op, "torch stubbed"] - best[op, "null"]
+        parts = engine + backend_python + best[op, "null"]
+        if abs(parts - best[op, "torch"]) > SPLIT_TOLERANCE * best[op, "torch"]:
+            misses.append((op, round(parts, 1), round(best[op, "torch"], 1)))
+    return misses
+
+
 def test_p2p_bench_splits_a_call_into_engine_backend_and_torch():
     """bench/p2p.py times each call on the API, through torch on "pycollect" and Gloo, and on
     rank 0 the same calls with the engine stubbed and on the null backend (torch's dispatch
-    alone); afterwards the groups carry real calls again (3 = 1 + 2 on both ranks)."""
+    alone); afterwards the groups carry real calls again (3 = 1 + 2 on both ranks). The split
+    it prints must account for the whole call: the engine's part (API - API stubbed), the
+    backend's Python (torch stubbed - null) and torch's own (null) add up to the call through
+    torch within SPLIT_TOLERANCE. A busy machine only adds time, to one median or another,
+    differently each run; a part the split misses is missed every run. So each figure is the
+    least of up to SPLIT_RUNS runs, checked after each."""
     from pycollect.launch import run_ranks
 
-    results = run_ranks(_p2p_split_job, 2, ["pycollect", "gloo"], timeout=120)
-    for _out, summed in results:
-        assert summed == [3.0, 3.0, 3.0]
-    out = results[0][0]
-    for op in ("ping_pong", "barrier"):
-        assert set(out[op]) == {"api", "torch", "gloo"} and all(v[0] > 0 for v in out[op].values())
-        assert set(out["stubbed"][op]) == {"api", "torch", "null"}
-        assert all(v > 0 for v in out["stubbed"][op].values())
-    assert results[1][0]["stubbed"] == {}  # rank 0's alone
-    assert out["wire_us"] > 0
+    best = {}
+    for _attempt in range(SPLIT_RUNS):
+        results = run_ranks(_p2p_split_job, 2, ["pycollect", "gloo"], timeout=120)
+        for _out, summed in results:
+            assert summed == [3.0, 3.0, 3.0]
+        out = results[0][0]
+        assert results[1][0]["stubbed"] == {}  # rank 0's alone
+        assert out["wire_us"] > 0
+        for op in SPLIT_OPS:
+            real, stubbed = out[op], out["stubbed"][op]
+            assert set(real) == {"api", "torch", "gloo"} and all(v[0] > 0 for v in real.values())
+            assert set(stubbed) == {"api", "torch", "null"} and all(v > 0 for v in stubbed.values())
+            figures = {"api": real["api"][0], "torch": real["torch"][0], "api stubbed": stubbed["api"],
+                       "torch stubbed": stubbed["torch"], "null": stubbed["null"]}
+            for name, us in figures.items():
+                best[op, name] = min(us, best.get((op, name), us))
+            assert best[op, "api"] > best[op, "api stubbed"], best  # the stub took the engine's part out
+        misses = _split_misses(best)
+        if not misses:
+            return
+    pytest.fail(f"the split does not add up to the call through torch (op, parts, whole in us): {misses}; "
+                f"the least of {SPLIT_RUNS} runs: {best}")
 
 
 def test_peer_mpi_without_mpi_names_what_to_install(capsys, monkeypatch):

@@ -3,12 +3,14 @@ what importing a part of pycollect loads."""
 from __future__ import annotations
 
 import datetime
+import pathlib
+import re
 import subprocess
 import sys
 
 import pytest
 
-from pycollect.options import DEFAULT_TIMEOUT, MAX_TIMEOUT, Options, to_seconds, to_timedelta
+from pycollect.options import DEFAULT_TIMEOUT, KNOWN, MAX_TIMEOUT, Options, to_seconds, to_timedelta
 from pycollect.types import Algo
 
 
@@ -18,12 +20,42 @@ def test_defaults_leave_the_engine_alone():
     assert o.algo is Algo.AUTO and o.segment_bytes is None and o.socket_ifname is None
 
 
-def test_every_variable_is_read():
-    o = Options.from_env({"PYCOLLECT_ALGO": "Ring", "PYCOLLECT_SEGMENT_BYTES": "4096", "PYCOLLECT_INFLIGHT": "2",
-                          "PYCOLLECT_DIRECT_MAX_BYTES": "0", "PYCOLLECT_SOCKET_BUFFER": " 65536 ",
-                          "PYCOLLECT_SOCKET_IFNAME": "lo"})
-    assert o == Options(algo=Algo.RING, segment_bytes=4096, inflight=2, direct_max_bytes=0, socket_buffer=65536,
-                        socket_ifname="lo")
+def test_every_variable_is_read(tmp_path):
+    """Each variable Options knows sets its field: all of KNOWN, one value each (the secret's
+    two spellings apart, as they exclude each other)."""
+    from pycollect.tuning.params import Params
+
+    model = tmp_path / "model.json"
+    Params(alpha=5e-6, beta=1 / 50e9, gamma=1 / 10e9).save(str(model))
+    secret_file = tmp_path / "secret"
+    secret_file.write_bytes(b"from a file\n")
+    cases = {  # name: (value, Options attribute, what from_env makes of it)
+        "PYCOLLECT_ALGO": ("Ring", "algo", Algo.RING),
+        "PYCOLLECT_SEGMENT_BYTES": ("4096", "segment_bytes", 4096),
+        "PYCOLLECT_INFLIGHT": ("2", "inflight", 2),
+        "PYCOLLECT_DIRECT_MAX_BYTES": ("0", "direct_max_bytes", 0),
+        "PYCOLLECT_SOCKET_BUFFER": (" 65536 ", "socket_buffer", 65536),
+        "PYCOLLECT_SOCKET_IFNAME": ("lo", "socket_ifname", "lo"),
+        "PYCOLLECT_SPIN_US": ("7", "spin_us", 7),
+        "PYCOLLECT_LINK_TIMEOUT": ("2.5", "link_timeout", 2.5),
+        "PYCOLLECT_SECRET": ("abc", "secret", b"abc"),
+        "PYCOLLECT_TRANSPORT": ("TCP", "transport", "tcp"),
+        "PYCOLLECT_HOST_TAG": ("h1", "host_tag", "h1"),
+        "PYCOLLECT_STAGING_BYTES": ("1024", "staging_bytes", 1024),
+        "PYCOLLECT_SHM_SINGLE_COPY_BYTES": ("4096", "shm_single_copy_bytes", 4096),
+        "PYCOLLECT_TRACE": ("1", "trace", True),
+        "PYCOLLECT_MODEL": (str(model), "model", str(model)),
+        "PYCOLLECT_BLOCKING_WAIT": ("1", "blocking_wait", True),
+        "PYCOLLECT_FLIGHT_DIR": (str(tmp_path), "flight_dir", str(tmp_path)),
+        "PYCOLLECT_FLIGHT_ENTRIES": ("0", "flight_entries", 0),
+    }
+    alone = {"PYCOLLECT_SECRET_FILE": (str(secret_file), "secret", b"from a file")}
+    assert set(cases) | set(alone) == KNOWN  # a new variable needs its case here
+    o = Options.from_env({name: value for name, (value, _, _) in cases.items()})
+    for name, (_value, attr, expected) in cases.items():
+        assert getattr(o, attr) == expected != getattr(Options(), attr), name
+    for name, (value, attr, expected) in alone.items():
+        assert getattr(Options.from_env({name: value}), attr) == expected, name
 
 
 @pytest.mark.parametrize("env, words", [
@@ -118,3 +150,106 @@ def test_secret_and_link_timeout(tmp_path):
                        ({"PYCOLLECT_LINK_TIMEOUT": "soon"}, "not a number")]:
         with pytest.raises(ValueError, match=words):
             Options.from_env(env)
+
+
+def test_the_models_copies_of_engine_constants_are_the_engines():
+    """pycollect.types and pycollect.tuning keep copies of engine constants so that the model
+    and the planner load no engine (the tests above); here the copies meet the engine's own."""
+    from pycollect import _C
+    from pycollect.tuning import DEFAULT_SEGMENT_BYTES, SHM_SINGLE_COPY_BYTES, formulas, hierarchy
+    from pycollect.types import DTYPE_CODES, DTYPE_SIZES
+
+    engine = _C.ENGINE_DEFAULTS
+    assert DEFAULT_SEGMENT_BYTES == engine["segment_bytes"] == _C.CommOptions().segment_bytes
+    assert formulas.RING_BLOCK_SEGMENTS == engine["ring_block_segments"]
+    assert SHM_SINGLE_COPY_BYTES == engine["shm_single_copy_bytes"] == _C.CommOptions().shm_single_copy_bytes
+    assert hierarchy.PIECE_SEGMENTS == engine["pipeline_piece_segments"]
+    assert hierarchy.MAX_PIECES == engine["pipeline_max_pieces"]
+    assert {name: (DTYPE_CODES[name], DTYPE_SIZES[name]) for name in DTYPE_CODES} == _C.DTYPES
+
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+REFERENCE = "docs/configuration.md"  # the table that lists every variable
+
+
+def _variable_tables():
+    """Every markdown table in README.md and docs/*.md with a `variable` column: (file,
+    {variable: default cell or None where the table has no default column})."""
+    tables = []
+    for path in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]:
+        rows = None
+        for line in path.read_text().splitlines() + [""]:
+            cells = [c.strip() for c in line.strip().strip("|").split("|")] if line.lstrip().startswith("|") else None
+            if cells is None:
+                if rows is not None:
+                    tables.append((str(path.relative_to(ROOT)), rows))
+                rows = None
+            elif rows is None:
+                header = [c.lower() for c in cells]
+                if "variable" in header:
+                    rows, name_at = {}, header.index("variable")
+                    default_at = header.index("default") if "default" in header else None
+                else:
+                    rows = None
+            elif not set(cells[name_at]) <= set("-: "):
+                name = cells[name_at].strip("`")
+                rows[name] = cells[default_at] if default_at is not None else None
+    return tables
+
+
+def _documented_defaults():
+    """What the code does when a variable is unset: the numbers (a set: the choice of a rule),
+    a word, or None where there is no default value to state."""
+    from pycollect import _C
+    from pycollect.options import default_single_copy_bytes, default_spin_us
+
+    engine, o = _C.CommOptions(), Options.from_env({})
+    many = 1 << 20  # ranks on a host: more than it has cores
+    return {
+        "PYCOLLECT_ALGO": o.algo.name.lower(),
+        "PYCOLLECT_SEGMENT_BYTES": {engine.segment_bytes},
+        "PYCOLLECT_INFLIGHT": {engine.inflight},
+        "PYCOLLECT_SOCKET_BUFFER": {engine.socket_buffer},
+        "PYCOLLECT_SPIN_US": {default_spin_us(1), default_spin_us(many)},
+        "PYCOLLECT_LINK_TIMEOUT": {_C.ENGINE_DEFAULTS["link_timeout"]},
+        "PYCOLLECT_TRANSPORT": engine.transport,
+        "PYCOLLECT_SHM_SINGLE_COPY_BYTES": {default_single_copy_bytes(1), default_single_copy_bytes(many)},
+        "PYCOLLECT_STAGING_BYTES": {engine.staging_bytes},
+        "PYCOLLECT_BLOCKING_WAIT": {int(Options.from_env({"CUDA_DEVICE_MAX_CONNECTIONS": "1"}).blocking_wait),
+                                    int(o.blocking_wait)},
+        "PYCOLLECT_TRACE": {int(o.trace), int(engine.trace)},
+        "PYCOLLECT_FLIGHT_ENTRIES": {engine.flight_entries},
+    }
+
+
+_UNIT = {"": 1, "KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30}
+
+
+def _stated(cell: str):
+    """The values a default cell states, outside parentheses (where it explains): its numbers
+    with their units, else its first word."""
+    text = re.sub(r"\([^)]*\)", "", cell).replace("`", "")
+    numbers = {float(n) * _UNIT[u] for n, u in re.findall(r"(?<![\w.])(\d+(?:\.\d+)?)\s*(KiB|MiB|GiB)?(?![\w.])",
+                                                           text)}
+    return numbers or text.split()[0].strip(",;") if text.split() else None
+
+
+def test_the_docs_tables_of_variables_are_the_code():
+    tables = _variable_tables()
+    assert REFERENCE in {f for f, _ in tables}, tables
+    for f, rows in tables:
+        assert set(rows) <= KNOWN, f"{f}: {sorted(set(rows) - KNOWN)} is not a variable pycollect reads"
+        if f == REFERENCE:
+            assert set(rows) == KNOWN, f"{f} leaves out {sorted(KNOWN - set(rows))}"
+    defaults = _documented_defaults()
+    for f, rows in tables:
+        for name, cell in rows.items():
+            if cell is None:
+                continue
+            stated, code = _stated(cell), defaults.get(name)
+            if isinstance(code, set):
+                assert stated == {float(v) for v in code}, f"{f}: {name}'s default is {cell!r}, the code's {code}"
+            elif isinstance(code, str):
+                assert stated == code, f"{f}: {name}'s default is {cell!r}, the code's {code!r}"
+            else:
+                assert not isinstance(stated, set), f"{f}: {name} has no default value, the table states {cell!r}"

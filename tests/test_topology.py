@@ -70,7 +70,11 @@ def case_auto_choice(layout):
 def test_auto_runs_the_hierarchy_across_hosts_only(pool4):
     for frm, phases, value in pool4.run(case_auto_choice, "aabb"):
         assert frm["all_reduce"] is not None and frm["all_reduce"] <= 4 << 20, frm
-        assert "inter-host all-reduce" not in phases and "inter-host reduce-scatter" in phases, phases
+        # 4 MiB is one piece (pipelined from 8 MiB): the host's reduce-scatter, the rails'
+        # ring all-reduce (its two halves), the host's all-gather, and no flat ring phase.
+        assert {p for p in phases if "host" in p} == {"intra-host reduce-scatter", "inter-host reduce-scatter",
+                                                      "inter-host all-gather", "intra-host all-gather"}, phases
+        assert not {"reduce-scatter", "all-gather"} & set(phases), phases
         assert value == 4.0
     for frm, phases, value in pool4.run(case_auto_choice, "aaaa"):  # one host: as before
         assert set(frm.values()) == {None} and not any("host" in p for p in phases), (frm, phases)

@@ -1,5 +1,10 @@
 // pycollect._C: the only door into the C++ engine. One register_* function per area.
 #include "bindings/register.h"
+#include "collectives/collectives.h"
+#include "collectives/context.h"
+#include "comm/communicator.h"
+#include "collectives/rail_pipeline.h"
+#include "common/types.h"
 #include "common/error.h"
 #include "device/device.h"
 #include "device/host_device.h"
@@ -84,6 +89,23 @@ PYBIND11_MODULE(_C, m) {
   pycollect::registerTransport(m);
   // False in a build made with PYCOLLECT_TRACE_HOOKS=OFF (trace/hooks.h): it cannot trace.
   m.attr("TRACE_HOOKS") = pycollect::trace::kHooks;
+  // The engine's constants that pycollect's pure-Python side (the model, pycollect.tuning)
+  // needs without loading the engine, and the documented defaults the bindings' CommOptions
+  // cannot show; tests/test_options.py holds the Python copies and the docs to these.
+  py::dict defaults;
+  defaults["segment_bytes"] = pycollect::Tunables{}.segmentBytes;
+  defaults["ring_block_segments"] = pycollect::kBlockSegments;
+  defaults["shm_single_copy_bytes"] = pycollect::kDefaultShmSingleCopyBytes;
+  defaults["pipeline_piece_segments"] = pycollect::kPieceSegments;
+  defaults["pipeline_max_pieces"] = pycollect::kMaxPieces;
+  defaults["link_timeout"] = pycollect::kDefaultLinkTimeoutSec;
+  m.attr("ENGINE_DEFAULTS") = defaults;
+  py::dict dtypes;  // name -> (code, bytes an element)
+  for (int code = 0; code < pycollect::kNumDTypes; ++code) {
+    const auto t = static_cast<pycollect::DType>(code);
+    dtypes[pycollect::dtypeName(t)] = py::make_tuple(code, pycollect::dtypeSize(t));
+  }
+  m.attr("DTYPES") = dtypes;
   m.def(
       "is_writable",
       [](uintptr_t address, size_t nbytes) { return pycollect::isWritable(reinterpret_cast<void*>(address), nbytes); },

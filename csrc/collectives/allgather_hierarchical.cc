@@ -14,8 +14,8 @@
 //   1. rail [0, 2]: ranks 0 and 2 hold A . C .; rail [1, 3]: ranks 1 and 3 hold . B . D
 //   2. ranks 0 and 1 swap their pairs, ranks 2 and 3 too: every rank holds A B C D.
 //
-// From kPieceSegments segments on, the levels overlap: the host passes on piece k of every
-// chunk while piece k+1 crosses the network (rail_pipeline.h).
+// From 2 x kPieceSegments segments on (pipelinePieces), the levels overlap: the host
+// passes on piece k of every chunk while piece k+1 crosses the network (rail_pipeline.h).
 //
 // Uneven hosts: an extra rank hands its chunk to its partner core rank, whose rail
 // block then carries both (Hierarchy::members), and receives the whole output at the

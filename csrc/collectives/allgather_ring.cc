@@ -47,13 +47,12 @@ void allgatherRingBlocks(Context& ctx, char* base, const std::vector<Block>& blo
   const int steps = n - 1;
   Link& right = ctx.link(ctx.right());
   Link& left = ctx.link(ctx.left());
-  auto mod = [n](int x) { return ((x % n) + n) % n; };
 
   // Every receive goes to its final place, so all of them can be posted now.
   std::vector<std::vector<BlockUnit>> incoming(steps);
   std::vector<std::vector<uint64_t>> tickets(steps);
   for (int s = 0; s < steps; ++s) {
-    const int c = mod(r - s - 1);
+    const int c = ctx.wrap(r - s - 1);
     incoming[s] = unitsOf(blocks[c], per);
     for (size_t k = 0; k < incoming[s].size(); ++k) {
       ctx.setUnit("all-gather", s, c, k);
@@ -70,7 +69,7 @@ void allgatherRingBlocks(Context& ctx, char* base, const std::vector<Block>& blo
       ctx.setStep("all-gather", s, steps);
       ctx.waitRecv(left, tickets[s][k]);
       if (s + 1 < steps) {
-        ctx.setUnit("all-gather", s + 1, mod(r - s - 1), k);
+        ctx.setUnit("all-gather", s + 1, ctx.wrap(r - s - 1), k);
         right.postSend(at(incoming[s][k]), incoming[s][k].length * es);
       }
       copyOwn(++received);

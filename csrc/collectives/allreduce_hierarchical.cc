@@ -22,7 +22,8 @@
 // ranks; an extra rank first hands its vector to its partner core rank, which reduces it
 // in, and gets the result back at the end (shared memory both ways). Chunks are S/m.
 //
-// From kPieceSegments segments on, the vector goes in pieces and the levels overlap:
+// From 2 x kPieceSegments segments on (8 MiB at the default segment: pipelinePieces),
+// the vector goes in pieces and the levels overlap:
 // piece k crosses the network while the host reduce-scatters piece k+1 and all-gathers
 // piece k-1 (rail_pipeline.h). At 1 Gbit/s between namespace hosts, 64 MiB, that took
 // 2 x 4 from 0.81 to 0.93 of the cable's bound (docs/hierarchy.md).

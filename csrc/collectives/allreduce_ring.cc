@@ -47,8 +47,6 @@
 
 namespace pycollect {
 
-constexpr size_t kBlockSegments = 2;  // see above
-
 namespace {
 
 // The link order: unit u is (segment, stage); blocks of `block` segments, each through
@@ -98,10 +96,9 @@ void allreduceRing(Context& ctx, void* data, size_t count, DType dtype, ReduceOp
   Link& right = ctx.link(ctx.right());
   Link& left = ctx.link(ctx.left());
 
-  auto mod = [n](int x) { return ((x % n) + n) % n; };
   // The chunk received at stage t: reduce-scatter step t gets chunk r-t-1, all-gather
   // step s = t - steps gets chunk r-s. Stage t+1 sends what stage t received.
-  auto recvChunk = [&](int t) { return t < steps ? mod(r - t - 1) : mod(r - (t - steps)); };
+  auto recvChunk = [&](int t) { return t < steps ? ctx.wrap(r - t - 1) : ctx.wrap(r - (t - steps)); };
   auto phase = [&](int t) { return t < steps ? "reduce-scatter" : "all-gather"; };
   auto step = [&](int t) { return t < steps ? t : t - steps; };
   auto segPtr = [&](int c, size_t j) { return base + (chunks.offset(c) + segs.begin(j, chunks.length(c))) * es; };

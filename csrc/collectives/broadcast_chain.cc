@@ -15,7 +15,7 @@ void broadcastChain(Context& ctx, void* data, size_t bytes, int root) {
   const int n = ctx.size;
   ctx.exchangeHeaders(ctx.ringPeers());
   if (n == 1 || bytes == 0) return;
-  const int position = (ctx.rank - root + n) % n;  // 0 at the root
+  const int position = ctx.wrap(ctx.rank - root);  // 0 at the root
   const bool receives = position > 0;
   const bool forwards = position < n - 1;
   char* base = static_cast<char*>(data);

@@ -13,7 +13,9 @@
 
 namespace pycollect {
 
-// In place: data holds `count` elements on entry and the reduction on exit.
+// In place: data holds `count` elements on entry and the reduction on exit. The ring
+// moves its segments in blocks of kBlockSegments (allreduce_ring.cc says why).
+constexpr size_t kBlockSegments = 2;
 void allreduceRing(Context& ctx, void* data, size_t count, DType dtype, ReduceOp op);
 void allreduceDirect(Context& ctx, void* data, size_t count, DType dtype, ReduceOp op);
 void allreduceHalvingDoubling(Context& ctx, void* data, size_t count, DType dtype, ReduceOp op);

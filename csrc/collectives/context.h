@@ -66,8 +66,11 @@ class Context {
   const Tunables tunables;
 
   Link& link(int peer) { return *links_[peer]; }
-  int left() const { return (rank + size - 1) % size; }
-  int right() const { return (rank + 1) % size; }
+  // Position x on the ring of this context's ranks, wrapped into [0, size): a ring's
+  // chunk and neighbour arithmetic (r - s - 1) steps below zero.
+  int wrap(int x) const { return ((x % size) + size) % size; }
+  int left() const { return wrap(rank - 1); }
+  int right() const { return wrap(rank + 1); }
 
   // Names the phase and step for timeout messages ("reduce-scatter", 2, 3), and for
   // the trace events that follow (chunk and segment unknown: -1).
@@ -135,8 +138,6 @@ class Context {
   }
   const Hierarchy& hierarchy() const;
   char* stage(size_t bytes);
-  // This rank in the parent group (its rank, but for a view), for messages.
-  int groupRank() const { return groupRank_; }
   // From now on every wait of this context also polls `b` (nullptr: none).
   void setBackground(Background* b) { background_ = b; }
 
@@ -164,7 +165,7 @@ class Context {
   const flight::Mark* flight_ = nullptr;
   const char* phase_ = "start";
   int step_ = 0, steps_ = 0;
-  int groupRank_;
+  int groupRank_;  // this rank in the parent group (its rank, but for a view), for messages
   const char* level_ = nullptr;    // a view's level ("intra-host"), nullptr for the call
   const char* lastPhase_ = nullptr, *lastNamed_ = nullptr;  // named()'s one-entry cache
   const Hierarchy* hierarchy_ = nullptr;

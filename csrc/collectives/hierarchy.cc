@@ -5,7 +5,7 @@
 
 namespace pycollect {
 
-Hierarchy::Hierarchy(const std::vector<int>& hostOf, int rank) : rank_(rank) {
+Hierarchy::Hierarchy(const std::vector<int>& hostOf, int rank) {
   std::map<int, std::vector<int>> byHost;
   for (size_t r = 0; r < hostOf.size(); ++r) byHost[hostOf[r]].push_back(static_cast<int>(r));
   for (auto& [id, ranks] : byHost) hosts_.push_back(ranks);  // ranks ascending

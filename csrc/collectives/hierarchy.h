@@ -30,7 +30,6 @@ class Hierarchy {
   // hosts are renumbered by their lowest rank).
   Hierarchy(const std::vector<int>& hostOf, int rank);
 
-  int rank() const { return rank_; }
   int hosts() const { return static_cast<int>(hosts_.size()); }
   int host() const { return host_; }
   int local() const { return local_; }
@@ -52,7 +51,7 @@ class Hierarchy {
 
  private:
   std::vector<std::vector<int>> hosts_;
-  int rank_ = 0, host_ = 0, local_ = 0, rails_ = 1;
+  int host_ = 0, local_ = 0, rails_ = 1;
 };
 
 }  // namespace pycollect

@@ -7,12 +7,6 @@
 
 namespace pycollect {
 
-namespace {
-
-int mod(int x, int n) { return ((x % n) + n) % n; }
-
-}  // namespace
-
 RailRing::RailRing(Context& rail, char* slot, DType dtype, ReduceOp op, int divisor)
     : rail_(rail), slot_(slot), dtype_(dtype), op_(op), divisor_(divisor), es_(dtypeSize(dtype)) {}
 
@@ -35,11 +29,11 @@ bool RailRing::scatters(const Piece& p) const {
 int RailRing::from(const Piece& p) const {
   const int n = rail_.size;
   const int s = scatters(p) || p.kind == Kind::kAllGather ? step_ : step_ - (n - 1);
-  return mod(rail_.rank - s - (scatters(p) ? 2 : 1), n);
+  return rail_.wrap(rail_.rank - s - (scatters(p) ? 2 : 1));
 }
 
 void RailRing::post(const Piece& p) {
-  const int in = from(p), out = mod(in + 1, rail_.size);
+  const int in = from(p), out = rail_.wrap(in + 1);
   const char* phase = scatters(p) ? "reduce-scatter" : "all-gather";
   rail_.setUnit(phase, step_, in, -1);
   Link& right = rail_.link(rail_.right());

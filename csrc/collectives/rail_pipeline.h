@@ -94,10 +94,11 @@ class RailRing : public Background {
 Block partOf(const Block& b, int k, int parts);
 std::vector<Block> partOf(const std::vector<Block>& blocks, int k, int parts);
 
-// How many pieces a hierarchical call moving `bytes` per rank is cut into: pieces of at
-// least kPieceSegments pipelining segments (4 MiB at the default 512 KiB), so that each
-// rank's share of a piece still fills the intra-host rings' pipelines; at most
-// kMaxPieces. One piece runs the levels one after the other.
+// How many pieces a hierarchical call moving `bytes` per rank is cut into: bytes divided
+// by kPieceSegments pipelining segments (4 MiB at the default 512 KiB), rounded down, so
+// that each rank's share of a piece still fills the intra-host rings' pipelines; at least
+// 1, at most kMaxPieces. So a call is pipelined from 2 x kPieceSegments segments (8 MiB)
+// on; below that it is one piece, which runs the levels one after the other.
 constexpr size_t kPieceSegments = 8;
 constexpr int kMaxPieces = 16;
 int pipelinePieces(const Context& ctx, size_t bytes);

@@ -26,7 +26,7 @@ void reduceChain(Context& ctx, void* data, size_t count, DType dtype, ReduceOp o
     if (op == ReduceOp::kAvg) divide(data, count, dtype, n);
     return;
   }
-  const int position = (ctx.rank - root + n) % n;
+  const int position = ctx.wrap(ctx.rank - root);
   const bool receives = position < n - 1;  // from the right
   const bool sends = position > 0;         // to the left
   const size_t es = dtypeSize(dtype);

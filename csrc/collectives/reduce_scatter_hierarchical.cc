@@ -15,8 +15,8 @@
 //   2. rail [0, 2]: rank 0 sends its C to rank 2 and gets rank 2's A: rank 0 holds A
 //      summed over all four, rank 2 C; rail [1, 3]: B and D.
 //
-// From kPieceSegments segments on, the levels overlap: piece k of every chunk crosses the
-// network while the host reduces piece k+1 (rail_pipeline.h).
+// From 2 x kPieceSegments segments on (pipelinePieces), the levels overlap: piece k of
+// every chunk crosses the network while the host reduces piece k+1 (rail_pipeline.h).
 //
 // Uneven hosts: an extra rank hands its whole input to its partner core rank, which
 // reduces it into a copy of its own; the partner's blocks carry its extras' chunks too,

@@ -43,7 +43,6 @@ void reduceScatterRingBlocks(Context& ctx, const char* in, const std::vector<Blo
   }
   const size_t per = std::max<size_t>(1, ctx.tunables.segmentBytes / es);
   const int steps = n - 1;
-  auto mod = [n](int x) { return ((x % n) + n) % n; };
   // The units received, in link order: step s brings block r-s-2's partial sums.
   struct Recv {
     int step;
@@ -56,7 +55,7 @@ void reduceScatterRingBlocks(Context& ctx, const char* in, const std::vector<Blo
   for (const Block& b : blocks) maxBlock = std::max(maxBlock, blockLength(b));
   for (int s = 0; s < steps; ++s) {
     stepStart.push_back(units.size());
-    const std::vector<BlockUnit> us = unitsOf(blocks[mod(r - s - 2)], per);
+    const std::vector<BlockUnit> us = unitsOf(blocks[ctx.wrap(r - s - 2)], per);
     for (size_t k = 0; k < us.size(); ++k) units.push_back({s, k, us[k]});
   }
   stepStart.push_back(units.size());
@@ -73,20 +72,20 @@ void reduceScatterRingBlocks(Context& ctx, const char* in, const std::vector<Blo
   std::vector<uint64_t> forwarded(units.size());  // send ticket of each unit's partial sum
   size_t posted = 0;
   auto postRecv = [&](size_t u) {
-    ctx.setUnit("reduce-scatter", units[u].step, mod(r - units[u].step - 2), units[u].k);
+    ctx.setUnit("reduce-scatter", units[u].step, ctx.wrap(r - units[u].step - 2), units[u].k);
     tickets[u] = left.postRecv(scratch + (u % slots) * slotBytes, units[u].unit.length * es);
   };
   for (; posted < units.size() && posted < slots; ++posted) postRecv(posted);
-  const std::vector<BlockUnit> first = unitsOf(blocks[mod(r - 1)], per);
+  const std::vector<BlockUnit> first = unitsOf(blocks[ctx.wrap(r - 1)], per);
   for (size_t k = 0; k < first.size(); ++k) {
-    ctx.setUnit("reduce-scatter", 0, mod(r - 1), k);
+    ctx.setUnit("reduce-scatter", 0, ctx.wrap(r - 1), k);
     right.postSend(in + first[k].offset * es, first[k].length * es);
   }
 
   size_t guard = 0;  // the next send of step s-2 not yet known to have left
   for (size_t u = 0; u < units.size(); ++u) {
     const auto& [s, k, unit] = units[u];
-    const int c = mod(r - s - 2);
+    const int c = ctx.wrap(r - s - 2);
     ctx.setStep("reduce-scatter", s, steps);
     ctx.waitRecv(left, tickets[u]);
     const bool last = s == steps - 1;

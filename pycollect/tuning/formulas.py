@@ -31,8 +31,10 @@ from typing import Callable, Dict, NamedTuple, Tuple
 
 from .params import Params
 
+# The engine's constants (pycollect._C.ENGINE_DEFAULTS), copied so that the model loads no
+# engine; tests/test_options.py holds them to the engine's.
 DEFAULT_SEGMENT_BYTES = 512 * 1024  # csrc/collectives/context.h Tunables::segmentBytes
-RING_BLOCK_SEGMENTS = 2  # csrc/collectives/allreduce_ring.cc kBlockSegments
+RING_BLOCK_SEGMENTS = 2  # csrc/collectives/collectives.h kBlockSegments
 
 
 def _segments(chunk: float, seg: int) -> Tuple[int, float]:

@@ -13,7 +13,8 @@ within a host the machine's parameters (`params`), between hosts `params.inter_h
 hosts and S bytes:
 
     all_reduce      fold + RS(S, m, intra) + AR(S/m, h, inter, m rails) + AG(S, m, intra) + unfold,
-                    pipelined from 8 segments on (rail_pipeline.h): in P pieces of S/P,
+                    pipelined from 16 segments on (8 MiB at the default 512 KiB;
+                    pipeline_pieces, rail_pipeline.h): in P pieces of S/P,
                     fold + RS(S/P) + (P-1) max(RS(S/P) + AG(S/P), AR(S/(mP))) + AR(S/(mP))
                     + AG(S/P) + unfold (the cable busy with one piece while the host
                     reduce-scatters the next and all-gathers the one before)
@@ -44,8 +45,10 @@ from .params import Params
 # message, reductions at the machine's own speed.
 INTER_HOST = dict(alpha=30e-6, beta=1 / 1.25e9, overlap=1.0)
 HIERARCHY_MARGIN = 0.10  # the hierarchy only where it is predicted 10 % faster
-# The hierarchical all-reduce's pipeline (csrc/collectives/rail_pipeline.h): pieces of at
-# least PIECE_SEGMENTS segments, at most MAX_PIECES of them.
+# The hierarchical calls' pipeline (csrc/collectives/rail_pipeline.h, pipelinePieces): pieces
+# of at least PIECE_SEGMENTS segments, at most MAX_PIECES of them, so a call is cut in two
+# (pipelined) from 2 x PIECE_SEGMENTS segments on. The engine's constants
+# (pycollect._C.ENGINE_DEFAULTS), copied so that the model loads no engine.
 PIECE_SEGMENTS = 8
 MAX_PIECES = 16
 OPS = ("all_reduce", "all_gather", "reduce_scatter", "broadcast")
@@ -126,7 +129,9 @@ def two_level(op: str, nbytes: float, layout: Sequence[int], params: Params,
 
 
 def pipeline_pieces(nbytes: float, segment_bytes: int = DEFAULT_SEGMENT_BYTES) -> int:
-    """The pieces a hierarchical all-reduce of `nbytes` runs in (1: the levels in turn)."""
+    """The pieces a hierarchical call of `nbytes` runs in, as the engine's pipelinePieces cuts
+    it: nbytes // (PIECE_SEGMENTS segments), from 1 (the levels in turn: below 16 segments,
+    8 MiB at the default segment) to MAX_PIECES."""
     return int(min(MAX_PIECES, max(1, nbytes // (PIECE_SEGMENTS * max(1, segment_bytes)))))
 
 

@@ -68,7 +68,9 @@ from typing import Dict, Iterable, Optional, Tuple
 # PYCOLLECT_MODEL is not set.
 DEFAULT_PATH = os.path.join(os.path.expanduser("~"), ".cache", "pycollect", "model.json")
 # Shared memory reads messages of at least this many bytes from the sender's memory
-# (csrc/transport/shm/link.h; pycollect/options.py): Params.single_copy_bytes ...
+# (csrc/transport/shm/link.h; pycollect/options.py): Params.single_copy_bytes ... (the
+# engine's kDefaultShmSingleCopyBytes, pycollect._C.ENGINE_DEFAULTS, copied so that the model
+# loads no engine; tests/test_options.py holds it to the engine's)
 SHM_SINGLE_COPY_BYTES = 64 * 1024
 # ... where the ranks outnumber the cores; where each rank has a core of its own, from
 # 1 MiB (longer than a ring segment): pycollect/options.py default_single_copy_bytes.
