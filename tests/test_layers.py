@@ -34,7 +34,7 @@ LAYERS: List[List[str]] = [
     ["options"],
     ["tuning"],                                # what the engine needs of the cost model at run time
     ["_buffers", "errors"],
-    ["types", "_C", "launcher"],               # enums; the extension, the only door into C++; the launcher's env
+    ["types", "_C", "_torch", "launcher"],     # enums; the extensions, the doors into C++ (_torch: torch's backend); the launcher's env
 ]
 
 
@@ -152,7 +152,7 @@ def test_the_contract_catches_an_upward_import(tmp_path):
 CSRC = os.path.join(os.path.dirname(ROOT), "csrc")
 
 CPP_LAYERS: List[List[str]] = [
-    ["bindings"],                          # pybind11: the only door from Python
+    ["bindings", "torch_backend"],         # pybind11 doors from Python: the engine's; torch's backend (c10d)
     ["comm"],                              # Communicator: queue, worker, staging
     ["collectives"],                       # the algorithms, one file each
     ["transport/factory"],                 # the one place that knows the implementations
