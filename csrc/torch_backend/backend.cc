@@ -10,6 +10,19 @@
 
 namespace pycollect::torchb {
 
+namespace {
+
+// Whether Python can still take a call or a reference (not during interpreter teardown).
+bool pythonAlive() {
+#if PY_VERSION_HEX >= 0x030D0000
+  return Py_IsInitialized() && !Py_IsFinalizing();
+#else
+  return Py_IsInitialized() && !_Py_IsFinalizing();
+#endif
+}
+
+}  // namespace
+
 Backend::Backend(c10::intrusive_ptr<c10d::Store> store, int rank, int size, std::shared_ptr<Communicator> comm,
                  Settings settings, PyObject* onShutdown)
     : c10d::Backend(rank, size),
@@ -22,7 +35,7 @@ Backend::Backend(c10::intrusive_ptr<c10d::Store> store, int rank, int size, std:
 
 Backend::~Backend() {
   // Dropped without shutdown(): let the callback go, if Python is still there to take it.
-  if (onShutdown_ != nullptr && Py_IsInitialized() && !_Py_IsFinalizing()) {
+  if (onShutdown_ != nullptr && pythonAlive()) {
     PyGILState_STATE gil = PyGILState_Ensure();
     Py_DECREF(onShutdown_);
     PyGILState_Release(gil);
@@ -171,7 +184,7 @@ uint64_t Backend::getSequenceNumberForGroup() { return seq_; }
 void Backend::release() {
   PyObject* callback = onShutdown_;
   onShutdown_ = nullptr;
-  if (callback != nullptr && Py_IsInitialized() && !_Py_IsFinalizing()) {
+  if (callback != nullptr && pythonAlive()) {
     PyGILState_STATE gil = PyGILState_Ensure();
     PyObject* result = PyObject_CallNoArgs(callback);
     if (result == nullptr) PyErr_Clear();  // teardown goes on: the links close below regardless

@@ -93,7 +93,7 @@ Reduction reduction(const c10d::ReduceOp& op, const char* method) {
     case c10d::ReduceOp::MIN: r.op = ReduceOp::kMin; return r;
     case c10d::ReduceOp::MAX: r.op = ReduceOp::kMax; return r;
     case c10d::ReduceOp::PREMUL_SUM: {
-      auto* s = dynamic_cast<c10d::PreMulSumSupplement*>(op.supplement_.get());
+      auto* s = dynamic_cast<c10d::NCCLPreMulSumSupplement*>(op.supplement_.get());
       if (s == nullptr) {
         C10_THROW_ERROR(ValueError, c10::str("pycollect backend: ", method, ": PREMUL_SUM needs its factor; pass "
                                              "dist.ReduceOp.PREMUL_SUM(factor)"));
