@@ -3,7 +3,7 @@
 #
 #   bash scripts/gpu_check.sh            # OUT=/some/dir keeps gpu_check.json and the table
 #
-# 1. builds and installs pycollect with this machine's python3, offline and within 240 s (the torch backend compiles against torch's headers)
+# 1. builds and installs pycollect with this machine's python3, offline and within 180 s (the torch backend compiles against torch's headers: on 16 cores about a minute)
 #    (pip install --no-index --no-build-isolation --no-deps .: pybind11,
 #    scikit-build-core, cmake, ninja and torch must already be installed);
 # 2. runs scripts/gpu_check.py (plain Python, no pytest needed) from outside the source
@@ -11,7 +11,7 @@
 #    torch_backend, training, max_connections, nccl, bench) each run in a process of
 #    their own with a limit of 150 s and group timeouts of 45 s (the smoke all-reduce's:
 #    10 s); a step that fails or hangs prints FAIL and the next one runs; the JSON is
-#    written after every step. All steps together get 420 s, the whole script 680 s.
+#    written after every step. All steps together get 420 s, the whole script 620 s.
 # Extra arguments go to gpu_check.py: --only STEPS, --limit S, --step-limit STEP=S,
 # --budget S, --no-bench.
 # On a machine without a GPU, `bash scripts/gpu_check.sh --dry-run` runs the same steps on
@@ -27,8 +27,8 @@ command -v nvidia-smi >/dev/null && nvidia-smi --query-gpu=name,driver_version,m
 
 echo "# building and installing pycollect (offline)"
 # pipefail: pip's status (124 when the timeout stopped it), not tail's
-if ! (cd "$ROOT" && timeout 240 $PY -m pip install --no-index --no-build-isolation --no-deps -q . 2>&1 | tail -20); then
-  echo "FAIL build: pip install --no-index --no-build-isolation --no-deps . failed or took over 240 s"
+if ! (cd "$ROOT" && timeout 180 $PY -m pip install --no-index --no-build-isolation --no-deps -q . 2>&1 | tail -20); then
+  echo "FAIL build: pip install --no-index --no-build-isolation --no-deps . failed or took over 180 s"
   exit 1
 fi
 if ! (cd /tmp && $PY -c "import pycollect._C") ; then
