@@ -854,42 +854,142 @@ def test_a_python_without_torch_configures_the_engine_alone(tmp_path):
 #
 # The rank-side bodies are in tests/real_client_cases.py. Each runs one unchanged torch client
 # twice in the same ranks, on the pycollect group and on the Gloo group over the same ranks
-# (the _pair groups above), from the same seeds: the results must be bit-identical, and the
-# engine's counters must show that the client's calls ran on pycollect.
+# (the _pair groups above), from the same seeds, and the engine's counters must show that
+# the client's calls ran on pycollect.
+#
+# On the 2-rank group the two runs must be bit-identical: every reduction there is one
+# addition a+b, which gives the same bits whichever engine computes it, and the rest is the
+# same client code on the same data. On 3 ranks a float sum a+b+c depends on the order of
+# its additions, and the engine's order differs from Gloo's (Gloo's ring reduces chunk k
+# starting at rank k+1, the engine's small-message path in rank order; both are correct and
+# deterministic): there the runs must agree within float32 rounding.
 
-import real_client_cases as rcc  # noqa: E402 - the section's own module
+import real_client_cases as rcc  # noqa: E402 - this section's rank-side module
 
 
-def _mismatches(ours, ref, path="") -> list:
-    """Where two nested results (dicts, lists, tensors, numbers) differ; [] if bit-identical."""
+def _mismatches(ours, ref, exact=True, path="") -> list:
+    """Where two nested results (dicts, lists, tensors, numbers) differ; [] if they agree
+    (bit for bit when `exact`, else within float32 rounding)."""
     if isinstance(ref, dict):
         if set(ours) != set(ref):
             return [f"{path}: keys {sorted(map(str, ours))} != {sorted(map(str, ref))}"]
-        return [m for k in ref for m in _mismatches(ours[k], ref[k], f"{path}.{k}")]
+        return [m for k in ref for m in _mismatches(ours[k], ref[k], exact, f"{path}.{k}")]
     if isinstance(ref, (list, tuple)):
         if len(ours) != len(ref):
             return [f"{path}: {len(ours)} items != {len(ref)}"]
-        return [m for i, (a, b) in enumerate(zip(ours, ref)) for m in _mismatches(a, b, f"{path}[{i}]")]
+        return [m for i, (a, b) in enumerate(zip(ours, ref)) for m in _mismatches(a, b, exact, f"{path}[{i}]")]
     if torch.is_tensor(ref):
         if ours.dtype != ref.dtype or ours.shape != ref.shape:
             return [f"{path}: {ours.dtype}{tuple(ours.shape)} != {ref.dtype}{tuple(ref.shape)}"]
-        if not torch.equal(ours, ref):
-            diff = (ours.double() - ref.double()).abs().max().item()
-            return [f"{path}: differs (max |diff| {diff:.3g})"]
+        same = torch.equal(ours, ref) if exact else torch.allclose(ours, ref, rtol=1e-5, atol=1e-6)
+        if not same:
+            return [f"{path}: differs (max |diff| {(ours.double() - ref.double()).abs().max().item():.3g})"]
         return []
     return [] if ours == ref else [f"{path}: {ours!r} != {ref!r}"]
 
 
-def _check_pair(results, size):
-    """The results of the ranks in the group (the others return None); each rank's pycollect
-    run bit-identical to its Gloo run."""
+def _results(results, size):
+    """The results of the group's ranks (the others return None), each rank's pycollect run
+    checked against its Gloo run: bit-identical on 2 ranks (see above)."""
     results = [r for r in results if r is not None]
     assert len(results) == size
     for rank, (out, *_) in enumerate(results):
-        assert _mismatches(out["pycollect"], out["gloo"]) == [], f"rank {rank}: pycollect != Gloo"
+        bad = _mismatches(out["pycollect"], out["gloo"], exact=size == 2)
+        assert bad == [], f"rank {rank}: pycollect differs from Gloo: {bad[:10]}"
     return results
 
 
-def test_real_client_tensor_parallel(pool3):
-    results = _check_pair(pool3.run(rcc.case_tensor_parallel), WORLD)
-    print([d for _, d in results])
+@pytest.mark.parametrize("size", [2, WORLD])
+def test_real_client_tensor_parallel(pool3, size):
+    """DTensor TP (ColwiseParallel fc1, RowwiseParallel fc2) over DeviceMesh.from_group: outputs,
+    the input's gradient, full parameter gradients and parameters as on Gloo; the shards
+    were scattered, the replicated bias broadcast, the partial sums all-reduced (forward
+    output and input gradient, each step) and full_tensor() all-gathered on the engine."""
+    results = _results(pool3.run(rcc.case_tensor_parallel, size), size)
+    for out, engine in results:
+        ours = out["pycollect"]
+        assert ours["placements"]["fc1.weight"] == "(Shard(dim=0),)", ours["placements"]
+        assert ours["placements"]["fc2.weight"] == "(Shard(dim=1),)", ours["placements"]
+        assert engine.get("scatter", 0) >= 3 and engine.get("broadcast", 0) >= 1, engine
+        assert engine.get("all_reduce", 0) >= 2 * 2, engine  # 2 steps x (output, input gradient)
+        assert engine.get("all_gather", 0) >= 6, engine  # full_tensor() of 3 sharded gradients and parameters
+    for other in results[1:]:  # RowwiseParallel's output is replicated: every rank holds it
+        assert _mismatches(other[0]["pycollect"]["outputs"], results[0][0]["pycollect"]["outputs"]) == []
+
+
+@pytest.mark.parametrize("size", [2, WORLD])
+def test_real_client_fsdp2_distributed_checkpoint(pool3, size):
+    """FSDP2 + DCP: after one step, dcp.save and dcp.load on the group restore a fresh sharded
+    model's parameters and Adam state bit for bit; save and load ran their plan exchange
+    (gather, scatter, broadcast) on the engine; everything as on Gloo."""
+    results = _results(pool3.run(rcc.case_fsdp2_checkpoint, size), size)
+    for out, engine, dcp_calls in results:
+        for backend, run in out.items():
+            assert _mismatches(run["loaded"], run["saved"]) == [], f"{backend}: load != save"
+            assert _mismatches(run["loaded_opt"], run["saved_opt"]) == [], f"{backend}: optimizer load != save"
+            assert len(run["saved_opt"]) == 3 * len(run["saved"]), "no Adam state saved"  # step, exp_avg, exp_avg_sq
+            assert _mismatches(run["differs"], run["saved"]) != [], "the fresh model already equalled the saved one"
+            assert ".metadata" in run["files"] and any(f.endswith(".distcp") for f in run["files"]), run["files"]
+        assert engine.get("reduce_scatter", 0) >= 2 * 4 and engine.get("all_gather", 0) >= 2 * 4, engine
+        save, load = dcp_calls["save"], dcp_calls["load"]
+        assert save.get("gather", 0) >= 1 and save.get("scatter", 0) >= 1, f"dcp.save bypassed the engine: {save}"
+        assert load.get("gather", 0) >= 1 and load.get("scatter", 0) >= 1, f"dcp.load bypassed the engine: {load}"
+
+
+def test_real_client_pipeline_1f1b(pool3):
+    """torch.distributed.pipelining: 2 stages on the 2-rank group, Schedule1F1B with 4
+    micro-batches, 2 SGD steps: losses (last stage), gradients and parameters as on Gloo;
+    activations and gradients crossed through the engine's send/recv."""
+    results = _results(pool3.run(rcc.case_pipeline_1f1b), 2)
+    (first, first_engine), (last, last_engine) = results
+    assert first["pycollect"]["losses"] == [] and len(last["pycollect"]["losses"]) == 2
+    assert all(len(step) == 4 for step in last["pycollect"]["losses"])
+    for engine in (first_engine, last_engine):
+        assert engine.get("send/recv", 0) >= 2 * 4 * 2, engine  # steps x micro-batches x (forward + backward)
+
+
+@pytest.mark.parametrize("size", [2, WORLD])
+def test_real_client_ddp_comm_hooks(pool3, size):
+    """DDP + PowerSGD (approximation rank 1, compressing from step 2; all-reduces issued and waited on
+    inside Future callbacks) and DDP + the default allreduce hook, 4 steps each: parameters,
+    losses and PowerSGD's P, Q and error-feedback state as on Gloo."""
+    results = _results(pool3.run(rcc.case_ddp_comm_hooks, size), size)
+    for out, engine in results:
+        state = out["pycollect"]["powerSGD"]
+        assert state["iter"] == 4 and state["p"] and state["q"] and state["errors"], "PowerSGD did not compress"
+        # steps 0-1: one plain all-reduce each; steps 2-3: uncompressed tensors, then P, then Q
+        assert engine["powerSGD"].get("all_reduce", 0) == 2 + 2 * 3, engine
+        assert engine["allreduce"].get("all_reduce", 0) >= 4, engine
+    for other in results[1:]:  # DDP keeps the replicas identical
+        for hook in ("powerSGD", "allreduce"):
+            assert _mismatches(other[0]["pycollect"][hook]["params"], results[0][0]["pycollect"][hook]["params"]) == []
+
+
+@pytest.mark.parametrize("size", [2, WORLD])
+def test_real_client_zero_redundancy_optimizer(pool3, size):
+    """DDP + ZeroRedundancyOptimizer(Adam, process_group=group), 3 steps: each rank steps its
+    shard and broadcasts it on the engine; parameters, losses and the state consolidated
+    on rank 0 as on Gloo."""
+    results = _results(pool3.run(rcc.case_zero_redundancy, size), size)
+    for rank, (out, engine) in enumerate(results):
+        ours = out["pycollect"]
+        assert len(ours["owned"]) == size and all(ours["owned"]), ours["owned"]
+        assert engine.get("broadcast", 0) >= 3 * sum(ours["owned"]), engine  # every parameter, every step
+        assert engine.get("all_reduce", 0) >= 3, engine
+        assert (ours["consolidated"] is not None) == (rank == 0)
+    consolidated = results[0][0]["pycollect"]["consolidated"]  # step, exp_avg, exp_avg_sq of every parameter
+    assert len(consolidated) == 3 * sum(results[0][0]["pycollect"]["owned"])
+    for other in results[1:]:
+        assert _mismatches(other[0]["pycollect"]["params"], results[0][0]["pycollect"]["params"]) == []
+
+
+@pytest.mark.parametrize("size", [2, WORLD])
+def test_real_client_join_uneven_inputs(pool3, size):
+    """DDP under `with Join([model])`, rank r training on r + 2 batches: every rank finishes,
+    with the same parameters, as on Gloo; the shadowed all-reduces ran on the engine."""
+    results = _results(pool3.run(rcc.case_join_uneven, size), size)
+    for rank, (out, engine) in enumerate(results):
+        assert len(out["pycollect"]["losses"]) == rank + 2
+        assert engine.get("all_reduce", 0) >= size + 1, engine  # the longest rank's batches
+    for other in results[1:]:
+        assert _mismatches(other[0]["pycollect"]["params"], results[0][0]["pycollect"]["params"]) == []
