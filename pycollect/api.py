@@ -131,7 +131,7 @@ def destroy_process_group(group=None) -> None:
     """Close a group's links; without an argument, every group and the default one, and
     group names start again from g0 (as torch's group count does): processes that
     re-initialise together agree on names whatever groups each made before, and the
-    rendezvous never reads an earlier group's keys (ProcessGroup._exchange)."""
+    rendezvous never reads an earlier group's keys (formation.Formation._exchange)."""
     global _world, _store, _group_seq
     if group is NON_GROUP_MEMBER:
         return

@@ -83,7 +83,7 @@ def next_group_address(rank: int, group: str | None = None, timeout: float = 15.
     """Worker side: (host, port) where `rank` listens for `group` (default: the next group
     this process makes), read from the store as any stranger could, once published."""
     import pycollect.api as api
-    from pycollect.group import published_address
+    from pycollect.formation import published_address
 
     return published_address(api._store, group or next_group_name(), rank, timeout)
 

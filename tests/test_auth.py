@@ -119,7 +119,7 @@ def case_stranger_with_token():
     import datetime
 
     import pycollect.api as api
-    from pycollect.group import store_scope
+    from pycollect.formation import store_scope
 
     name, outcome = next_group_name(), {}
     if pc.get_rank() == 1:

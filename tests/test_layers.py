@@ -28,9 +28,10 @@ LAYERS: List[List[str]] = [
     ["measuring", "launch", "torch_backend"],  # what the study tools share; local ranks; torch's backend
     ["_sync", "netns"],                        # cross-rank helpers; network-namespace hosts
     ["api"],                                   # init_process_group, all_reduce, ...
-    ["rendezvous"],
-    ["group"],                                 # ProcessGroup: owns one C++ Communicator
-    ["work", "_device", "flight", "topology"],  # ...; the flight recorder's files; hosts
+    ["rendezvous"],                            # finding the store
+    ["group"],                                 # ProcessGroup: owns one C++ Communicator, issues the calls
+    ["formation", "failures"],                 # the ranks meet and connect; what they report when it fails
+    ["work", "_device", "flight", "topology", "_bounded"],  # ...; flight records; hosts; deadline-bound calls
     ["options"],
     ["tuning"],                                # what the engine needs of the cost model at run time
     ["_buffers", "errors"],
