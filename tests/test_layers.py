@@ -28,7 +28,7 @@ LAYERS: List[List[str]] = [
     ["measuring", "launch", "torch_backend"],  # what the study tools share; local ranks; torch's backend
     ["_sync", "netns"],                        # cross-rank helpers; network-namespace hosts
     ["api"],                                   # init_process_group, all_reduce, ...
-    ["rendezvous"],                            # finding the store
+    ["rendezvous", "world"],                   # finding the store; this process's groups, and a fork
     ["group"],                                 # ProcessGroup: owns one C++ Communicator, issues the calls
     ["formation", "failures"],                 # the ranks meet and connect; what they report when it fails
     ["work", "_device", "flight", "topology", "_bounded"],  # ...; flight records; hosts; deadline-bound calls
