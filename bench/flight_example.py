@@ -17,9 +17,9 @@ def job(rank, world, emit, stop_at):
     import torch
 
     import pycollect as pc
-    import pycollect.api as api
+    from pycollect import world
 
-    api._store.set(f"pid/{rank}", str(os.getpid()))
+    world.store.set(f"pid/{rank}", str(os.getpid()))
     t = torch.ones(1 << 18)
     calls = 0
     try:
@@ -32,7 +32,7 @@ def job(rank, world, emit, stop_at):
         error = f"{type(e).__name__}: {e}"
     if rank == 0:
         time.sleep(0.5)  # rank 1 has written its record too
-        os.kill(int(api._store.get("pid/2").decode()), signal.SIGCONT)
+        os.kill(int(world.store.get("pid/2").decode()), signal.SIGCONT)
     return error
 
 

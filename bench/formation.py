@@ -19,8 +19,8 @@ counts for the times; fds/threads/RSS are shown as median/max over the ranks.
 
 --phases (pycollect only) also times, inside every rank, the steps of the formation by
 wrapping them from the outside (nothing in pycollect is edited): ProcessGroup.__init__,
-_connect's listen, _exchange (the store rendezvous), _set_hierarchy, _connect_mesh and the
-C++ Communicator.connect inside it, and counts the store calls (get/set/wait/check/
+and of its Formation (pycollect/formation.py) connect's listen, _exchange (the store
+rendezvous), _set_hierarchy, _connect_mesh and the C++ Communicator.connect inside it, and counts the store calls (get/set/wait/check/
 delete_key/add: calls and bytes) each rank makes. --strace R traces rank R's syscalls
 (strace -f; -c summary and a timestamped log of the connect/accept/shm calls) into
 --strace-dir.
@@ -132,9 +132,9 @@ class _Start:
 
 def _instrument(phases: dict, store_counts: dict, t0: "_Start") -> None:
     """Wrap ProcessGroup's formation steps (this rank's process only)."""
-    from pycollect import group as G
+    from pycollect import formation as F, group as G
 
-    PG = G.ProcessGroup
+    PG, FM = G.ProcessGroup, F.Formation
 
     def timed(name, fn):
         def wrapper(self, *args, **kwargs):
@@ -146,7 +146,7 @@ def _instrument(phases: dict, store_counts: dict, t0: "_Start") -> None:
                 phases[name + "_end"] = time.time() - t0
         return wrapper
 
-    orig_init, orig_mesh = PG.__init__, PG._connect_mesh
+    orig_init, orig_mesh = PG.__init__, FM._connect_mesh
 
     def init(self, name, store, *args, **kwargs):
         t = time.time()
@@ -167,7 +167,7 @@ def _instrument(phases: dict, store_counts: dict, t0: "_Start") -> None:
     for fname in ("rendezvous", "listen_address"):
         fn = getattr(api, fname)
         setattr(api, fname, (lambda fn, fname: lambda *a, **k: timed(fname, lambda _s, *a, **k: fn(*a, **k))(None, *a, **k))(fn, fname))
-    G.auto_tables = (lambda fn: lambda *a, **k: timed("auto_tables", lambda _s, *a, **k: fn(*a, **k))(None, *a, **k))(G.auto_tables)
+    F.auto_tables = (lambda fn: lambda *a, **k: timed("auto_tables", lambda _s, *a, **k: fn(*a, **k))(None, *a, **k))(F.auto_tables)
     orig_ipg = api.init_process_group
 
     def init_process_group(*a, **k):
@@ -179,11 +179,11 @@ def _instrument(phases: dict, store_counts: dict, t0: "_Start") -> None:
 
     pycollect.init_process_group = init_process_group
     PG.__init__ = init
-    PG._connect = timed("connect_total", PG._connect)
-    PG._exchange = timed("exchange", PG._exchange)
-    PG._set_hierarchy = timed("set_hierarchy", PG._set_hierarchy)
-    PG._adopt_model = timed("adopt_model", PG._adopt_model)
-    PG._connect_mesh = timed("connect_mesh", connect_mesh)
+    FM.connect = timed("connect_total", FM.connect)
+    FM._exchange = timed("exchange", FM._exchange)
+    FM._set_hierarchy = timed("set_hierarchy", FM._set_hierarchy)
+    FM._adopt_model = timed("adopt_model", FM._adopt_model)
+    FM._connect_mesh = timed("connect_mesh", connect_mesh)
 
 
 def _start_strace(rank: int, directory: str) -> list:

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import atexit
 import contextlib
-import os
 import sys
 from typing import Iterator, List, Optional, Sequence
 
@@ -26,21 +25,15 @@ from ._buffers import (
     concat_flat,
     empty_like_flat,
 )
+from . import world
 from ._device import device_call, needs_host_staging, through_host
-from .errors import NotInitializedError
 from .topology import Topology
 from .group import NON_GROUP_MEMBER, ProcessGroup
 from .options import Options, to_timedelta
 from .rendezvous import listen_address, rendezvous
 from .types import DTYPE_SIZES, Algo, ReduceOp, TraceEvent, is_torch_tensor, to_reduce_op
 from .work import Work
-
-_world: Optional[ProcessGroup] = None
-_groups: List[ProcessGroup] = []
-_group_seq = 0  # groups created so far on every rank (names g0, g1, ...)
-_store = None
-_host: Optional[str] = None
-_global_rank = -1
+from .world import default as _default, resolve as _group
 
 
 def init_process_group(backend: Optional[str] = None, init_method: Optional[str] = None, timeout=None,
@@ -48,41 +41,23 @@ def init_process_group(backend: Optional[str] = None, init_method: Optional[str]
                        **unused) -> None:
     """Join the default group. With no arguments, reads the launcher's environment: torchrun's
     RANK/WORLD_SIZE/MASTER_ADDR/MASTER_PORT, or mpirun's or srun's (launcher.py, docs/launchers.md)."""
-    global _world, _store, _host, _global_rank, _group_seq
-    if _world is not None:
+    if world.default_group is not None:
         raise RuntimeError("init_process_group() was already called; call destroy_process_group() first")
     if backend not in (None, "pycollect"):
         raise ValueError(f"pycollect.init_process_group only runs the 'pycollect' backend, not {backend!r}; "
                          "for torch.distributed with another backend use torch.distributed directly")
     td = to_timedelta(timeout)
     rv = rendezvous(init_method, rank, world_size, store, td)
-    _store, _global_rank = rv.store, rv.rank
-    _host = listen_address(rv.master_addr)
-    _world = ProcessGroup(f"g{_group_seq}", _store, range(rv.world_size), rv.rank, td, _host)
-    _group_seq += 1
-    _groups.append(_world)
+    world.store, world.global_rank = rv.store, rv.rank
+    world.host = listen_address(rv.master_addr)
+    world.default_group = ProcessGroup(f"g{world.group_seq}", world.store, range(rv.world_size), rv.rank, td,
+                                       world.host)
+    world.group_seq += 1
+    world.groups.append(world.default_group)
 
 
 def is_initialized() -> bool:
-    return _world is not None
-
-
-def _default() -> ProcessGroup:
-    if _world is None:
-        raise NotInitializedError("pycollect is not initialized: call pycollect.init_process_group() first")
-    return _world
-
-
-def _group(group) -> ProcessGroup:
-    if group is None:
-        return _default()
-    if group is NON_GROUP_MEMBER:
-        raise ValueError("this rank is not a member of the group passed to this call")
-    if not isinstance(group, ProcessGroup):
-        raise TypeError(f"group must be a pycollect ProcessGroup (from new_group), got {type(group).__name__}")
-    if group not in _groups:
-        raise ValueError(f"{group!r} was destroyed")
-    return group
+    return world.default_group is not None
 
 
 def new_group(ranks: Optional[Sequence[int]] = None, timeout=None, backend: Optional[str] = None,
@@ -93,21 +68,20 @@ def new_group(ranks: Optional[Sequence[int]] = None, timeout=None, backend: Opti
     transport="tcp"); default Options.from_env()."""
     if pg_options is not None and not isinstance(pg_options, Options):
         raise TypeError(f"new_group(pg_options=): expected pycollect.Options, got {type(pg_options).__name__}")
-    world = _default()
-    members = list(range(world.size)) if ranks is None else sorted(int(r) for r in ranks)
+    everyone = _default()
+    members = list(range(everyone.size)) if ranks is None else sorted(int(r) for r in ranks)
     if len(set(members)) != len(members) or not members:
         raise ValueError(f"new_group: ranks must be distinct and non-empty, got {ranks!r}")
     for r in members:
-        if not 0 <= r < world.size:
-            raise ValueError(f"new_group: rank {r} is outside the world [0, {world.size})")
-    global _group_seq
-    name = f"g{_group_seq}"
-    _group_seq += 1  # advanced on every rank, members or not
-    if _global_rank not in members:
+        if not 0 <= r < everyone.size:
+            raise ValueError(f"new_group: rank {r} is outside the world [0, {everyone.size})")
+    name = f"g{world.group_seq}"
+    world.group_seq += 1  # advanced on every rank, members or not
+    if world.global_rank not in members:
         return NON_GROUP_MEMBER
-    td = to_timedelta(timeout) if timeout is not None else world.timeout
-    g = ProcessGroup(name, _store, members, _global_rank, td, _host, pg_options)
-    _groups.append(g)
+    td = to_timedelta(timeout) if timeout is not None else everyone.timeout
+    g = ProcessGroup(name, world.store, members, world.global_rank, td, world.host, pg_options)
+    world.groups.append(g)
     return g
 
 
@@ -116,14 +90,14 @@ def register_group(group: ProcessGroup) -> ProcessGroup:
     passed as group= to every call here, and be destroyed with the others."""
     if not isinstance(group, ProcessGroup):
         raise TypeError(f"register_group takes a pycollect ProcessGroup, got {type(group).__name__}")
-    if group not in _groups:
-        _groups.append(group)
+    if group not in world.groups:
+        world.groups.append(group)
     return group
 
 
 def unregister_group(group: ProcessGroup) -> None:
     """Close a registered group's links and forget it; nothing happens if it is already gone."""
-    if group in _groups:
+    if group in world.groups:
         destroy_process_group(group)
 
 
@@ -131,48 +105,31 @@ def destroy_process_group(group=None) -> None:
     """Close a group's links; without an argument, every group and the default one, and
     group names start again from g0 (as torch's group count does): processes that
     re-initialise together agree on names whatever groups each made before, and the
-    rendezvous never reads an earlier group's keys (ProcessGroup._exchange)."""
-    global _world, _store, _group_seq
+    rendezvous never reads an earlier group's keys (formation.Formation._exchange)."""
     if group is NON_GROUP_MEMBER:
         return
     if group is None:
-        for g in reversed(_groups):
+        for g in reversed(world.groups):
             g.destroy()
-        _groups.clear()
-        _world = None
-        _store = None
-        _group_seq = 0
+        world.groups.clear()
+        world.default_group = None
+        world.store = None
+        world.group_seq = 0
         return
     g = _group(group)
     g.destroy()
-    _groups.remove(g)
-    if g is _world:
-        _world = None
+    world.groups.remove(g)
+    if g is world.default_group:
+        world.default_group = None
 
 
 atexit.register(destroy_process_group)
 
 
-def _keep_inherited_alive() -> None:
-    """In a forked child: the parent's groups and store came along, their threads did not.
-    Their destructors would join those threads (our workers, torch's store server) and
-    hang, so each gets one reference that is never released. The groups themselves refuse
-    every call in the child with an error that says why (the engine checks the pid), and
-    destroy_process_group there only forgets them."""
-    import ctypes
-
-    for obj in (_store, *_groups):
-        if obj is not None:
-            ctypes.pythonapi.Py_IncRef(ctypes.py_object(obj))
-
-
-os.register_at_fork(after_in_child=_keep_inherited_alive)
-
-
 def get_rank(group=None) -> int:
     if group is None:
         _default()
-        return _global_rank
+        return world.global_rank
     return _group(group).rank
 
 

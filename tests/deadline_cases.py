@@ -188,9 +188,9 @@ def case_reinit() -> list:
     process 1 alone (world size 1), then both with their ranks swapped, then as at first.
     Every formation reuses the name g0, whose earlier keys are still in the store. What
     each world saw: (rank, world size, all-reduce of rank + 1)."""
-    import pycollect.api as api
+    from pycollect import world
 
-    store, first = api._store, pc.get_rank()
+    store, first = world.store, pc.get_rank()
     seen = []
 
     def world(rank, size):

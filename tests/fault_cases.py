@@ -30,8 +30,8 @@ def case_all_reduce_until_failure(count: int = 16 * 1024 * 1024, algo: str = "au
 
 
 def case_host_and_sum():
-    import pycollect.api as api
+    from pycollect import world
 
     t = torch.arange(1000, dtype=torch.float64)
     pc.all_reduce(t)
-    return api._host, bool(torch.equal(t, torch.arange(1000, dtype=torch.float64) * pc.get_world_size()))
+    return world.host, bool(torch.equal(t, torch.arange(1000, dtype=torch.float64) * pc.get_world_size()))

@@ -74,18 +74,18 @@ def paired_groups(size: int):
 
 def next_group_name() -> str:
     """Worker side: the store prefix of the next group this process makes."""
-    import pycollect.api as api
+    from pycollect import world
 
-    return f"g{api._group_seq}"
+    return f"g{world.group_seq}"
 
 
 def next_group_address(rank: int, group: str | None = None, timeout: float = 15.0):
     """Worker side: (host, port) where `rank` listens for `group` (default: the next group
     this process makes), read from the store as any stranger could, once published."""
-    import pycollect.api as api
-    from pycollect.group import published_address
+    from pycollect import world
+    from pycollect.formation import published_address
 
-    return published_address(api._store, group or next_group_name(), rank, timeout)
+    return published_address(world.store, group or next_group_name(), rank, timeout)
 
 
 class RankPool:

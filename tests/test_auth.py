@@ -54,13 +54,13 @@ class _RecordingStore:
 
 
 def case_group_with_secret():
-    import pycollect.api as api
+    from pycollect import world
 
-    real, api._store = api._store, _RecordingStore(api._store)
+    real, world.store = world.store, _RecordingStore(world.store)
     try:
         g = pc.new_group(list(range(pc.get_world_size())))
     finally:
-        recorded, api._store = api._store.values, real
+        recorded, world.store = world.store.values, real
     t = torch.full((1000,), float(pc.get_rank()))
     pc.all_reduce(t, group=g)
     pc.destroy_process_group(g)
@@ -118,8 +118,8 @@ def case_stranger_with_token():
     ranks connect; then the group must form anyway."""
     import datetime
 
-    import pycollect.api as api
-    from pycollect.group import store_scope
+    from pycollect import world
+    from pycollect.formation import store_scope
 
     name, outcome = next_group_name(), {}
     if pc.get_rank() == 1:
@@ -128,8 +128,8 @@ def case_stranger_with_token():
         def strangers():
             addr = next_group_address(2, name)
             key = f"{store_scope(name)}/token"
-            api._store.wait([key], datetime.timedelta(seconds=15))
-            token = int(api._store.get(key).decode())
+            world.store.wait([key], datetime.timedelta(seconds=15))
+            token = int(world.store.get(key).decode())
             plain = _greet_as_rank_0(addr, token, with_secret=False)
             proving = _greet_as_rank_0(addr, token, with_secret=True)
             queued.set()

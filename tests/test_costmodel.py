@@ -438,9 +438,9 @@ def test_import_is_light():
 def case_auto_tables(model_path):
     """Rank 0 alone names a model file: every rank's new group must still get its table."""
     import pycollect as pc
-    from pycollect import api
+    from pycollect import world
 
-    if api._global_rank == 0 and model_path:
+    if world.global_rank == 0 and model_path:
         os.environ["PYCOLLECT_MODEL"] = model_path
     try:
         g = pc.new_group()

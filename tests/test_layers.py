@@ -28,12 +28,13 @@ LAYERS: List[List[str]] = [
     ["measuring", "launch", "torch_backend"],  # what the study tools share; local ranks; torch's backend
     ["_sync", "netns"],                        # cross-rank helpers; network-namespace hosts
     ["api"],                                   # init_process_group, all_reduce, ...
-    ["rendezvous"],
-    ["group"],                                 # ProcessGroup: owns one C++ Communicator
+    ["rendezvous", "world"],                   # finding the store; this process's groups, and a fork
+    ["group"],                                 # ProcessGroup: owns one C++ Communicator, issues the calls
+    ["formation", "failures"],                 # the ranks meet and connect; what they report when it fails
     ["work", "_device", "flight", "topology"],  # ...; the flight recorder's files; hosts
     ["options"],
     ["tuning"],                                # what the engine needs of the cost model at run time
-    ["_buffers", "errors"],
+    ["_buffers", "errors", "_bounded"],        # ...; a call bound by our own deadline (store steps)
     ["types", "_C", "_torch", "launcher"],     # enums; the extensions, the doors into C++ (_torch: torch's backend); the launcher's env
 ]
 

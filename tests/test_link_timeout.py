@@ -17,10 +17,10 @@ LINK_TIMEOUT = 2  # seconds: keepalive probes every max(1, 2 // 3) = 1 s, 3 of t
 def case_link_socket_options():
     """(SO_KEEPALIVE, TCP_KEEPIDLE, TCP_KEEPINTVL, TCP_KEEPCNT) of each of this rank's link
     sockets in the default group, found among the process's descriptors by their ports."""
-    import pycollect.api as api
-    from pycollect.group import published_address
+    from pycollect import world
+    from pycollect.formation import published_address
 
-    ports = [published_address(api._store, "g0", r)[1] for r in range(pc.get_world_size())]
+    ports = [published_address(world.store, "g0", r)[1] for r in range(pc.get_world_size())]
     mine, peers = ports[pc.get_rank()], set(ports) - {ports[pc.get_rank()]}
     found = []
     for fd in os.listdir("/proc/self/fd"):

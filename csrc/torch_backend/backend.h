@@ -2,7 +2,7 @@
 // pycollect engine group (comm/communicator.h), registered as "pycollect" for CPU and
 // CUDA tensors (pycollect/torch_backend/__init__.py).
 //
-// Python forms the group (pycollect.group: rendezvous on torch's store, HMAC, topology,
+// Python forms the group (pycollect.formation: rendezvous on torch's store, HMAC, topology,
 // the cost model's tables) and hands its Communicator over; from then on no Python runs
 // on a call. Each call checks its tensors (torch_backend/tensors.h), issues its engine
 // operations and returns a TorchWork (torch_backend/work.h) that the engine completes.

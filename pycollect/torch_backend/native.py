@@ -3,7 +3,7 @@ the torch it was built against, and making one backend per torch group.
 
 For each group torch calls `create` (registered by pycollect.torch_backend.register) with
 the group's own PrefixStore, rank, size and timeout. Python forms the engine group
-(pycollect.group: rendezvous on that store, HMAC, topology, the cost model's tables: one
+(pycollect.formation: rendezvous on that store, HMAC, topology, the cost model's tables: one
 formation for the engine API and the backend alike) and hands its Communicator to the C++
 c10d::Backend; from then on no Python runs on a call. When torch shuts the group down
 the backend calls back here once, and the engine group is forgotten.

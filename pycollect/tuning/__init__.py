@@ -1,6 +1,6 @@
 """pycollect.tuning: what the engine needs of the cost model at run time.
 
-A group builds its automatic-choice table at formation (group.py): the parameters
+A group builds its automatic-choice table at formation (formation.py): the parameters
 (params.py: the alpha-beta-gamma figures, their JSON form), the formulas (formulas.py:
 one function per algorithm) and the choice (choice.py: predict, choose, the table).
 Pure Python, importing only pycollect.types: no torch, no engine, no study tool. The

@@ -2,7 +2,7 @@
 // one process, as Gloo's own tests run them, so that a sanitizer (scripts/sanitize.sh)
 // sees the whole engine and nothing of CPython.
 //
-// runGroup forms a group the way pycollect/group.py does (each rank constructs its
+// runGroup forms a group the way pycollect/formation.py does (each rank constructs its
 // Communicator, listens, publishes its address, sets its topology, then every rank
 // connects at once) and runs a body on every rank. Checks count towards the part's
 // summary; a failed one records its message and throws CheckFailed, which ends that
