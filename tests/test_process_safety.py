@@ -253,7 +253,10 @@ def test_ranks_import_what_their_parent_imported(tmp_path):
     installed = tmp_path / "installed"
     shutil.copytree(os.path.dirname(pc.__file__), installed / "pycollect",
                     ignore=shutil.ignore_patterns("__pycache__"))
-    shutil.copy(pc._C.__file__, installed / "pycollect")
+    built = os.path.dirname(pc._C.__file__)  # the extensions and the engine library they load
+    for name in os.listdir(built):
+        if name.endswith(".so") or name == "torch_build.txt":
+            shutil.copy(os.path.join(built, name), installed / "pycollect")
     here = tmp_path / "here"
     (here / "pycollect").mkdir(parents=True)
     (here / "pycollect" / "__init__.py").write_text("# a source tree without its built extension\n")
