@@ -50,7 +50,7 @@ def autoload() -> None:
 def monitored_barrier(group=None, timeout=None, wait_all_ranks: bool = False) -> None:
     """dist.monitored_barrier for a "pycollect" group: torch's own refuses every backend
     but Gloo by name before it asks the group, so call this one (same arguments; see
-    PyCollectProcessGroup.monitored_barrier for what it reports)."""
+    docs/torch_backend.md for what it reports)."""
     import torch.distributed as dist
     from torch.distributed.distributed_c10d import _get_default_group, _rank_not_in_group
 
