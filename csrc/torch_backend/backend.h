@@ -129,6 +129,32 @@ class Backend : public c10d::Backend {
   at::Tensor hostInput(const at::Tensor& t);
   at::Tensor hostOutput(c10::intrusive_ptr<TorchWork>& work, const at::Tensor& t,
                         std::vector<std::pair<at::Tensor, at::Tensor>>& back);
+  std::vector<at::Tensor> hostInputs(const std::vector<at::Tensor>& tensors, bool cuda);
+  std::vector<at::Tensor> hostOutputs(c10::intrusive_ptr<TorchWork>& work, const std::vector<at::Tensor>& tensors,
+                                      bool cuda, std::vector<std::pair<at::Tensor, at::Tensor>>& back);
+  // The one list of a per-rank list argument (`lists[0]`): a tensor per rank of the group,
+  // each checked, all of `like`'s dtype.
+  std::vector<at::Tensor> groupList(std::vector<std::vector<at::Tensor>>& lists, const at::Tensor& like,
+                                    const char* method, const char* what);
+  // One flat all-gather / reduce-scatter into `w`: staged when `out` is device memory (or the
+  // tests' host device), else on host memory.
+  void addAllGather(TorchWork& w, const Buffer& in, const Buffer& out, const char* method);
+  void addReduceScatter(TorchWork& w, const Buffer& in, const Buffer& out, ReduceOp op, const char* method);
+  // A call's input and output lists where the engine reads and writes them: the tensors, or
+  // for CUDA tensors host copies (outputs copied back when the Work completes); kept by it.
+  struct HostLists {
+    std::vector<at::Tensor> ins, outs;
+  };
+  HostLists hostLists(c10::intrusive_ptr<TorchWork>& work, const std::vector<at::Tensor>& inputs,
+                      const std::vector<at::Tensor>& outputs, const char* method);
+  // A receive's Work and where its bytes land: the tensor, or for a CUDA tensor a host copy
+  // that is copied back when the Work completes.
+  struct Receiving {
+    c10::intrusive_ptr<TorchWork> work;
+    at::Tensor data;
+    Buffer buffer;
+  };
+  Receiving receiving(OpType type, const char* method, std::vector<at::Tensor>& tensors);
   void copyBackWhenDone(c10::intrusive_ptr<TorchWork>& work, std::vector<std::pair<at::Tensor, at::Tensor>> back);
   double timeoutSec(std::chrono::milliseconds t) const;
   void release();  // runs the shutdown callback once

@@ -40,6 +40,63 @@ void unflatten(const at::Tensor& flat, const std::vector<at::Tensor>& outs) {
 
 }  // namespace
 
+std::vector<at::Tensor> Backend::groupList(std::vector<std::vector<at::Tensor>>& lists, const at::Tensor& like,
+                                           const char* method, const char* what) {
+  checkOneList(lists.size(), method, what);
+  std::vector<at::Tensor>& list = lists[0];
+  if (static_cast<int>(list.size()) != size_) {
+    C10_THROW_ERROR(ValueError, c10::str("pycollect backend: ", method, "(", what, "): list has ", list.size(),
+                                         " entries, the group has ", size_, " ranks"));
+  }
+  for (const auto& t : list) check(t, method, what);
+  checkSameDType(list, like, method);
+  return list;
+}
+
+std::vector<at::Tensor> Backend::hostInputs(const std::vector<at::Tensor>& tensors, bool cuda) {
+  std::vector<at::Tensor> out;
+  for (const auto& t : tensors) out.push_back(cuda ? hostInput(t) : t);
+  return out;
+}
+
+std::vector<at::Tensor> Backend::hostOutputs(c10::intrusive_ptr<TorchWork>& work, const std::vector<at::Tensor>& tensors,
+                                             bool cuda, std::vector<std::pair<at::Tensor, at::Tensor>>& back) {
+  std::vector<at::Tensor> out;
+  for (const auto& t : tensors) out.push_back(cuda ? hostOutput(work, t, back) : t);
+  return out;
+}
+
+Backend::HostLists Backend::hostLists(c10::intrusive_ptr<TorchWork>& work, const std::vector<at::Tensor>& inputs,
+                                      const std::vector<at::Tensor>& outputs, const char* method) {
+  std::vector<at::Tensor> all(outputs);
+  all.insert(all.end(), inputs.begin(), inputs.end());
+  const bool cuda = onCuda(all, method);
+  std::vector<std::pair<at::Tensor, at::Tensor>> back;
+  HostLists lists{hostInputs(inputs, cuda), hostOutputs(work, outputs, cuda, back)};
+  copyBackWhenDone(work, std::move(back));
+  for (auto& t : lists.ins) work->keep(t);
+  for (auto& t : lists.outs) work->keep(t);
+  return lists;
+}
+
+void Backend::addAllGather(TorchWork& w, const Buffer& in, const Buffer& out, const char* method) {
+  if (out.device >= 0 || hostStaged()) {
+    w.setStaged(out.device);
+    w.add(comm_->allGatherStaged(in.data, out.data, in.count, in.dtype, Algo::kAuto, deviceCall(out, method)));
+  } else {
+    w.add(comm_->allGather(in.data, out.data, in.count, in.dtype, Algo::kAuto));
+  }
+}
+
+void Backend::addReduceScatter(TorchWork& w, const Buffer& in, const Buffer& out, ReduceOp op, const char* method) {
+  if (out.device >= 0 || hostStaged()) {
+    w.setStaged(out.device);
+    w.add(comm_->reduceScatterStaged(in.data, out.data, out.count, out.dtype, op, Algo::kAuto, deviceCall(out, method)));
+  } else {
+    w.add(comm_->reduceScatter(in.data, out.data, out.count, out.dtype, op, Algo::kAuto));
+  }
+}
+
 WorkPtr Backend::allreduce(std::vector<at::Tensor>& tensors, const c10d::AllreduceOptions& opts) {
   at::Tensor& t = single(tensors, "allreduce");
   if (t.is_sparse()) return allreduce_sparse(tensors, opts);
@@ -68,8 +125,7 @@ WorkPtr Backend::allreduce_coalesced(std::vector<at::Tensor>& tensors, const c10
   }
   auto work = make(OpType::ALLREDUCE_COALESCED, method, tensors);
   std::vector<std::pair<at::Tensor, at::Tensor>> back;
-  std::vector<at::Tensor> host;
-  for (const auto& t : tensors) host.push_back(cuda ? hostOutput(work, t, back) : t);
+  std::vector<at::Tensor> host = hostOutputs(work, tensors, cuda, back);
   copyBackWhenDone(work, std::move(back));
   ++seq_;
   // One engine call (one header, one pass) per dtype among the tensors.
@@ -132,12 +188,7 @@ WorkPtr Backend::_allgather_base(at::Tensor& output, at::Tensor& input, const c1
   ++seq_;
   return run(make(OpType::_ALLGATHER_BASE, method, {output}), !opts.asyncOp, [&](TorchWork& w) {
     w.keep(input);
-    if (o.device >= 0 || hostStaged()) {
-      w.setStaged(o.device);
-      w.add(comm_->allGatherStaged(i.data, o.data, i.count, i.dtype, Algo::kAuto, deviceCall(o, method)));
-    } else {
-      w.add(comm_->allGather(i.data, o.data, i.count, i.dtype, Algo::kAuto));
-    }
+    addAllGather(w, i, o, method);
   });
 }
 
@@ -145,18 +196,9 @@ WorkPtr Backend::allgather(std::vector<std::vector<at::Tensor>>& outputs, std::v
                            const c10d::AllgatherOptions& opts) {
   const char* method = "allgather";
   at::Tensor& input = single(inputs, method, "input_tensors");
-  checkOneList(outputs.size(), method, "output_tensors");  // the same error
-  std::vector<at::Tensor>& outs = outputs[0];
   const Buffer i = check(input, method, "input");
-  if (static_cast<int>(outs.size()) != size_) {
-    C10_THROW_ERROR(ValueError, c10::str("pycollect backend: allgather(output_tensors): list has ", outs.size(),
-                                         " entries, the group has ", size_, " ranks"));
-  }
-  for (const auto& o : outs) {
-    check(o, method, "output_tensors");
-    checkNumel(o, input.numel(), method, "output_tensors");
-  }
-  checkSameDType(outs, input, method);
+  const std::vector<at::Tensor> outs = groupList(outputs, input, method, "output_tensors");
+  for (const auto& o : outs) checkNumel(o, input.numel(), method, "output_tensors");
   std::vector<at::Tensor> all(outs);
   all.push_back(input);
   onCuda(all, method);
@@ -170,12 +212,7 @@ WorkPtr Backend::allgather(std::vector<std::vector<at::Tensor>>& outputs, std::v
   return run(work, !opts.asyncOp, [&](TorchWork& w) {
     w.keep(input);
     w.keep(flat);
-    if (i.device >= 0 || hostStaged()) {
-      w.setStaged(i.device);
-      w.add(comm_->allGatherStaged(i.data, f.data, i.count, i.dtype, Algo::kAuto, deviceCall(i, method)));
-    } else {
-      w.add(comm_->allGather(i.data, f.data, i.count, i.dtype, Algo::kAuto));
-    }
+    addAllGather(w, i, f, method);
   });
 }
 
@@ -202,21 +239,12 @@ WorkPtr Backend::allgather_coalesced(std::vector<std::vector<at::Tensor>>& outpu
   }
   checkSameDType(inputs, inputs[0], method);
   checkSameDType(all, inputs[0], method);
-  std::vector<at::Tensor> both(all);
-  both.insert(both.end(), inputs.begin(), inputs.end());
-  const bool cuda = onCuda(both, method);
   auto work = make(OpType::ALLGATHER_COALESCED, method, all);
-  std::vector<std::pair<at::Tensor, at::Tensor>> back;
-  std::vector<at::Tensor> ins, outs;
-  for (const auto& t : inputs) ins.push_back(cuda ? hostInput(t) : t);
-  for (const auto& t : all) outs.push_back(cuda ? hostOutput(work, t, back) : t);
-  copyBackWhenDone(work, std::move(back));
+  const HostLists host = hostLists(work, inputs, all, method);
   const DType dtype = check(inputs[0], method, "input_tensors").dtype;
   ++seq_;
   return run(work, !opts.asyncOp, [&](TorchWork& w) {
-    for (auto& t : ins) w.keep(t);
-    for (auto& t : outs) w.keep(t);
-    w.add(comm_->allGatherCoalesced(spansOf(ins), spansOf(outs), dtype, Algo::kAuto));
+    w.add(comm_->allGatherCoalesced(spansOf(host.ins), spansOf(host.outs), dtype, Algo::kAuto));
   });
 }
 
@@ -240,15 +268,7 @@ WorkPtr Backend::allgather_into_tensor_coalesced(std::vector<at::Tensor>& output
   seq_ += inputs.size();
   return run(make(OpType::ALLGATHER_COALESCED, method, outputs), !opts.asyncOp, [&](TorchWork& w) {
     for (auto& t : inputs) w.keep(t);
-    for (size_t k = 0; k < ins.size(); ++k) {
-      if (outs[k].device >= 0 || hostStaged()) {
-        w.setStaged(outs[k].device);
-        w.add(comm_->allGatherStaged(ins[k].data, outs[k].data, ins[k].count, ins[k].dtype, Algo::kAuto,
-                                     deviceCall(outs[k], method)));
-      } else {
-        w.add(comm_->allGather(ins[k].data, outs[k].data, ins[k].count, ins[k].dtype, Algo::kAuto));
-      }
-    }
+    for (size_t k = 0; k < ins.size(); ++k) addAllGather(w, ins[k], outs[k], method);
   });
 }
 
@@ -259,24 +279,14 @@ WorkPtr Backend::gather(std::vector<std::vector<at::Tensor>>& outputs, std::vect
   const Buffer i = check(input, method, "input");
   const int root = static_cast<int>(opts.rootRank);
   std::vector<at::Tensor> outs;
-  if (rank_ == root) {
-    checkOneList(outputs.size(), method, "output_tensors");
-    outs = outputs[0];
-    if (static_cast<int>(outs.size()) != size_) {
-      C10_THROW_ERROR(ValueError, c10::str("pycollect backend: gather(output_tensors): list has ", outs.size(),
-                                           " entries, the group has ", size_, " ranks"));
-    }
-    for (const auto& o : outs) check(o, method, "output_tensors");
-    checkSameDType(outs, input, method);
-  }
+  if (rank_ == root) outs = groupList(outputs, input, method, "output_tensors");
   std::vector<at::Tensor> all(outs);
   all.push_back(input);
   const bool cuda = onCuda(all, method);
   auto work = make(OpType::GATHER, method, outs);
   std::vector<std::pair<at::Tensor, at::Tensor>> back;
   at::Tensor in = cuda ? hostInput(input) : input;
-  std::vector<at::Tensor> hostOuts;
-  for (const auto& o : outs) hostOuts.push_back(cuda ? hostOutput(work, o, back) : o);
+  std::vector<at::Tensor> hostOuts = hostOutputs(work, outs, cuda, back);
   copyBackWhenDone(work, std::move(back));
   ++seq_;
   return run(work, !opts.asyncOp, [&](TorchWork& w) {
@@ -293,24 +303,14 @@ WorkPtr Backend::scatter(std::vector<at::Tensor>& outputs, std::vector<std::vect
   const Buffer o = check(output, method, "output");
   const int root = static_cast<int>(opts.rootRank);
   std::vector<at::Tensor> ins;
-  if (rank_ == root) {
-    checkOneList(inputs.size(), method, "input_tensors");
-    ins = inputs[0];
-    if (static_cast<int>(ins.size()) != size_) {
-      C10_THROW_ERROR(ValueError, c10::str("pycollect backend: scatter(input_tensors): list has ", ins.size(),
-                                           " entries, the group has ", size_, " ranks"));
-    }
-    for (const auto& t : ins) check(t, method, "input_tensors");
-    checkSameDType(ins, output, method);
-  }
+  if (rank_ == root) ins = groupList(inputs, output, method, "input_tensors");
   std::vector<at::Tensor> all(ins);
   all.push_back(output);
   const bool cuda = onCuda(all, method);
   auto work = make(OpType::SCATTER, method, {output});
   std::vector<std::pair<at::Tensor, at::Tensor>> back;
   at::Tensor out = cuda ? hostOutput(work, output, back) : output;
-  std::vector<at::Tensor> hostIns;
-  for (const auto& t : ins) hostIns.push_back(cuda ? hostInput(t) : t);
+  std::vector<at::Tensor> hostIns = hostInputs(ins, cuda);
   copyBackWhenDone(work, std::move(back));
   ++seq_;
   return run(work, !opts.asyncOp, [&](TorchWork& w) {
@@ -333,12 +333,7 @@ WorkPtr Backend::_reduce_scatter_base(at::Tensor& output, at::Tensor& input, con
   ++seq_;
   return run(make(OpType::_REDUCE_SCATTER_BASE, method, {output}), !opts.asyncOp, [&](TorchWork& w) {
     w.keep(in);
-    if (o.device >= 0 || hostStaged()) {
-      w.setStaged(o.device);
-      w.add(comm_->reduceScatterStaged(i.data, o.data, o.count, o.dtype, r.op, Algo::kAuto, deviceCall(o, method)));
-    } else {
-      w.add(comm_->reduceScatter(i.data, o.data, o.count, o.dtype, r.op, Algo::kAuto));
-    }
+    addReduceScatter(w, i, o, r.op, method);
   });
 }
 
@@ -346,18 +341,9 @@ WorkPtr Backend::reduce_scatter(std::vector<at::Tensor>& outputs, std::vector<st
                                 const c10d::ReduceScatterOptions& opts) {
   const char* method = "reduce_scatter";
   at::Tensor& output = single(outputs, method, "output_tensors");
-  checkOneList(inputs.size(), method, "input_tensors");
-  const std::vector<at::Tensor>& ins = inputs[0];
   const Buffer o = check(output, method, "output");
-  if (static_cast<int>(ins.size()) != size_) {
-    C10_THROW_ERROR(ValueError, c10::str("pycollect backend: reduce_scatter(input_tensors): list has ", ins.size(),
-                                         " entries, the group has ", size_, " ranks"));
-  }
-  for (const auto& t : ins) {
-    check(t, method, "input_tensors");
-    checkNumel(t, output.numel(), method, "input_tensors");
-  }
-  checkSameDType(ins, output, method);
+  const std::vector<at::Tensor> ins = groupList(inputs, output, method, "input_tensors");
+  for (const auto& t : ins) checkNumel(t, output.numel(), method, "input_tensors");
   std::vector<at::Tensor> all(ins);
   all.push_back(output);
   const bool cuda = onCuda(all, method);
@@ -405,16 +391,7 @@ WorkPtr Backend::reduce_scatter_tensor_coalesced(std::vector<at::Tensor>& output
   seq_ += inputs.size();
   return run(make(OpType::REDUCE_SCATTER_TENSOR_COALESCED, method, outputs), !opts.asyncOp, [&](TorchWork& w) {
     for (auto& t : ins) w.keep(t);
-    for (size_t k = 0; k < ins.size(); ++k) {
-      const Buffer& i = inBufs[k];
-      const Buffer& o = outBufs[k];
-      if (o.device >= 0 || hostStaged()) {
-        w.setStaged(o.device);
-        w.add(comm_->reduceScatterStaged(i.data, o.data, o.count, o.dtype, r.op, Algo::kAuto, deviceCall(o, method)));
-      } else {
-        w.add(comm_->reduceScatter(i.data, o.data, o.count, o.dtype, r.op, Algo::kAuto));
-      }
-    }
+    for (size_t k = 0; k < ins.size(); ++k) addReduceScatter(w, inBufs[k], outBufs[k], r.op, method);
   });
 }
 
@@ -492,21 +469,12 @@ WorkPtr Backend::alltoall(std::vector<at::Tensor>& outputs, std::vector<at::Tens
   for (const auto& t : outputs) check(t, method, "output_tensors");
   checkSameDType(inputs, inputs[0], method);
   checkSameDType(outputs, inputs[0], method);
-  std::vector<at::Tensor> all(outputs);
-  all.insert(all.end(), inputs.begin(), inputs.end());
-  const bool cuda = onCuda(all, method);
   auto work = make(OpType::ALLTOALL, method, outputs);
-  std::vector<std::pair<at::Tensor, at::Tensor>> back;
-  std::vector<at::Tensor> ins, outs;
-  for (const auto& t : inputs) ins.push_back(cuda ? hostInput(t) : t);
-  for (const auto& t : outputs) outs.push_back(cuda ? hostOutput(work, t, back) : t);
-  copyBackWhenDone(work, std::move(back));
+  const HostLists host = hostLists(work, inputs, outputs, method);
   const DType dtype = check(inputs[0], method, "input_tensors").dtype;
   ++seq_;
   return run(work, !opts.asyncOp, [&](TorchWork& w) {
-    for (auto& t : ins) w.keep(t);
-    for (auto& t : outs) w.keep(t);
-    w.add(comm_->allToAll(spansOf(ins), spansOf(outs), dtype));
+    w.add(comm_->allToAll(spansOf(host.ins), spansOf(host.outs), dtype));
   });
 }
 

@@ -18,31 +18,32 @@ WorkPtr Backend::send(std::vector<at::Tensor>& tensors, int dstRank, int tag) {
   });
 }
 
+Backend::Receiving Backend::receiving(OpType type, const char* method, std::vector<at::Tensor>& tensors) {
+  at::Tensor& t = single(tensors, method);
+  Receiving r{make(type, method, {t}), t, check(t, method, "tensor")};
+  if (t.is_cuda()) {
+    std::vector<std::pair<at::Tensor, at::Tensor>> back;
+    r.data = hostOutput(r.work, t, back);
+    copyBackWhenDone(r.work, std::move(back));
+  }
+  return r;
+}
+
 WorkPtr Backend::recv(std::vector<at::Tensor>& tensors, int srcRank, int tag) {
-  at::Tensor& t = single(tensors, "recv");
-  const Buffer b = check(t, "recv", "tensor");
-  auto work = make(OpType::RECV, "recv", {t});
-  std::vector<std::pair<at::Tensor, at::Tensor>> back;
-  at::Tensor data = t.is_cuda() ? hostOutput(work, t, back) : t;
-  copyBackWhenDone(work, std::move(back));
-  work->setSource(srcRank);
-  return run(work, false, [&](TorchWork& w) {
-    w.keep(data);
-    w.add(comm_->recv(data.data_ptr(), b.count, b.dtype, srcRank, tag));
+  Receiving r = receiving(OpType::RECV, "recv", tensors);
+  r.work->setSource(srcRank);
+  return run(r.work, false, [&](TorchWork& w) {
+    w.keep(r.data);
+    w.add(comm_->recv(r.data.data_ptr(), r.buffer.count, r.buffer.dtype, srcRank, tag));
   });
 }
 
 WorkPtr Backend::recvAnysource(std::vector<at::Tensor>& tensors, int tag) {
-  at::Tensor& t = single(tensors, "recvAnysource");
-  const Buffer b = check(t, "recvAnysource", "tensor");
-  auto work = make(OpType::RECVANYSOURCE, "recvAnysource", {t});
-  std::vector<std::pair<at::Tensor, at::Tensor>> back;
-  at::Tensor data = t.is_cuda() ? hostOutput(work, t, back) : t;
-  copyBackWhenDone(work, std::move(back));
-  return run(work, false, [&](TorchWork& w) {
-    w.keep(data);
+  Receiving r = receiving(OpType::RECVANYSOURCE, "recvAnysource", tensors);
+  return run(r.work, false, [&](TorchWork& w) {
+    w.keep(r.data);
     // The engine writes the sender's rank into the Work before it completes.
-    w.add(comm_->recvAny(data.data_ptr(), b.count, b.dtype, tag, w.sourceSlot()));
+    w.add(comm_->recvAny(r.data.data_ptr(), r.buffer.count, r.buffer.dtype, tag, w.sourceSlot()));
   });
 }
 
