@@ -2,11 +2,13 @@
 // four all-reduce algorithms on float32 and int64 (0 .. 1M elements, sum, max, min, avg),
 // all-gather (ring, Bruck, in place), reduce-scatter, broadcast from every root, barrier,
 // reduce, gather and scatter (uneven shares, one empty), all-to-all, coalesced all-reduce
-// and all-gather; each call issued blocking under InlineScope or async and waited on in
+// and all-gather, calls issued from completion hooks; each call issued blocking under InlineScope or async and waited on in
 // another way, and rounds of async calls queued back to back and waited on in reverse.
 // Every rank's result is checked against values.h. collectiveSweep is also part_shm.cc's.
+#include <condition_variable>
 #include <deque>
 #include <functional>
+#include <mutex>
 
 #include "collective_cases.h"
 #include "parts.h"
@@ -152,6 +154,50 @@ void queuedCalls(Communicator& c, int round) {
   for (auto& call : calls) call.verify();
 }
 
+// Calls issued from a completion hook (Work::whenDone), as a torch Future's callback issues
+// them (PowerSGD): the hook runs on the thread that finished the call, often the worker, and
+// waits there for the call it issued: the engine must run it on that thread
+// (worker.cc, [Note: calls from a completion]) after what was queued before it.
+void callsFromCompletions(Communicator& c, int round) {
+  const int rank = c.rank(), n = c.size();
+  const size_t count = round == 0 ? 8 : size_t{1} << 16;
+  std::vector<float> first(count), second(count), queued(count);
+  for (size_t i = 0; i < count; ++i) first[i] = second[i] = queued[i] = value<float>(rank, i);
+  std::mutex mu;
+  std::condition_variable cv;
+  bool hookDone = false;
+  std::string hookError;
+  auto a = c.allReduce(first.data(), count, DType::kFloat32, ReduceOp::kSum, Algo::kAuto);
+  // Queued behind the first call before the hook is set, so that on every rank it comes
+  // before the hook's calls: the hook's thread runs it first when it drives (runHere), or the
+  // worker does when the hook runs here, the first call already done.
+  auto q = c.allReduce(queued.data(), count, DType::kFloat32, ReduceOp::kSum, Algo::kAuto);
+  a->whenDone([&] {
+    try {
+      c.barrier()->wait(-1);
+      c.allReduce(second.data(), count, DType::kFloat32, ReduceOp::kSum, Algo::kAuto)->wait(-1);
+    } catch (const std::exception& e) {
+      std::lock_guard<std::mutex> lock(mu);
+      hookError = e.what();
+    }
+    std::lock_guard<std::mutex> lock(mu);
+    hookDone = true;
+    cv.notify_all();
+  });
+  a->wait(-1);
+  {
+    std::unique_lock<std::mutex> lock(mu);
+    EXPECT(cv.wait_for(lock, std::chrono::seconds(30), [&] { return hookDone; }),
+           "rank " << rank << ": the completion hook's calls did not finish (round " << round << ")");
+    EXPECT(hookError.empty(), "rank " << rank << ": the completion hook's call failed: " << hookError);
+  }
+  q->wait(-1);
+  for (auto* data : {&first, &second, &queued}) {
+    EXPECT_EACH(data->data(), count, [&](size_t i) { return reduced<float>(ReduceOp::kSum, n, i); },
+                "calls from a completion, round " << round << ", rank " << rank);
+  }
+}
+
 }  // namespace
 
 void collectiveSweep(Communicator& c, const Sweep& sweep) {
@@ -205,6 +251,8 @@ void collectiveSweep(Communicator& c, const Sweep& sweep) {
   coalescedCases(c, Algo::kRing, style++);
   stage() = "queued calls";
   for (int round = 0; round < 3; ++round) queuedCalls(c, round);
+  stage() = "calls from completions";
+  for (int round = 0; round < 2; ++round) callsFromCompletions(c, round);
 }
 
 void partCollectives() {
