@@ -256,8 +256,8 @@ class Communicator {
   // Runs an op taken from the queue on the thread that now drives the links (the worker,
   // or a waiting caller): a collective to its end, a send/recv posted (p2p_ carries it on).
   void runTaken(Op& op);
-  // Runs `ops` in order on this thread, which drives the group: calls issued by a completion
-  // hook, after what was queued before them (worker.cc, [Note: calls from a completion]).
+  // Runs `ops` in order on this thread, which drives the group: a call issued by a completion
+  // hook (last), after what was queued before it (worker.cc, [Note: calls from a completion]).
   void runHere(std::deque<Op>& ops);
   void failRunning(const std::shared_ptr<Work>& work, const std::exception& e);
   std::shared_ptr<Work> enqueue(const WireHeader& header, std::function<void(Context&)> run) {

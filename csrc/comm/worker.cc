@@ -39,8 +39,9 @@
 // PowerSGD hook does, and wait for them) run on the thread that finished the op, which
 // still drives the group (DriverMark says so). A call issued there cannot be left to the
 // worker, which may be this very thread: enqueue runs it on the spot (runHere), after
-// whatever was queued before it, and drives a send or recv to its end. Works are finished
-// outside any iteration over p2p_ (reapP2P), so such a call may post transfers.
+// whatever was queued before it (run as the worker runs it), and drives its own send or
+// recv to its end. Works are finished outside any iteration over p2p_ (reapP2P), so such
+// a call may post transfers.
 #include <unistd.h>
 
 #include <algorithm>
@@ -234,20 +235,27 @@ bool Communicator::waitDriving(const std::shared_ptr<Work>& work, double timeout
 }
 
 void Communicator::runHere(std::deque<Op>& ops) {
-  for (auto& op : ops) {
+  // What was queued ahead runs as the worker would run it (runTaken: a send or recv posted,
+  // p2p_ carries it on); the hook's own call, last, to its end: the hook waits for it, and
+  // no other thread drives while this one does.
+  while (!ops.empty()) {
     std::string failure;
     {
       std::lock_guard<std::mutex> lock(mu_);
       failure = failure_;
     }
-    Work& work = *workOf(op);
-    if (!failure.empty()) {
-      work.finish(std::make_exception_ptr(
-          GroupFailedError(work.what() + " was not run: the process group failed: " + failure)));
+    if (!failure.empty()) {  // as failWith would have dropped them from the queue
+      failPending(std::move(ops), "the process group failed: " + failure);
+      return;
+    }
+    Op op = std::move(ops.front());
+    ops.pop_front();
+    if (!ops.empty()) {
+      runTaken(op);
     } else if (auto* c = std::get_if<Collective>(&op)) {
       runCollective(*c);
     } else {
-      runP2P(*std::get<std::unique_ptr<PendingP2P>>(op));  // to its end: nobody else would drive it
+      runP2P(*std::get<std::unique_ptr<PendingP2P>>(op));
     }
   }
 }

@@ -114,9 +114,7 @@ class Backend : public c10d::Backend {
     } catch (const c10::Error&) {
       throw;
     } catch (const std::exception&) {
-      auto failed = std::make_shared<pycollect::Work>(work->method());
-      failed->finish(std::current_exception());
-      work->add(std::move(failed));
+      work->addFailed(std::current_exception());
     }
     return launch(std::move(work));
   }

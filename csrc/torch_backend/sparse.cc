@@ -26,7 +26,8 @@ at::Tensor gathered(Communicator& comm, const at::Tensor& in, int size) {
 
 WorkPtr Backend::allreduce_sparse(std::vector<at::Tensor>& tensors, const c10d::AllreduceOptions& opts) {
   at::Tensor& tensor = single(tensors, "allreduce_sparse");
-  if (reduction(opts.reduceOp, "allreduce").op != ReduceOp::kSum || reduction(opts.reduceOp, "allreduce").premul()) {
+  const Reduction r = reduction(opts.reduceOp, "allreduce");
+  if (r.op != ReduceOp::kSum || r.premul()) {
     C10_THROW_ERROR(ValueError, "pycollect backend: sparse allreduce supports SUM only");
   }
   if (tensor.is_cuda()) C10_THROW_ERROR(NotImplementedError, "pycollect backend: sparse allreduce of CUDA tensors");

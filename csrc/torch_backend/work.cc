@@ -62,13 +62,17 @@ c10::intrusive_ptr<TorchWork> TorchWork::start(c10::intrusive_ptr<TorchWork> sel
   return self;
 }
 
+void TorchWork::addFailed(std::exception_ptr error) {
+  auto failed = std::make_shared<pycollect::Work>(method_);
+  failed->finish(error);
+  add(std::move(failed));
+}
+
 c10::intrusive_ptr<TorchWork> TorchWork::done(int rank, c10d::OpType type, const char* method,
                                               std::vector<at::Tensor> outputs, std::exception_ptr error) {
   auto w = c10::make_intrusive<TorchWork>(rank, type, method, std::move(outputs), nullptr, false);
-  w->pending_.store(1);
-  if (error) w->finish_ = [error] { std::rethrow_exception(error); };
-  w->engineDone();
-  return w;
+  if (error) w->addFailed(error);
+  return start(std::move(w));
 }
 
 void TorchWork::engineDone() {

@@ -41,6 +41,9 @@ class TorchWork : public c10d::Work {
   // keep alive until it completes; the finish step, run once every engine operation
   // succeeded, before the Work completes.
   void add(std::shared_ptr<pycollect::Work> work) { engine_.push_back(std::move(work)); }
+  // The call failed before the engine ran it (`error`): an engine operation already ended
+  // with it, which settles the Work as any other failure does.
+  void addFailed(std::exception_ptr error);
   void keep(at::Tensor t) { keep_.push_back(std::move(t)); }
   void setFinish(std::function<void()> fn) { finish_ = std::move(fn); }
   // Staged (device) calls: the device whose stream the caller's wait() may order (-1: the
