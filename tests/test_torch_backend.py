@@ -482,6 +482,13 @@ def case_unsupported():
                                                                op=R.PREMUL_SUM(0.5), group=pg),
         "not contiguous": lambda: dist.all_reduce(torch.ones(6, 2).t(), group=pg),
         "SUM only": lambda: dist.all_reduce(torch.ones(3).to_sparse(), op=R.MAX, group=pg),
+        # sizes that do not fit the group, each caught by the backend before anything is sent
+        "list has 1 entries, the group has 3 ranks": lambda: dist.all_gather([torch.zeros(2)], torch.ones(2), group=pg),
+        "has 5 elements, expected 6": lambda: dist.all_gather_into_tensor(torch.zeros(5), torch.ones(2), group=pg),
+        "split sizes add up to 4 rows, the tensor has 3": lambda: dist.all_to_all_single(
+            torch.zeros(3), torch.ones(3), output_split_sizes=[1, 1, 2], input_split_sizes=[1, 1, 1], group=pg),
+        "dtypes differ": lambda: dist.all_gather_into_tensor(torch.zeros(6, dtype=torch.float64), torch.ones(2),
+                                                             group=pg),
     }
     errors = {k: _raises(fn, (NotImplementedError, ValueError, TypeError, RuntimeError)) for k, fn in calls.items()}
     unchanged = tb.engine_group(pg).counters() == before
