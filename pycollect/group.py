@@ -36,6 +36,7 @@ def _comm_options(timeout: datetime.timedelta, options: Options, size: int) -> "
         value = getattr(options, name)
         if value is not None:
             setattr(o, name, value)
+    o.all_links_at_start = options.links == "all"
     if options.trace:
         _check_trace_hooks()
     o.trace = options.trace

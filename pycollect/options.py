@@ -34,12 +34,14 @@ _INTEGERS = {
 KNOWN = frozenset(_INTEGERS) | {"PYCOLLECT_ALGO", "PYCOLLECT_SOCKET_IFNAME", "PYCOLLECT_LINK_TIMEOUT",
                                  "PYCOLLECT_SECRET", "PYCOLLECT_SECRET_FILE", "PYCOLLECT_TRANSPORT",
                                  "PYCOLLECT_HOST_TAG", "PYCOLLECT_TRACE", "PYCOLLECT_MODEL",
-                                 "PYCOLLECT_BLOCKING_WAIT", "PYCOLLECT_FLIGHT_DIR"}
+                                 "PYCOLLECT_BLOCKING_WAIT", "PYCOLLECT_FLIGHT_DIR", "PYCOLLECT_LINKS"}
 TRANSPORTS = ("auto", "tcp", "shm")
+LINKS = ("used", "all")  # made when first used (the ring's at formation), or every one at formation
 
 # The tunables every rank of a group must set alike, because they shape what goes on the wire
 # where no header says so (name -> the engine's CommOptions attribute, the default resolved):
-# the segment size cuts the pipelined hierarchy into pieces (collectives/rail_pipeline.cc). A
+# the segment size cuts the pipelined hierarchy into pieces (collectives/rail_pipeline.cc), and
+# which links a rank makes as the group forms is which it waits for its peers to make. A
 # group whose ranks disagree fails as it forms, with a MismatchError naming the setting.
 # The others need no such check: the algorithm (PYCOLLECT_ALGO, _DIRECT_MAX_BYTES, _MODEL) and a
 # device call's piece count (PYCOLLECT_STAGING_BYTES) travel in every call's header, which
@@ -47,7 +49,7 @@ TRANSPORTS = ("auto", "tcp", "shm")
 # the ring's segments are cut from one byte stream either way; how deep receives are posted
 # (_INFLIGHT), when shared memory reads in place (_SHM_SINGLE_COPY_BYTES: each record says which
 # it is), spinning, socket buffers, timeouts, tracing, the flight recorder and host tags are local.
-WIRE_SETTINGS = {"PYCOLLECT_SEGMENT_BYTES": "segment_bytes"}
+WIRE_SETTINGS = {"PYCOLLECT_SEGMENT_BYTES": "segment_bytes", "PYCOLLECT_LINKS": "all_links_at_start"}
 
 
 @dataclass(frozen=True)
@@ -64,6 +66,7 @@ class Options:
     link_timeout: Optional[float] = None
     secret: Optional[bytes] = field(default=None, repr=False)  # never printed, never stored
     transport: Optional[str] = None  # auto, tcp or shm; None: the engine's (auto)
+    links: str = "used"  # PYCOLLECT_LINKS: links made when first used, or "all" as the group forms
     host_tag: Optional[str] = None
     staging_bytes: Optional[int] = None  # CUDA tensors: bytes per staged piece
     shm_single_copy_bytes: Optional[int] = None  # None: default_single_copy_bytes
@@ -112,6 +115,11 @@ class Options:
             if transport not in TRANSPORTS:
                 raise ValueError(f"PYCOLLECT_TRANSPORT={transport!r} must be one of {', '.join(TRANSPORTS)}")
             values["transport"] = transport
+        links = env.get("PYCOLLECT_LINKS", "").strip().lower()
+        if links:
+            if links not in LINKS:
+                raise ValueError(f"PYCOLLECT_LINKS={links!r} must be one of {', '.join(LINKS)}")
+            values["links"] = links
         flight_dir = env.get("PYCOLLECT_FLIGHT_DIR", "").strip()
         if flight_dir:
             values["flight_dir"] = flight_dir

@@ -44,12 +44,15 @@ def case_form_under_flood(strangers: int):
     finally:
         elapsed, cpu = time.perf_counter() - t0, time.process_time() - cpu0
         if r == 1:
-            os.dup2(saved_stderr, 2)
-            os.close(saved_stderr)
             resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
     t = torch.ones(1000)
     pc.all_reduce(t, group=g)
+    # The listener greets connections as long as the group lives (links are made when first
+    # used): its summary of refusals comes when the group is destroyed, if not before.
     pc.destroy_process_group(g)
+    if r == 1:
+        os.dup2(saved_stderr, 2)
+        os.close(saved_stderr)
     out = {"sum_ok": bool(torch.all(t == 2)), "seconds": elapsed, "cpu": cpu}
     if r == 0:
         th.join(20)

@@ -40,6 +40,7 @@ def test_every_variable_is_read(tmp_path):
         "PYCOLLECT_LINK_TIMEOUT": ("2.5", "link_timeout", 2.5),
         "PYCOLLECT_SECRET": ("abc", "secret", b"abc"),
         "PYCOLLECT_TRANSPORT": ("TCP", "transport", "tcp"),
+        "PYCOLLECT_LINKS": ("All", "links", "all"),
         "PYCOLLECT_HOST_TAG": ("h1", "host_tag", "h1"),
         "PYCOLLECT_STAGING_BYTES": ("1024", "staging_bytes", 1024),
         "PYCOLLECT_SHM_SINGLE_COPY_BYTES": ("4096", "shm_single_copy_bytes", 4096),
@@ -65,6 +66,7 @@ def test_every_variable_is_read(tmp_path):
     ({"PYCOLLECT_SOCKET_BUFFER": "-5"}, "PYCOLLECT_SOCKET_BUFFER='-5' must be >= 0"),
     ({"PYCOLLECT_ALGO": "trie"}, "PYCOLLECT_ALGO='trie': choose one of auto, ring, direct, halving_doubling"),
     ({"PYCOLLECT_SEGMENT_BYTE": "4096"}, "unknown environment variable(s) PYCOLLECT_SEGMENT_BYTE"),
+    ({"PYCOLLECT_LINKS": "ring"}, "PYCOLLECT_LINKS='ring' must be one of used, all"),
 ])
 def test_bad_values_name_the_variable(env, words):
     with pytest.raises(ValueError) as info:

@@ -23,9 +23,12 @@ def _leftover_segments():
 
 
 def case_segments_while_connected():
-    """Links of the default group, and whether any segment still has a name while they run."""
+    """Links of the default group once every one is made (an all-to-all needs them all), and
+    whether any segment still has a name while they run."""
     t = torch.ones(1 << 20)
     pc.all_reduce(t)
+    w = pc.get_world_size()
+    pc.all_to_all([torch.zeros(1) for _ in range(w)], [torch.ones(1) for _ in range(w)])
     return pc.get_transport_info(), _leftover_segments(), bool(torch.all(t == pc.get_world_size()))
 
 
@@ -90,6 +93,63 @@ def case_last_message_then_leave(flag: str):
     return True
 
 
+def case_links_made_when_used(links: str):
+    """A fresh group over the pool's 4 ranks, with PYCOLLECT_LINKS=`links`: the links made
+    after formation, after a send between ranks that are not ring neighbours (0 and 2), and
+    after an all-to-all (every link, most dialed by both ends at once); and whether the
+    results were right."""
+    r, w = pc.get_rank(), pc.get_world_size()
+    saved = dict(os.environ)
+    os.environ["PYCOLLECT_LINKS"] = links
+    try:
+        g = pc.new_group(list(range(w)))
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
+    def in_step():  # every rank has looked before any makes more links: a ring call ends on
+        pc.all_reduce(torch.zeros(1), group=g, algo="ring")  # no rank before all entered it
+
+    formed = sorted(pc.get_transport_info(g))
+    in_step()
+    t = torch.full((1000,), float(r))
+    if r == 0:
+        pc.send(t, dst=2, group=g)
+    elif r == 2:
+        pc.recv(t, src=0, group=g)
+    sent = sorted(pc.get_transport_info(g))
+    in_step()
+    ok = r != 2 or bool(torch.all(t == 0))
+    outs = [torch.zeros(3) for _ in range(w)]
+    pc.all_to_all(outs, [torch.full((3,), float(r * w + q)) for q in range(w)], group=g)
+    ok = ok and all(torch.equal(o, torch.full((3,), float(q * w + r))) for q, o in enumerate(outs))
+    kinds = pc.get_transport_info(g)
+    pc.destroy_process_group(g)
+    return formed, sent, kinds, ok
+
+
+def case_link_to_a_departed_peer():
+    """Rank 2 leaves a fresh group right after its first (ring) call; then rank 0, which has no
+    link to rank 2 yet, sends to it: the send must fail within seconds, naming rank 2."""
+    r = pc.get_rank()
+    g = pc.new_group([0, 1, 2, 3])
+    pc.all_reduce(torch.ones(1), group=g, algo="ring")  # only ring neighbours' links
+    if r == 2:
+        pc.destroy_process_group(g)
+    pc.barrier()  # the pool's own group: rank 2 has left g
+    error, took = None, 0.0
+    if r == 0:
+        t0 = time.monotonic()
+        try:
+            pc.send(torch.ones(4), dst=2, group=g)
+        except Exception as e:  # noqa: BLE001 - the test checks the type and text
+            error = f"{type(e).__name__}: {e}"
+        took = time.monotonic() - t0
+    pc.barrier()
+    if r != 2:
+        pc.destroy_process_group(g)
+    return error, took
+
+
 def case_new_group_error():
     r = pc.get_rank()
     saved = dict(os.environ)
@@ -141,6 +201,24 @@ def test_a_peer_that_sends_and_leaves_is_not_lost(pool4, tmp_path):
     finally:
         os.kill(rank0, signal.SIGCONT)
     assert pool4.collect(ranks=[0], timeout=60) == [(True, True)]
+
+
+@pytest.mark.parametrize("links", ["used", "all"])
+def test_links_are_made_when_first_used(pool4, links):
+    results = pool4.run(case_links_made_when_used, links)
+    for r, (formed, sent, kinds, ok) in enumerate(results):
+        ring = sorted({(r + 1) % 4, (r + 3) % 4})
+        everyone = [p for p in range(4) if p != r]
+        assert formed == (ring if links == "used" else everyone), (r, formed)
+        extra = {0: [2], 2: [0]}.get(r, []) if links == "used" else []
+        assert sent == sorted(set(formed) | set(extra)), (r, sent)
+        assert kinds == {p: "shm" for p in everyone} and ok, (r, kinds, ok)
+
+
+def test_a_link_to_a_departed_peer_fails_clearly(pool4):
+    error, took = pool4.run(case_link_to_a_departed_peer)[0]
+    assert error is not None and "rank 2" in error and "refused" in error, error
+    assert took < 5.0, f"the send took {took:.1f} s to fail: {error}"
 
 
 def test_forced_shm_across_hosts_is_a_clear_error_on_both_ranks():

@@ -12,13 +12,17 @@ from pycollect.topology import Topology
 def case_topology(tags):
     """Groups over every rank with PYCOLLECT_HOST_TAG = tags[rank] (None: the environment's):
     (str of its topology, its hosts, host/local rank/local size here, the peers it reaches
-    over shared memory)."""
+    over shared memory once every link is made)."""
     from pycollect.options import Options
 
     r = pc.get_rank()
     g = None if tags is None else pc.new_group(timeout=30, pg_options=dataclasses.replace(Options.from_env(),
                                                                                           host_tag=tags[r]))
     t = pc.get_topology(g)
+    import torch
+
+    n = pc.get_world_size(g)  # links are made when first used: an all-to-all makes every one
+    pc.all_to_all([torch.zeros(1) for _ in range(n)], [torch.ones(1) for _ in range(n)], group=g)
     shm = sorted(p for p, kind in pc.get_transport_info(g).items() if kind == "shm")
     out = (str(t), t.hosts, t.host, t.local_rank, t.local_size, shm)
     if g is not None:

@@ -108,6 +108,7 @@ void registerCommunicator(py::module_& m) {
             if (v == 0) throw InvalidArgument("shm_single_copy_bytes must be > 0");
             o.shmSingleCopyBytes = v;
           })
+      .def_readwrite("all_links_at_start", &CommOptions::allLinksAtStart)
       .def_readwrite("trace", &CommOptions::trace)
       .def_readwrite("flight_entries", &CommOptions::flightEntries)
       .def_property(

@@ -85,6 +85,7 @@ Communicator::Communicator(int rank, int size, CommOptions options)
   to.linkTimeoutSec = options_.linkTimeoutSec > 0 ? options_.linkTimeoutSec : kDefaultLinkTimeoutSec;
   to.hostTag = options_.hostTag;
   to.shmSingleCopyBytes = options_.shmSingleCopyBytes;
+  to.allLinksAtStart = options_.allLinksAtStart;
   transport_ = makeTransport(options_.transport, to);
 }
 
@@ -385,7 +386,8 @@ std::map<int, std::string> Communicator::linkKinds() {
   checkNotForked();
   std::map<int, std::string> kinds;
   for (int p = 0; p < static_cast<int>(links_.size()); ++p) {
-    if (links_[p] != nullptr) kinds[p] = transport_->linkKind(p);
+    const char* kind = links_[p] != nullptr ? transport_->linkKind(p) : nullptr;
+    if (kind != nullptr) kinds[p] = kind;  // the links made so far
   }
   return kinds;
 }

@@ -74,6 +74,7 @@ struct CommOptions {
   TransportKind transport = TransportKind::kAuto;  // PYCOLLECT_TRANSPORT
   std::string hostTag;                             // PYCOLLECT_HOST_TAG
   size_t shmSingleCopyBytes = kDefaultShmSingleCopyBytes;  // PYCOLLECT_SHM_SINGLE_COPY_BYTES
+  bool allLinksAtStart = false;                    // PYCOLLECT_LINKS=all (transport.h)
   StagingOptions staging;                          // device buffers (PYCOLLECT_STAGING_BYTES)
   bool trace = false;                              // PYCOLLECT_TRACE: trace every call
   size_t flightEntries = 1024;                     // PYCOLLECT_FLIGHT_ENTRIES: the flight ring's size
@@ -202,7 +203,8 @@ class Communicator {
   void shutdown();
   bool failed();
   std::string failure();
-  // What carries the link to each peer ("tcp" or "shm"), by group rank.
+  // What carries the link to each peer ("tcp" or "shm"), by group rank: the links made
+  // so far (a link is made when first used, mesh/transport.h).
   std::map<int, std::string> linkKinds();
   // Calls per kind issued on this communicator, for tests and tools.
   std::map<std::string, uint64_t> counters();

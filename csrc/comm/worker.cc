@@ -507,6 +507,7 @@ void Communicator::abort(const std::string& reason) {
   }
   cv_.notify_all();
   transport_->wake();
+  transport_->cancelConnect();  // a link being made gives up; peers that dial us are refused
   // Thread-safe: shutdown(2) only; the running op fails on the worker, which then
   // fails what is queued, and the peers see the links close.
   for (Link* l : links_) {
@@ -529,6 +530,7 @@ void Communicator::shutdown() {
   }
   cv_.notify_all();
   transport_->wake();
+  transport_->cancelConnect();  // a worker making a link gives up at once
   // Wakes a worker blocked on a link; the link's own state is left to the worker.
   for (Link* l : links_) {
     if (l != nullptr) l->interrupt();

@@ -56,6 +56,7 @@ class Link {
   uint64_t bytesPosted() const { return bytesPosted_; }
 
  protected:
+  friend class PeerLink;  // passes its posts on to the link it stands for (peer_link.h)
   virtual uint64_t queueSend(const void* data, size_t bytes) = 0;
   virtual uint64_t queueRecv(void* data, size_t bytes) = 0;
   // A transport calls these after its counter of completed sends / receives grew to

@@ -40,6 +40,9 @@ struct TransportOptions {
   // Shared memory: sends of at least this many bytes are read from the sender's memory
   // (one copy, shm/link.h); smaller ones go through the ring (two copies, pipelined).
   size_t shmSingleCopyBytes = kDefaultShmSingleCopyBytes;  // PYCOLLECT_SHM_SINGLE_COPY_BYTES
+  // PYCOLLECT_LINKS=all: connect() makes every link; otherwise only the ring's, and the
+  // rest when first used (mesh/transport.h). Every rank of a group must set it alike.
+  bool allLinksAtStart = false;
 };
 
 // Where a rank can be reached; the Python layer publishes it in the store.
@@ -54,13 +57,16 @@ class Transport {
 
   // Setup, once, in this order. listen() makes this rank reachable; connect()
   // takes every rank's Endpoint (index = rank) and the job's token, and returns
-  // the links indexed by rank, nullptr at this rank. The transport owns them.
+  // the links indexed by rank, nullptr at this rank. The transport owns them; a
+  // link may be made later, when first used, which the caller does not see.
   // Throws TimeoutError / PeerLostError naming the rank that could not be reached.
   virtual Endpoint listen(const std::string& host) = 0;
   virtual std::vector<Link*> connect(const std::vector<Endpoint>& peers, uint64_t token) = 0;
   // Any thread: makes a running connect() give up within a fraction of a second
   // (another rank reported that it failed to connect), throwing PeerLostError, or
-  // the authentication failure it saw if there was one.
+  // the authentication failure it saw if there was one. After connect(): no more links
+  // are made (a dial in progress gives up, peers that dial this rank are refused), as
+  // the group fails or closes.
   virtual void cancelConnect() = 0;
 
   // Worker thread only. progress() moves whatever moves right now on every link
@@ -71,7 +77,7 @@ class Transport {
   // Blocks until progress() may move bytes, wake() was called, or `until` passed.
   virtual void waitReady(Clock::time_point until) = 0;
 
-  // What carries the link to `peer` ("tcp", "shm"); valid after connect().
+  // What carries the link to `peer` ("tcp", "shm"); nullptr while it is not made. Any thread.
   virtual const char* linkKind(int peer) const = 0;
 
   // Any thread: makes a blocked waitReady() return soon.

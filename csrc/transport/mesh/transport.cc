@@ -1,37 +1,86 @@
 #include "transport/mesh/transport.h"
 
+#include <algorithm>
 #include <thread>
 
-#include "transport/mesh/doorbell.h"
-#include "transport/mesh/upgrade.h"
+#include "common/error.h"
 
 namespace pycollect {
 namespace mesh {
 
+Transport::Transport(TransportKind mode, const TransportOptions& options)
+    : options_(options), maker_(mode, options), kinds_(new std::atomic<const char*>[options.size]) {
+  for (int p = 0; p < options.size; ++p) kinds_[p].store(nullptr);
+}
+
 std::vector<pycollect::Link*> Transport::connect(const std::vector<Endpoint>& peers, uint64_t token) {
-  std::vector<pycollect::Link*> links = tcp_.connect(peers, token);
-  std::vector<tcp::Link*> tcpLinks;
-  for (pycollect::Link* l : links) tcpLinks.push_back(static_cast<tcp::Link*>(l));
-  const tcp::MeshOptions mo = tcp_.meshOptions(token);
+  const int self = options_.rank, size = options_.size;
+  maker_.start(peers, token, [this] { wake(); });
+  std::vector<pycollect::Link*> links(size, nullptr);
+  for (int p = 0; p < size; ++p) {
+    if (p == self) {
+      links_.push_back(nullptr);
+      continue;
+    }
+    links_.push_back(std::make_unique<PeerLink>(p, &wanted_));
+    links[p] = links_.back().get();
+  }
+  // The links made now: both ends agree on them, and each is dialed by its lower end.
+  std::vector<int> first;
+  if (options_.allLinksAtStart) {
+    for (int p = 0; p < size; ++p) {
+      if (p != self) first.push_back(p);
+    }
+  } else if (size > 1) {
+    first.push_back((self + 1) % size);
+    if (size > 2) first.push_back((self + size - 1) % size);
+  }
   auto deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(
                                      std::chrono::duration<double>(options_.timeoutSec));
-  if (mode_ != TransportKind::kTcp) bell_ = std::make_unique<shm::Bell>();
-  std::vector<Upgrade> plan = negotiate(tcpLinks, mode_, options_.hostTag, bell_ ? bell_->fd() : -1, mo, deadline);
-  isShm_.assign(links.size(), false);
-  for (size_t p = 0; p < plan.size(); ++p) {
-    if (!plan[p].chosen) continue;
-    auto doorbell = std::make_unique<TcpDoorbell>(tcp_.detach(static_cast<int>(p)),
-                                                  shm::Bell::borrow(plan[p].peerPid, plan[p].peerBell));
-    shm_.push_back(std::make_unique<shm::Link>(std::move(doorbell), std::move(plan[p].segment), plan[p].side,
-                                               plan[p].peerPid,
-                                               plan[p].singleCopy ? options_.shmSingleCopyBytes : shm::kNoSingleCopy));
-    links[p] = shm_.back().get();
-    isShm_[p] = true;
+  for (int p : first) {
+    if (p > self) maker_.dial(p, deadline);
   }
+  maker_.awaitMade(first, deadline);
+  adoptMade();
   return links;
 }
 
+void Transport::adoptMade() {
+  for (Made& m : maker_.takeMade()) {
+    pycollect::Link* made;
+    if (m.shm) {
+      made = m.shm.get();
+      kinds_[m.peer].store("shm");
+      shm_.push_back(std::move(m.shm));
+    } else {
+      made = m.tcp.get();
+      kinds_[m.peer].store("tcp");
+      tcp_.adopt(std::move(m.tcp));
+    }
+    links_[m.peer]->attach(made);
+  }
+}
+
+void Transport::makeWanted() {
+  auto deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(
+                                     std::min(options_.timeoutSec, options_.linkTimeoutSec)));
+  for (size_t i = 0; i < wanted_.size();) {
+    const int p = wanted_[i];
+    if (!links_[p]->waiting()) {
+      wanted_[i] = wanted_.back();
+      wanted_.pop_back();
+      continue;
+    }
+    maker_.rethrowFailure(p);
+    if (maker_.shouldDial(p)) maker_.dial(p, deadline);  // blocks for its handshake: milliseconds
+    ++i;
+  }
+  if (maker_.anyMade()) adoptMade();
+}
+
 void Transport::progress() {
+  if (maker_.anyMade()) adoptMade();
+  if (!wanted_.empty()) makeWanted();
   tcp_.progress();
   for (auto& l : shm_) {
     if (l->busy()) l->progress();
@@ -39,7 +88,7 @@ void Transport::progress() {
 }
 
 bool Transport::busy() const {
-  if (tcp_.busy()) return true;
+  if (!wanted_.empty() || tcp_.busy()) return true;
   for (auto& l : shm_) {
     if (l->busy()) return true;
   }
@@ -61,6 +110,9 @@ bool Transport::spin(Clock::time_point until) {
 }
 
 void Transport::waitReady(Clock::time_point until) {
+  // A link being made by the peer arrives with a wake(); a dial that was stood down is
+  // retried after a while (maker.h), so look again at least that often.
+  if (!wanted_.empty()) until = std::min(until, Clock::now() + std::chrono::milliseconds(50));
   armed_.clear();
   fds_.clear();
   for (auto& l : shm_) {
@@ -72,18 +124,18 @@ void Transport::waitReady(Clock::time_point until) {
     for (shm::Link* l : armed_) moved = l->arm() || moved;
     if (!moved && !woken_.exchange(false)) {
       for (shm::Link* l : armed_) fds_.push_back(l->fd());  // the peers' deaths and aborts
-      fds_.push_back(bell_->fd());                          // their rings
+      fds_.push_back(maker_.bell());                        // their rings
       tcp_.waitReady(until, fds_);
-      bell_->drain();
+      maker_.drainBell();
     }
     for (shm::Link* l : armed_) l->disarm();
     return;
   }
-  tcp_.waitReady(until);
+  tcp_.waitReady(until, fds_);
 }
 
 const char* Transport::linkKind(int peer) const {
-  return peer >= 0 && peer < static_cast<int>(isShm_.size()) && isShm_[peer] ? "shm" : "tcp";
+  return peer >= 0 && peer < options_.size ? kinds_[peer].load() : nullptr;
 }
 
 void Transport::wake() {
@@ -92,6 +144,7 @@ void Transport::wake() {
 }
 
 void Transport::close() {
+  maker_.stop();
   for (auto& l : shm_) l->close();
   tcp_.close();
 }

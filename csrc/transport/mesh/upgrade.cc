@@ -73,103 +73,84 @@ std::string hostIdentity(const std::string& tag) {
   return boot + "/" + std::string(ns, static_cast<size_t>(n)) + "/" + tag;
 }
 
-std::vector<Upgrade> negotiate(const std::vector<tcp::Link*>& links, TransportKind mode,
-                               const std::string& hostTag, int bell, const tcp::MeshOptions& opts,
-                               Clock::time_point deadline) {
-  const int self = opts.rank, size = static_cast<int>(links.size());
-  Intro mine;
-  mine.mode = static_cast<uint8_t>(mode);
+Local localSide(TransportKind mode, const std::string& hostTag, int bell) {
+  return {mode, hostIdentity(hostTag), bell};
+}
+
+Upgrade negotiate(tcp::Link& link, const Local& local, const tcp::MeshOptions& opts, Clock::time_point deadline) {
+  const int self = opts.rank, p = link.peer();
+  Intro mine, t;
+  mine.mode = static_cast<uint8_t>(local.mode);
   mine.pid = static_cast<int32_t>(::getpid());
-  mine.bell = bell;
+  mine.bell = local.bell;
   Probe probe = localProbe();
   mine.probeAddress = probe.address;
   mine.probeValue = probe.value;
-  std::string host = hostIdentity(hostTag);
-  std::strncpy(mine.host, host.c_str(), sizeof(mine.host) - 1);
-  std::vector<Intro> theirs(size);
-  for (tcp::Link* l : links) if (l) move(l, &mine, sizeof(mine), true, opts, deadline);
-  for (tcp::Link* l : links) if (l) move(l, &theirs[l->peer()], sizeof(Intro), false, opts, deadline);
+  std::strncpy(mine.host, local.host.c_str(), sizeof(mine.host) - 1);
+  move(&link, &mine, sizeof(mine), true, opts, deadline);
+  move(&link, &t, sizeof(t), false, opts, deadline);
+  if (t.magic != kIntroMagic) throw PeerLostError("rank " + std::to_string(p) + " sent no transport intro");
 
-  std::vector<Upgrade> plan(size);
-  for (int p = 0; p < size; ++p) {
-    if (!links[p]) continue;
-    const Intro& t = theirs[p];
-    if (t.magic != kIntroMagic) throw PeerLostError("rank " + std::to_string(p) + " sent no transport intro");
-    bool wanted = mine.mode != static_cast<uint8_t>(TransportKind::kTcp) &&
-                  t.mode != static_cast<uint8_t>(TransportKind::kTcp);
-    bool sameHost = !host.empty() && std::strncmp(mine.host, t.host, sizeof(mine.host)) == 0;
-    bool forced = mine.mode == static_cast<uint8_t>(TransportKind::kShm) ||
-                  t.mode == static_cast<uint8_t>(TransportKind::kShm);
-    if (forced && !(wanted && sameHost)) {
-      throw InvalidArgument("PYCOLLECT_TRANSPORT: rank " + std::to_string(self) + " (" +
-                            modeName(mine.mode) + ") and rank " + std::to_string(p) + " (" +
-                            modeName(t.mode) + ") cannot share memory: " +
-                            (wanted ? "they are on different hosts or IPC namespaces"
-                                    : "one of them asked for tcp"));
-    }
-    plan[p].chosen = wanted && sameHost;
-    plan[p].forced = forced;
-    plan[p].side = self < p ? 0 : 1;
-    plan[p].peerPid = t.pid;
-    plan[p].peerBell = t.bell;
+  Upgrade u;
+  bool wanted = mine.mode != static_cast<uint8_t>(TransportKind::kTcp) &&
+                t.mode != static_cast<uint8_t>(TransportKind::kTcp);
+  bool sameHost = !local.host.empty() && std::strncmp(mine.host, t.host, sizeof(mine.host)) == 0;
+  u.forced = mine.mode == static_cast<uint8_t>(TransportKind::kShm) ||
+             t.mode == static_cast<uint8_t>(TransportKind::kShm);
+  if (u.forced && !(wanted && sameHost)) {
+    throw InvalidArgument("PYCOLLECT_TRANSPORT: rank " + std::to_string(self) + " (" + modeName(mine.mode) +
+                          ") and rank " + std::to_string(p) + " (" + modeName(t.mode) + ") cannot share memory: " +
+                          (wanted ? "they are on different hosts or IPC namespaces" : "one of them asked for tcp"));
   }
-  auto canReadPeer = [&](int p) { return canRead(theirs[p].pid, {theirs[p].probeAddress, theirs[p].probeValue}); };
+  u.chosen = wanted && sameHost;
+  u.side = self < p ? 0 : 1;
+  u.peerPid = t.pid;
+  u.peerBell = t.bell;
+  if (!u.chosen) return u;
+  const bool iCanRead = canRead(t.pid, {t.probeAddress, t.probeValue});
   const size_t bytes = segmentBytes(kRingBytes);
-  // Lower ranks create and offer.
-  for (int p = self + 1; p < size; ++p) {
-    if (!plan[p].chosen) continue;
+  std::string failed;
+  if (u.side == 0) {  // the lower rank creates and offers
     Offer o;  // an empty name says "none": the peer answers not opened
     try {
-      plan[p].segment = Segment::create(bytes, p);
-      static_cast<Header*>(plan[p].segment.data())->magic = kSegmentMagic;
-      std::strncpy(o.name, plan[p].segment.name().c_str(), sizeof(o.name) - 1);
+      u.segment = Segment::create(bytes, p);
+      static_cast<Header*>(u.segment.data())->magic = kSegmentMagic;
+      std::strncpy(o.name, u.segment.name().c_str(), sizeof(o.name) - 1);
     } catch (const Error&) {
-      if (plan[p].forced) throw;
+      if (u.forced) throw;
     }
-    o.canRead = canReadPeer(p);
-    move(links[p], &o, sizeof(o), true, opts, deadline);
-  }
-  // Higher ranks open, unlink and answer.
-  std::string failed;
-  for (int p = 0; p < self; ++p) {
-    if (!plan[p].chosen) continue;
+    o.canRead = iCanRead;
+    move(&link, &o, sizeof(o), true, opts, deadline);
+    Reply rep;
+    move(&link, &rep, sizeof(rep), false, opts, deadline);
+    u.segment.unlink();  // the peer has it mapped, or will never map it
+    u.singleCopy = rep.canRead != 0;
+    if (!rep.opened) failed = "rank " + std::to_string(p) + " could not map the segment this rank offered";
+  } else {  // the higher rank opens, unlinks and answers
     Offer o;
-    move(links[p], &o, sizeof(o), false, opts, deadline);
+    move(&link, &o, sizeof(o), false, opts, deadline);
     o.name[sizeof(o.name) - 1] = 0;
     Reply rep;
-    std::string why = o.name[0] ? "" : "rank " + std::to_string(p) + " could not create a segment";
-    if (why.empty()) {
+    failed = o.name[0] ? "" : "rank " + std::to_string(p) + " could not create a segment";
+    if (failed.empty()) {
       try {
-        plan[p].segment = Segment::open(o.name, bytes, p);
-        rep.opened = static_cast<Header*>(plan[p].segment.data())->magic == kSegmentMagic;
+        u.segment = Segment::open(o.name, bytes, p);
+        rep.opened = static_cast<Header*>(u.segment.data())->magic == kSegmentMagic;
       } catch (const Error& e) {
-        why = e.what();
+        failed = e.what();
       }
     }
-    rep.canRead = canReadPeer(p);
-    plan[p].singleCopy = o.canRead != 0;
-    move(links[p], &rep, sizeof(rep), true, opts, deadline);
-    if (!rep.opened) {
-      plan[p].chosen = false;
-      if (plan[p].forced) failed = why;
-    }
-  }
-  for (int p = self + 1; p < size; ++p) {
-    if (!plan[p].chosen) continue;
-    Reply rep;
-    move(links[p], &rep, sizeof(rep), false, opts, deadline);
-    plan[p].segment.unlink();  // the peer has it mapped, or will never map it
-    plan[p].singleCopy = rep.canRead != 0;
-    if (!rep.opened) {
-      plan[p].chosen = false;
-      if (plan[p].forced) failed = "rank " + std::to_string(p) + " could not map the segment this rank offered";
-    }
+    rep.canRead = iCanRead;
+    u.singleCopy = o.canRead != 0;
+    move(&link, &rep, sizeof(rep), true, opts, deadline);
+    if (!rep.opened && failed.empty()) failed = "the segment rank " + std::to_string(p) + " offered is not one";
   }
   if (!failed.empty()) {
-    throw InvalidArgument("PYCOLLECT_TRANSPORT=shm: rank " + std::to_string(self) + ": " + failed);
+    u.chosen = false;
+    u.segment = Segment();
+    if (u.forced) throw InvalidArgument("PYCOLLECT_TRANSPORT=shm: rank " + std::to_string(self) + ": " + failed);
   }
-  for (auto& u : plan) if (!u.chosen) u.segment = Segment();
-  return plan;
+  return u;
 }
 
 }  // namespace mesh

@@ -1,17 +1,17 @@
-// Chooses, per link, between TCP and shared memory, right after the TCP mesh is
-// connected and authenticated (so only a peer that passed the handshake ever
-// learns a segment's name).
+// Chooses, per link, between TCP and shared memory, right after its TCP connection
+// is made and authenticated (so only a peer that passed the handshake ever learns a
+// segment's name). Both ends run it on the new connection at once: the rank that
+// dialed, and the peer's acceptor thread (maker.h).
 //
-//   every rank -> every peer:  Intro{mode, pid, bell, probe, host identity}
+//   each end -> the other:     Intro{mode, pid, bell, probe, host identity}
 //   lower rank -> higher rank: Offer{segment name, "I can read you"}   (same host only)
 //   higher rank -> lower rank: Reply{opened, "I can read you"}
 //
 // The host identity is the boot id, the IPC namespace and PYCOLLECT_HOST_TAG: ranks
-// share memory only where all agree and neither asked for tcp. Every rank sends
-// before it receives and the records are tiny, so the kernel's socket buffers
-// absorb them and no order of ranks can deadlock. Both ends decide from the same
-// two Intros, so they agree on every link; a rank that asked for shm where it
-// cannot be had fails the group with a sentence saying why, on both ends.
+// share memory only where all agree and neither asked for tcp. Each end sends before
+// it receives and the records are tiny, so the kernel's socket buffers absorb them.
+// Both ends decide from the same two Intros, so they agree; a rank that asked for shm
+// where it cannot be had fails with a sentence saying why, on both ends.
 #pragma once
 
 #include <sys/types.h>
@@ -43,13 +43,18 @@ struct Upgrade {
 // This host's identity: "<boot id>/<ipc namespace>/<tag>", or "" if unknown.
 std::string hostIdentity(const std::string& tag);
 
-// One Upgrade per rank (index = rank; `links[self]` is nullptr). `bell`: this rank's
-// wake-up descriptor (shm/bell.h), which its same-host peers borrow. Throws
-// InvalidArgument for a PYCOLLECT_TRANSPORT=shm that cannot be honoured, and
-// PeerLostError/TimeoutError when a peer does not answer.
-std::vector<Upgrade> negotiate(const std::vector<tcp::Link*>& links, TransportKind mode,
-                               const std::string& hostTag, int bell, const tcp::MeshOptions& opts,
-                               Clock::time_point deadline);
+// What this rank brings to every link's choice, the same for all of them.
+struct Local {
+  TransportKind mode = TransportKind::kAuto;
+  std::string host;  // hostIdentity(PYCOLLECT_HOST_TAG)
+  int bell = -1;     // this rank's wake-up descriptor (shm/bell.h), which same-host peers borrow
+};
+Local localSide(TransportKind mode, const std::string& hostTag, int bell);
+
+// The choice for the new link `link` (to link.peer()). Throws InvalidArgument for a
+// PYCOLLECT_TRANSPORT=shm that cannot be honoured, and PeerLostError when the peer
+// does not answer by `deadline`.
+Upgrade negotiate(tcp::Link& link, const Local& local, const tcp::MeshOptions& opts, Clock::time_point deadline);
 
 }  // namespace mesh
 }  // namespace pycollect

@@ -1,4 +1,4 @@
-// The connecting half of the mesh: this rank dials every higher rank and runs the
+// The connecting half: this rank dials a peer it needs a link to and runs the
 // connecting side of the handshake (handshake.h).
 #include <netinet/in.h>
 #include <poll.h>
@@ -6,7 +6,6 @@
 
 #include <cerrno>
 #include <cstring>
-#include <thread>
 
 #include "common/error.h"
 #include "common/hmac.h"
@@ -17,9 +16,12 @@ namespace pycollect {
 namespace tcp {
 namespace {
 
+constexpr const char* kStoodDown = "stood down";
+
 // Greets `peer` on connected socket `s`: our Hello (and nonce), its answer (and its
-// nonce and proof), then our proof. Returns "" once `peer` is authenticated, else
-// what went wrong; throws Error when the secrets do not match, which no retry mends.
+// nonce and proof), then our proof. Returns "" once `peer` is authenticated, kStoodDown
+// if its own dial to us is the link, else what went wrong; throws Error when the
+// secrets do not match, which no retry mends.
 std::string greet(Socket& s, int peer, const MeshOptions& opts, Clock::time_point deadline) {
   const bool withSecret = !opts.secret.empty();
   uint8_t out[sizeof(Hello) + kNonceBytes];
@@ -37,6 +39,7 @@ std::string greet(Socket& s, int peer, const MeshOptions& opts, Clock::time_poin
   Verdict v = checkHello(theirs, opts.token, opts.rank, opts.size);
   if (!v.ok()) return v.why;
   if (theirs.from != peer) return "answered as rank " + std::to_string(theirs.from);
+  if ((theirs.flags & kFlagStandDown) != 0) return kStoodDown;
   if (((theirs.flags & kFlagSecret) != 0) != withSecret) {
     throw Error(authFailedMessage(opts.rank, peer) + " (this rank has " +
                 (withSecret ? "one, rank " + std::to_string(peer) + " has none)"
@@ -63,38 +66,36 @@ std::string greet(Socket& s, int peer, const MeshOptions& opts, Clock::time_poin
 
 std::unique_ptr<Link> connectTo(int peer, const Address& addr, const MeshOptions& opts,
                                 Clock::time_point deadline) {
-  std::string last = "no attempt";
-  while (Clock::now() < deadline) {
+  auto lost = [&](const std::string& why) {
+    return PeerLostError("rank " + std::to_string(opts.rank) + ": could not connect to rank " +
+                         std::to_string(peer) + " at " + addr.str() + ": " + why);
+  };
+  if (opts.cancelled()) throwCancelled(opts);
+  Socket s = Socket::create(addr.family());
+  configure(s, opts);
+  int rc = ::connect(s.fd(), reinterpret_cast<const sockaddr*>(&addr.storage), addr.length);
+  int err = rc < 0 && errno != EINPROGRESS ? errno : 0;
+  if (err == 0) {
+    int ready = pollOne(s.fd(), POLLOUT, deadline, opts);
     if (opts.cancelled()) throwCancelled(opts);
-    Socket s = Socket::create(addr.family());
-    configure(s, opts);
-    int rc = ::connect(s.fd(), reinterpret_cast<const sockaddr*>(&addr.storage), addr.length);
-    if (rc < 0 && errno != EINPROGRESS) {
-      last = syscallMessage("connect", errno, "to " + addr.str());
-      std::this_thread::sleep_for(std::chrono::milliseconds(20));
-      continue;
+    if (ready == 0) {
+      throw TimeoutError("rank " + std::to_string(opts.rank) + ": could not connect to rank " +
+                         std::to_string(peer) + " at " + addr.str() + ": its host did not answer in time");
     }
-    if (pollOne(s.fd(), POLLOUT, deadline, opts) <= 0) {
-      last = "connect to " + addr.str() + " timed out";
-      continue;
-    }
-    int err = 0;
     socklen_t len = sizeof(err);
     ::getsockopt(s.fd(), SOL_SOCKET, SO_ERROR, &err, &len);
-    if (err != 0) {
-      last = syscallMessage("connect", err, "to " + addr.str());
-      std::this_thread::sleep_for(std::chrono::milliseconds(20));
-      continue;
-    }
-    std::string problem = greet(s, peer, opts, deadline);
-    if (problem.empty()) return std::make_unique<Link>(std::move(s), peer, opts.linkTimeoutSec);
-    throw PeerLostError("rank " + std::to_string(opts.rank) + ": handshake with rank " +
-                        std::to_string(peer) + " at " + addr.str() + " failed: " + problem);
   }
-  if (opts.cancelled()) throwCancelled(opts);
-  throw TimeoutError("rank " + std::to_string(opts.rank) + ": could not connect to rank " +
-                     std::to_string(peer) + " at " + addr.str() + " within " +
-                     std::to_string(opts.timeoutSec) + " s: " + last);
+  // Every rank listens before it publishes its address, and until its group is
+  // destroyed: a refusal means the peer is gone, and no retry would find it.
+  if (err == ECONNREFUSED) throw lost("connection refused (it exited or destroyed the group)");
+  if (err != 0) throw lost(syscallMessage("connect", err, ""));
+  std::string problem = greet(s, peer, opts, deadline);
+  if (problem == kStoodDown) return nullptr;
+  if (!problem.empty()) {
+    throw PeerLostError("rank " + std::to_string(opts.rank) + ": handshake with rank " + std::to_string(peer) +
+                        " at " + addr.str() + " failed: " + problem);
+  }
+  return std::make_unique<Link>(std::move(s), peer, opts.linkTimeoutSec);
 }
 
 }  // namespace tcp

@@ -1,9 +1,14 @@
-// The connection handshake, protocol version 3.
+// The connection handshake, protocol version 4.
 //
 //   connecting rank C                          accepting rank A
 //   Hello{token, C, A, flags} [+ nonce_C]  ->
 //                                          <-  Hello{token, A, C, flags} [+ nonce_A + proof_A]
 //   [proof_C]                              ->
+//
+// Links are made when first used (mesh/maker.h), by whichever end needs one first, so two
+// ranks may dial each other at once. Then the lower rank's connection is the link: the
+// lower rank answers the higher one's Hello with kFlagStandDown (and nothing more), and
+// the higher rank drops that connection and takes the one it accepts.
 //
 // Every field of a Hello is checked. With a shared secret (PYCOLLECT_SECRET) both
 // Hellos carry kFlagSecret and each side proves it knows the secret: a proof is
@@ -24,9 +29,11 @@ namespace pycollect {
 namespace tcp {
 
 constexpr uint32_t kMagic = 0x4c4f4350;  // "PCOL" in little-endian byte order
-constexpr uint32_t kProtocolVersion = 3;  // 2: flags and the secret's challenge-response; 3: the
-                                         // upgrade's Intro carries the Bell (mesh/upgrade.cc)
+constexpr uint32_t kProtocolVersion = 4;  // 2: flags and the secret's challenge-response; 3: the
+                                         // upgrade's Intro carries the Bell (mesh/upgrade.cc);
+                                         // 4: links made on first use, kFlagStandDown
 constexpr uint32_t kFlagSecret = 1;       // the sender has a secret and will prove it
+constexpr uint32_t kFlagStandDown = 2;    // answer only: drop this connection, my own dial is the link
 
 struct Hello {
   uint32_t magic = kMagic;

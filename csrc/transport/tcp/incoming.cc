@@ -17,9 +17,7 @@ Incoming::State Incoming::refuse(Refusal why, std::string text) {
   return State::kRefused;
 }
 
-Incoming::State Incoming::step(const MeshOptions& opts,
-                               const std::vector<std::unique_ptr<Link>>& links,
-                               Clock::time_point now) {
+Incoming::State Incoming::step(const MeshOptions& opts, const Admit& admit, Clock::time_point now) {
   // Bytes this stage needs: a Hello (plus a nonce if it says it has a secret), or a proof.
   auto want = [this] {
     if (stage_ == Stage::kProof) return sizeof(Proof);
@@ -48,19 +46,21 @@ Incoming::State Incoming::step(const MeshOptions& opts,
       if (!v.ok()) return refuse(v.refusal, v.why);
     }
   }
-  return stage_ == Stage::kHello ? answer(opts, links, now) : checkProof(opts);
+  return stage_ == Stage::kHello ? answer(opts, admit, now) : checkProof(opts);
 }
 
-// A complete Hello from a plausible lower rank: answer with ours, and with a
-// secret on both sides our nonce and proof; the peer's proof comes next.
-Incoming::State Incoming::answer(const MeshOptions& opts,
-                                 const std::vector<std::unique_ptr<Link>>& links,
-                                 Clock::time_point now) {
+// A complete Hello from a plausible rank: answer with ours, and with a secret on both
+// sides our nonce and proof; the peer's proof comes next. Or, if this rank's own dial
+// to it is the link, our Hello saying so (kFlagStandDown), and nothing more.
+Incoming::State Incoming::answer(const MeshOptions& opts, const Admit& admit, Clock::time_point now) {
   const int peer = hello_.from;
-  if (peer > opts.rank) {
-    return refuse(Refusal::kMisaddressed, "rank " + std::to_string(peer) + " should be accepting, not connecting");
+  if (admit(peer) == Admission::kStandDown) {
+    Hello mine = makeHello(opts.token, opts.rank, peer, false);
+    mine.flags = kFlagStandDown;
+    (void)socket_.sendSome(&mine, sizeof(mine));  // if it is lost, the peer sees the close
+    return State::kStoodDown;
   }
-  if (links[peer]) return refuse(Refusal::kMisaddressed, "rank " + std::to_string(peer) + " is already connected");
+  admitted_ = true;
   const bool withSecret = !opts.secret.empty();
   const bool theirs = (hello_.flags & kFlagSecret) != 0;
   uint8_t out[sizeof(Hello) + kNonceBytes + sizeof(Proof)];

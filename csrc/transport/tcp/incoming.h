@@ -4,8 +4,13 @@
 // (and nonce), answers with ours (and our nonce and proof) and, with a secret,
 // reads the peer's proof. A connection that does not finish a stage within the
 // grace period is refused as silent.
+//
+// Whether a greeting from a rank is taken is the caller's to say (Admit, asked once
+// the Hello is complete): take it, or stand it down because this rank's own dial to it
+// is the link (handshake.h).
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -19,16 +24,18 @@
 namespace pycollect {
 namespace tcp {
 
+enum class Admission { kTake, kStandDown };
+using Admit = std::function<Admission(int peer)>;
+
 class Incoming {
  public:
-  enum class State { kWaiting, kAccepted, kRefused };
+  enum class State { kWaiting, kAccepted, kRefused, kStoodDown };
 
   Incoming(Socket socket, Address from, Clock::duration grace);
 
-  // Moves the handshake on with whatever has arrived; `links` tells which lower
-  // ranks are connected already. After kRefused, verdict() says why.
-  State step(const MeshOptions& opts, const std::vector<std::unique_ptr<Link>>& links,
-             Clock::time_point now);
+  // Moves the handshake on with whatever has arrived; `admit` is asked once, when the
+  // Hello is complete. After kRefused, verdict() says why.
+  State step(const MeshOptions& opts, const Admit& admit, Clock::time_point now);
 
   // Still waiting for its Hello: the first to go when the listener is crowded.
   bool greeted() const { return stage_ != Stage::kHello; }
@@ -37,13 +44,14 @@ class Incoming {
   const Verdict& verdict() const { return verdict_; }
   // The rank it claims (valid once greeted()).
   int peer() const { return hello_.from; }
+  // Whether `admit` took it (a refusal after that, a wrong proof, must be undone).
+  bool admitted() const { return admitted_; }
   Socket takeSocket() { return std::move(socket_); }
 
  private:
   enum class Stage { kHello, kProof };
   State refuse(Refusal why, std::string text);
-  State answer(const MeshOptions& opts, const std::vector<std::unique_ptr<Link>>& links,
-               Clock::time_point now);
+  State answer(const MeshOptions& opts, const Admit& admit, Clock::time_point now);
   State checkProof(const MeshOptions& opts);
 
   Socket socket_;
@@ -51,6 +59,7 @@ class Incoming {
   Clock::duration grace_;
   Clock::time_point graceEnd_;
   Stage stage_ = Stage::kHello;
+  bool admitted_ = false;
   uint8_t in_[sizeof(Hello) + kNonceBytes] = {};  // Hello and nonce, or proof
   size_t got_ = 0;
   Hello hello_;

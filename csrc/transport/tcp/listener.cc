@@ -6,12 +6,8 @@
 
 #include <algorithm>
 #include <cerrno>
-#include <set>
 
 #include "common/error.h"
-#include "transport/tcp/incoming.h"
-#include "transport/tcp/mesh.h"
-#include "transport/tcp/refusals.h"
 
 namespace pycollect {
 namespace tcp {
@@ -25,85 +21,6 @@ constexpr int kPollMs = 200;
 bool outOfDescriptors(int err) {
   return err == EMFILE || err == ENFILE || err == ENOBUFS || err == ENOMEM;
 }
-
-// The mesh's accepting side: connections being greeted, and what they came to.
-struct Acceptor {
-  Listener& listener;
-  std::vector<std::unique_ptr<Link>>& links;
-  const MeshOptions& opts;
-  std::vector<Incoming> incoming;  // oldest first
-  std::set<int> authFailed;        // ranks whose (claimed) handshake failed on the secret
-  RefusalLog log;
-  int missing;
-
-  void refuse(size_t i, const Verdict& v, Clock::time_point now) {
-    if (v.refusal == Refusal::kAuthFailed) authFailed.insert(incoming[i].peer());
-    log.add(incoming[i].from(), v, now);
-    incoming.erase(incoming.begin() + i);
-  }
-
-  // Makes room by dropping the connection that has waited longest without a Hello.
-  bool evictOldestSilent(Clock::time_point now) {
-    for (size_t i = 0; i < incoming.size(); ++i) {
-      if (incoming[i].greeted()) continue;
-      refuse(i, {Refusal::kSilent, "dropped without a greeting to make room for newer connections"}, now);
-      return true;
-    }
-    return false;
-  }
-
-  // Accepts everything waiting. Returns false when out of descriptors with nothing
-  // to drop: the caller pauses accepting instead of spinning on a readable listener.
-  bool acceptWaiting() {
-    for (;;) {
-      sockaddr_storage ss{};
-      socklen_t len = sizeof(ss);
-      int fd = ::accept4(listener.socket().fd(), reinterpret_cast<sockaddr*>(&ss), &len, SOCK_CLOEXEC);
-      auto now = Clock::now();
-      if (fd < 0) {
-        if (errno == EINTR || errno == ECONNABORTED) continue;
-        if (errno == EAGAIN || errno == EWOULDBLOCK) return true;
-        if (outOfDescriptors(errno) && evictOldestSilent(now)) continue;
-        return false;
-      }
-      Socket s(fd);
-      configure(s, opts);
-      incoming.emplace_back(std::move(s), Address::fromSockaddr(reinterpret_cast<sockaddr*>(&ss), len), kGrace);
-      step(incoming.size() - 1, now);  // a real peer's Hello is usually there already
-      if (incoming.size() > kMaxIncoming) evictOldestSilent(now);
-    }
-  }
-
-  // Returns whether incoming[i] is still there.
-  bool step(size_t i, Clock::time_point now) {
-    switch (incoming[i].step(opts, links, now)) {
-      case Incoming::State::kWaiting: return true;
-      case Incoming::State::kRefused: refuse(i, incoming[i].verdict(), now); return false;
-      case Incoming::State::kAccepted: break;
-    }
-    int peer = incoming[i].peer();
-    links[peer] = std::make_unique<Link>(incoming[i].takeSocket(), peer, opts.linkTimeoutSec);
-    authFailed.erase(peer);  // a stranger claimed its rank before it came
-    --missing;
-    incoming.erase(incoming.begin() + i);
-    return false;
-  }
-
-  // Why the mesh could not be completed: the ranks still missing and, for those,
-  // a failed authentication, which says more than a timeout does.
-  [[noreturn]] void fail(bool cancelled) {
-    std::string who, auth;
-    for (int r = 0; r < opts.rank; ++r) {
-      if (links[r]) continue;
-      who += (who.empty() ? "" : ", ") + std::to_string(r);
-      if (authFailed.count(r) && auth.empty()) auth = authFailedMessage(opts.rank, r);
-    }
-    if (!auth.empty()) throw Error(auth);
-    if (cancelled) throwCancelled(opts);
-    throw TimeoutError("rank " + std::to_string(opts.rank) + ": rank(s) " + who +
-                       " did not connect within " + std::to_string(opts.timeoutSec) + " s");
-  }
-};
 
 }  // namespace
 
@@ -122,39 +39,87 @@ Listener::Listener(const std::string& host) {
   address_ = Address::fromSockaddr(reinterpret_cast<sockaddr*>(&ss), len);
 }
 
-// Accepts connections until every lower rank has greeted us correctly. Strangers
-// are refused without disturbing the real peers: at most kMaxIncoming handshakes
-// run at once (the oldest silent one makes room), each stage has kGrace, and when
-// the process runs out of descriptors accepting pauses for kBackoff. A real peer
-// that comes late is still accepted until the rendezvous deadline.
-void acceptLower(Listener& listener, std::vector<std::unique_ptr<Link>>& links,
-                 const MeshOptions& opts, Clock::time_point deadline) {
-  Acceptor a{listener, links, opts, {}, {}, RefusalLog(opts.rank, listener.address().port()), opts.rank};
-  listener.socket().setNonBlocking();
-  Clock::time_point pausedUntil{};
-  std::vector<pollfd> fds;
-  while (a.missing > 0) {
-    auto now = Clock::now();
-    // Checked after a full pass, so an authentication failure that is on its way
-    // is seen before giving up.
-    if (opts.cancelled() || now >= deadline) a.fail(opts.cancelled());
-    bool listening = now >= pausedUntil;
-    fds.clear();
-    if (listening) fds.push_back({listener.socket().fd(), POLLIN, 0});
-    for (auto& in : a.incoming) fds.push_back({in.fd(), POLLIN, 0});
-    int ms = std::min(msUntil(listening ? deadline : std::min(deadline, pausedUntil)), kPollMs);
-    if (::poll(fds.data(), fds.size(), ms) < 0 && errno != EINTR) {
-      throw Error(syscallMessage("poll", errno, "while accepting peers"));
-    }
-    if (listening && (fds[0].revents & POLLIN) && !a.acceptWaiting()) {
-      pausedUntil = Clock::now() + kBackoff;
-    }
-    now = Clock::now();
-    for (size_t i = 0; i < a.incoming.size();) i += a.step(i, now) ? 1 : 0;
-    a.log.flush(now, false);
+Acceptor::Acceptor(Listener& listener, const MeshOptions& opts, Admit admit, std::function<void(int)> release)
+    : listener_(listener), opts_(opts), admit_(std::move(admit)), release_(std::move(release)),
+      log_(opts.rank, listener.address().port()) {
+  listener_.socket().setNonBlocking();
+}
+
+Acceptor::~Acceptor() {
+  for (auto& in : incoming_) log_.add(in.from(), {Refusal::kSilent, "the group closed"}, Clock::now());
+}
+
+void Acceptor::refuse(size_t i, const Verdict& v, Clock::time_point now) {
+  if (incoming_[i].admitted()) release_(incoming_[i].peer());
+  if (v.refusal == Refusal::kAuthFailed) authFailed_.insert(incoming_[i].peer());
+  log_.add(incoming_[i].from(), v, now);
+  incoming_.erase(incoming_.begin() + i);
+}
+
+// Makes room by dropping the connection that has waited longest without a Hello.
+bool Acceptor::evictOldestSilent(Clock::time_point now) {
+  for (size_t i = 0; i < incoming_.size(); ++i) {
+    if (incoming_[i].greeted()) continue;
+    refuse(i, {Refusal::kSilent, "dropped without a greeting to make room for newer connections"}, now);
+    return true;
   }
-  // Connections still being greeted are strangers: the mesh is complete.
-  for (auto& in : a.incoming) a.log.add(in.from(), {Refusal::kSilent, "mesh complete"}, Clock::now());
+  return false;
+}
+
+// Accepts everything waiting. Returns false when out of descriptors with nothing to
+// drop: the caller pauses accepting instead of spinning on a readable listener.
+bool Acceptor::acceptWaiting(std::vector<std::unique_ptr<Link>>& made) {
+  for (;;) {
+    sockaddr_storage ss{};
+    socklen_t len = sizeof(ss);
+    int fd = ::accept4(listener_.socket().fd(), reinterpret_cast<sockaddr*>(&ss), &len, SOCK_CLOEXEC);
+    auto now = Clock::now();
+    if (fd < 0) {
+      if (errno == EINTR || errno == ECONNABORTED) continue;
+      if (errno == EAGAIN || errno == EWOULDBLOCK) return true;
+      if (outOfDescriptors(errno) && evictOldestSilent(now)) continue;
+      return false;
+    }
+    Socket s(fd);
+    configure(s, opts_);
+    incoming_.emplace_back(std::move(s), Address::fromSockaddr(reinterpret_cast<sockaddr*>(&ss), len), kGrace);
+    step(incoming_.size() - 1, now, made);  // a real peer's Hello is usually there already
+    if (incoming_.size() > kMaxIncoming) evictOldestSilent(now);
+  }
+}
+
+// Returns whether incoming_[i] is still there.
+bool Acceptor::step(size_t i, Clock::time_point now, std::vector<std::unique_ptr<Link>>& made) {
+  switch (incoming_[i].step(opts_, admit_, now)) {
+    case Incoming::State::kWaiting: return true;
+    case Incoming::State::kRefused: refuse(i, incoming_[i].verdict(), now); return false;
+    case Incoming::State::kStoodDown: incoming_.erase(incoming_.begin() + i); return false;
+    case Incoming::State::kAccepted: break;
+  }
+  int peer = incoming_[i].peer();
+  made.push_back(std::make_unique<Link>(incoming_[i].takeSocket(), peer, opts_.linkTimeoutSec));
+  authFailed_.erase(peer);  // a stranger claimed its rank before it came
+  incoming_.erase(incoming_.begin() + i);
+  return false;
+}
+
+std::vector<std::unique_ptr<Link>> Acceptor::round(Clock::time_point until, int wakeFd) {
+  std::vector<std::unique_ptr<Link>> made;
+  auto now = Clock::now();
+  bool listening = now >= pausedUntil_;
+  fds_.clear();
+  fds_.push_back({wakeFd, POLLIN, 0});
+  if (listening) fds_.push_back({listener_.socket().fd(), POLLIN, 0});
+  for (auto& in : incoming_) fds_.push_back({in.fd(), POLLIN, 0});
+  int ms = std::min(msUntil(listening ? until : std::min(until, pausedUntil_)), kPollMs);
+  if (::poll(fds_.data(), fds_.size(), ms) < 0 && errno != EINTR) {
+    throw Error(syscallMessage("poll", errno, "while accepting peers"));
+  }
+  if (listening && (fds_[1].revents & POLLIN) && !acceptWaiting(made)) pausedUntil_ = Clock::now() + kBackoff;
+  now = Clock::now();
+  for (size_t i = 0; i < incoming_.size();) i += step(i, now, made) ? 1 : 0;
+  log_.flush(now, false);
+  return made;
 }
 
 }  // namespace tcp

@@ -1,7 +1,8 @@
-// Builds the full mesh of links for one group: every rank listens on a port the
-// kernel picks, publishes it (the Python layer does that through the store), then
-// connects to every higher rank (connector.cc) and accepts every lower one
-// (listener.cc), checking the Hello on both sides.
+// What making one group's TCP connections takes: every rank listens on a port the
+// kernel picks and publishes it (the Python layer does that through the store); a rank
+// that needs a link dials the peer (connector.cc) and the peer's listener greets it
+// (listener.cc, incoming.h), each checking the other's Hello. Which links are made and
+// when is the mesh transport's (mesh/maker.h).
 #pragma once
 
 #include <atomic>
@@ -27,32 +28,18 @@ struct MeshOptions {
   int socketBuffer = 0;  // SO_SNDBUF/SO_RCVBUF, 0 for the kernel's autotuning
   std::string secret;    // empty: no challenge-response (handshake.h)
   double linkTimeoutSec = 60.0;  // keepalive of every link (Socket::setLinkTimeout)
-  // Set from another thread to make connectMesh give up soon (Transport::cancelConnect).
+  // Set from another thread to make a dial, or the wait for the first links, give up
+  // soon (Transport::cancelConnect).
   const std::atomic<bool>* cancel = nullptr;
-  // connectMesh's own: set when one of its halves (dialing, accepting) failed, to stop the other.
-  const std::atomic<bool>* halfFailed = nullptr;
-  bool cancelled() const {
-    return (cancel != nullptr && cancel->load()) || (halfFailed != nullptr && halfFailed->load());
-  }
+  bool cancelled() const { return cancel != nullptr && cancel->load(); }
 };
 
-class Listener;
-
-// Returns links indexed by peer rank (nullptr at `opts.rank`). `peers[i]` is where
-// rank i listens. Throws TimeoutError/PeerLostError naming the rank that could not
-// be reached.
-std::vector<std::unique_ptr<Link>> connectMesh(Listener& listener,
-                                               const std::vector<Endpoint>& peers,
-                                               const MeshOptions& opts);
-
 // The connecting half (connector.cc): connects to rank `peer` and exchanges Hellos.
-// Retries refused connections until the deadline (the peer may still be starting).
+// Returns nullptr when the peer stood this dial down (its own dial to us is the link,
+// handshake.h). A refused connection is not retried: the peer listens from before it
+// published its address until its group is destroyed, so it is gone (PeerLostError).
 std::unique_ptr<Link> connectTo(int peer, const Address& addr, const MeshOptions& opts,
                                 Clock::time_point deadline);
-
-// The accepting half (listener.cc): fills links[r] for every r < opts.rank.
-void acceptLower(Listener& listener, std::vector<std::unique_ptr<Link>>& links,
-                 const MeshOptions& opts, Clock::time_point deadline);
 
 // Shared by both halves (mesh.cc).
 int msUntil(Clock::time_point deadline);
@@ -63,7 +50,7 @@ int pollOne(int fd, short events, Clock::time_point deadline, const MeshOptions&
 // Returns "" on success, else what went wrong.
 std::string transferAll(Socket& s, void* buf, size_t n, bool sending, Clock::time_point deadline,
                         const MeshOptions& opts);
-// What a rank raises when another thread cancelled connectMesh.
+// What a rank raises when another thread cancelled connecting.
 [[noreturn]] void throwCancelled(const MeshOptions& opts);
 // Non-blocking, TCP_NODELAY, the configured buffer sizes and the link timeout.
 void configure(Socket& s, const MeshOptions& opts);
