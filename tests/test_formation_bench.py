@@ -38,3 +38,24 @@ def test_formation_bench_prints_both_engines(tmp_path):
 def test_formation_bench_refuses_large_n_without_the_flag():
     r = subprocess.run([sys.executable, SCRIPT, "-n", "128"], capture_output=True, text=True, timeout=60)
     assert r.returncode == 2 and "--allow-large" in r.stderr, r.stderr
+
+
+def test_sixty_four_light_ranks_make_only_the_links_they_use():
+    """64 ranks without torch (bench/formation_light.py) form a group: after a ring all-reduce
+    each holds the same few descriptors (its two neighbours' links, the listener, its
+    wake-ups), whatever the group's size; an all-to-all then makes every other link on
+    first use. Both results are checked against numpy."""
+    sys.path.insert(0, os.path.dirname(SCRIPT))
+    try:
+        import formation_light
+    finally:
+        sys.path.pop(0)
+    ranks = formation_light.run(64, timeout=120, all_to_all=True)
+    formation_light.check(ranks)  # the all-reduce and the all-to-all against numpy
+    assert all("received" in r for r in ranks) and len(ranks) == 64
+    assert {r["links_ring"] for r in ranks} == {2}, sorted({r["links_ring"] for r in ranks})
+    ring_fds = {r["ring"]["fds"] for r in ranks}
+    assert max(ring_fds) <= 12, ring_fds  # a constant: 2 links of 2 descriptors, + 4 of the group's own
+    assert {r["links_all"] for r in ranks} == {63}
+    for r in ranks:  # 61 more shared-memory links of 2 descriptors (the TCP doorbell, the peer's Bell); nothing else
+        assert r["all"]["fds"] - r["ring"]["fds"] == 61 * 2, (r["rank"], r["all"], r["ring"])

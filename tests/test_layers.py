@@ -35,7 +35,7 @@ LAYERS: List[List[str]] = [
     ["options"],
     ["tuning"],                                # what the engine needs of the cost model at run time
     ["_buffers", "errors", "_bounded"],        # ...; a call bound by our own deadline (store steps)
-    ["types", "_C", "_torch", "launcher"],     # enums; the extensions, the doors into C++ (_torch: torch's backend); the launcher's env
+    ["types", "_C", "_torch", "launcher", "dirstore"],  # enums; the extensions, the doors into C++ (_torch: torch's backend); the launcher's env; a store without torch
 ]
 
 
