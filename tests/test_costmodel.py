@@ -782,3 +782,85 @@ def test_two_level_model():
     assert Params.from_json(p.to_json()).inter_host.with_(source="") == p.inter_host.with_(source="")
     with pytest.raises(ValueError, match="layout must list each host's ranks"):
         two_level("all_reduce", 1, (2, 0), p)
+
+
+# -- formation on paper (pycollect.costmodel.formation, `pycollect model --formation`) ---------
+
+def _formation(scheme, worlds, **kw):
+    from pycollect.costmodel.formation import StoreParams, formation_table
+    return formation_table(worlds, StoreParams(**kw), [scheme])
+
+
+def test_formation_lazy_ring_connections_are_constant_in_n():
+    worlds = [256, 1024, 4096, 16384]
+    lazy = _formation("pycollect lazy", worlds)
+    eager = _formation("pycollect eager", worlds)
+    assert {t.conns for t in lazy} == {2} and {t.conns_max for t in lazy} == {2}
+    assert [t.conns for t in eager] == [n - 1 for n in worlds]
+    assert len({round(t.connect_s, 12) for t in lazy}) == 1  # one link's time, whatever n
+    assert all(e.connect_s > 100 * l.connect_s for e, l in zip(eager[1:], lazy[1:]))
+    gloo = _formation("gloo", worlds)
+    assert [t.conns for t in gloo] == [n - 1 for n in worlds]
+
+
+def test_formation_store_requests_grow_linearly_and_bytes_quadratically():
+    from pycollect.costmodel.formation import growth
+    for scheme in ("pycollect lazy", "pycollect lazy batched"):
+        rows = _formation(scheme, [512, 2048, 8192])
+        assert growth(rows, "requests") == pytest.approx(1.0, abs=0.02), scheme
+        # every rank reads the O(n) roster once: O(n^2) bytes through the one store
+        assert growth(rows, "store_bytes") == pytest.approx(2.0, abs=0.05), scheme
+    # Gloo's default: every rank reads all n keys, each O(n): n^2 requests, n^3 bytes
+    gloo = _formation("gloo", [512, 2048, 8192])
+    assert growth(gloo, "requests") == pytest.approx(2.0, abs=0.02)
+    assert growth(gloo, "store_bytes") > 2.8
+    nccl = _formation("nccl bootstrap", [512, 2048, 8192])
+    assert growth(nccl, "requests") == pytest.approx(1.0, abs=0.02)
+    assert {t.conns for t in nccl} == {4} and [t.conns_max for t in nccl] == [2 * n + 2 for n in (512, 2048, 8192)]
+
+
+def test_formation_batching_cuts_round_trips():
+    worlds = [256, 4096]
+    plain, batched = _formation("pycollect lazy", worlds), _formation("pycollect lazy batched", worlds)
+    for p, b in zip(plain, batched):
+        assert p.round_trips >= 3 * (p.ranks - 1)  # rank 0: n-1 get, n-1 delete, n-1 answers
+        assert b.round_trips < 20 and b.requests < p.requests and b.store_s < p.store_s
+        assert b.store_bytes == p.store_bytes  # the same bytes, in fewer requests
+    assert batched[0].round_trips == batched[1].round_trips  # constant in n
+    # multi_get in batches of 128 keys: rank 0's round trips grow again, n/128
+    small = _formation("pycollect lazy batched", [4096], batch=128)[0]
+    assert small.round_trips > batched[1].round_trips + 2 * (4095 // 128) - 2
+
+
+def test_formation_store_server_queues():
+    # a slower store server thread: the server's serialized time grows with it, and with
+    # enough ranks it, not the round trips, sets the store phases' time
+    fast = _formation("pycollect lazy batched", [4096], service=1e-6)[0]
+    slow = _formation("pycollect lazy batched", [4096], service=100e-6)[0]
+    assert slow.server_s > fast.server_s + 4096 * 99e-6
+    assert slow.store_s >= slow.server_s
+    assert slow.round_trips == fast.round_trips
+
+
+def test_formation_refuses_bad_input():
+    from pycollect.costmodel.formation import StoreParams, formation_table
+    with pytest.raises(ValueError, match="unknown formation schemes"):
+        formation_table([8], StoreParams(), ["mpi"])
+    with pytest.raises(ValueError, match="at least 2"):
+        formation_table([1], StoreParams())
+
+
+def test_cli_formation_table_and_plot(tmp_path):
+    plot = tmp_path / "formation.png"
+    r = _cli("--formation", "-g", "256..1024", "--store-rtt", "50us", "--store-bandwidth", "10gbit",
+             "--schemes", "pycollect lazy", "gloo", "--plot", str(plot))
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.splitlines()
+    assert "round trip 50 us" in r.stdout and "1.25 GB/s" in r.stdout
+    header = next(i for i, line in enumerate(lines) if line.split()[:2] == ["ranks", "scheme"])
+    rows = [line for line in lines[header + 1:] if not line.startswith("#")]
+    assert len(rows) == 3 * 2 and {row.split()[0] for row in rows} == {"256", "512", "1024"}
+    assert any(" gloo " in row for row in rows) and not any("nccl" in row for row in rows)
+    assert plot.stat().st_size > 0 and f"# wrote {plot}" in r.stdout
+    r = _cli("--formation", "--ranks-per-host", "0")
+    assert r.returncode == 2 and "--ranks-per-host" in r.stderr

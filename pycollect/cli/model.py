@@ -10,6 +10,9 @@
                                                            from inside the job: the model with them
     pycollect model --compare --from A.json B.json         two measurements, point by point: the floor
     pycollect model --predict -o all_reduce -s 1G -g 8..4096 --alpha 5us --beta 400gbit --plot p.png
+    pycollect model --formation [-g 256..16384] [--store-rtt 100us] [--plot f.png]
+                                                           forming a group at scale, on paper: store
+                                                           requests, bytes, connections (model_formation.py)
 
 --validate --netns-hosts measures links that no loopback fit describes, so unless
 parameters are given (--params, --alpha, --beta, --gamma, --overhead, --overlap) it first
@@ -37,6 +40,7 @@ from ..costmodel.check import (CHOICE_TARGET, LOOPBACK_TARGET, choice_check, com
                                prediction_table, saved_rows, summarize)
 from ..measuring import format_size, parse_size, size_list
 from ._params import add_param_arguments, params_from_args, params_given
+from .model_formation import add_formation_arguments, run_formation
 from .model_plot import predict_plot, validate_plot
 
 
@@ -50,6 +54,9 @@ def register(subparsers) -> None:
     mode.add_argument("--compare", action="store_true",
                       help="two `--validate --json` files, point by point: how closely the machine repeats itself, "
                            "the floor under the model's error")
+    mode.add_argument("--formation", action="store_true",
+                      help="forming a group of 256 to 16384 ranks, on paper: store requests, bytes and server time, "
+                           "connections per rank, for pycollect beside Gloo and NCCL's bootstrap")
     p.add_argument("--from", dest="sources", nargs="+", default=[], metavar="JSON",
                    help="--fit: `pycollect bench --json` files (all-reduce runs need --algo); --validate: the "
                         "samples of earlier `--validate --json` runs, checked against the parameters without "
@@ -81,13 +88,15 @@ def register(subparsers) -> None:
     p.add_argument("-s", "--size", default="1G", help="--predict: bytes (per rank; total for all_gather / reduce_scatter)")
     p.add_argument("-g", "--world-sizes", default=None,
                    help="ranks: 2,3,4 or 8..4096 (doubling), 8..64+8 (adding 8), 8..4096*4 (x4); "
-                        "default 8..4096 for --predict, 2,3,4 for --validate")
+                        "default 8..4096 for --predict, 2,3,4 for --validate, 256..16384 for --formation")
     p.add_argument("--algos", nargs="+", default=None, help="algorithms to compare (default: every one the model knows)")
     p.add_argument("--plot", default=None,
                    help="--predict: time and busbw per world size; --validate: each algorithm's error per size, "
-                        "one panel per group size, the targets shaded (a PNG); --compare: the same for the two files")
+                        "one panel per group size, the targets shaded (a PNG); --compare: the same for the two files; "
+                        "--formation: predicted time per scheme against ranks, log-log")
     p.add_argument("--json", default=None, help="--validate: also write the measured samples here (a --fit --from source)")
     add_param_arguments(p)
+    add_formation_arguments(p)
     p.set_defaults(func=run)
 
 
@@ -99,6 +108,8 @@ def run(args) -> int:
             return _validate(args)
         if args.compare:
             return _compare(args.sources, args.plot)
+        if args.formation:
+            return run_formation(args)
         return _predict(args)
     except (ValueError, NotImplementedError) as e:
         print(f"pycollect model: {e}", file=sys.stderr)

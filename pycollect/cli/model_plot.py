@@ -101,3 +101,24 @@ def validate_plot(path: str, rows, title: str, ylabel: str = "predicted / measur
     fig.savefig(path, dpi=100)
     plt.close(fig)
     return counts
+
+
+def formation_plot(path: str, schemes: Sequence[str], rows, params) -> None:
+    """--formation: the predicted time until a first ring collective can run against ranks,
+    one line per scheme (log-log). `rows`: costmodel.formation.Terms."""
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(8, 5))
+    for s in schemes:
+        mine = [t for t in rows if t.scheme == s]
+        ax.plot([t.ranks for t in mine], [t.time_s for t in mine], marker="o", label=s,
+                linestyle="-" if s.startswith("pycollect") else "--")
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    ax.set_xlabel("ranks")
+    ax.set_ylabel("predicted formation + first ring links (s)")
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=8)
+    ax.set_title("\n".join(textwrap.wrap(f"formation on paper: {params.describe()}", 100)), fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
