@@ -10,6 +10,9 @@ once every rank is ready (no barrier in the engines under test). From that insta
 rank times:
 
   form     `pycollect.init_process_group` / `torch.distributed.init_process_group("gloo")`
+           (each engine's modules imported before the start: pycollect loads its API on
+           first use, and before 2026-12-02 that import, 0.5-1.4 s for 16 ranks on 2 cores,
+           was counted as formation; `import_s` in --json says what it costs)
   +ar      the same, plus a first 1 MiB all-reduce (float32)
 
 and afterwards counts its open descriptors (/proc/self/fd), threads and VmRSS (plus PSS,
@@ -211,6 +214,10 @@ def _rank_main(rank: int, n: int, engine: str, port: int, out, timeout_s: float,
 
         import pycollect as pc
 
+        t_import = time.perf_counter()
+        import pycollect.api  # noqa: F401 - pycollect's API loads on first use: not on the clock, as torch.distributed is not
+        import_s = time.perf_counter() - t_import
+
         torch.set_num_threads(1)
         td = datetime.timedelta(seconds=timeout_s)
         store = dist.TCPStore("127.0.0.1", port, None, is_master=False, timeout=td, wait_for_workers=False)
@@ -251,7 +258,8 @@ def _rank_main(rank: int, n: int, engine: str, port: int, out, timeout_s: float,
         reduced = time.time() - t0
         if float(x[0]) != n:
             raise AssertionError(f"all_reduce gave {float(x[0])}, expected {n}")
-        res = {"rank": rank, "late_s": max(0.0, late), "form_s": formed, "ar_s": reduced, **_proc_status()}
+        res = {"rank": rank, "late_s": max(0.0, late), "form_s": formed, "ar_s": reduced, "import_s": import_s,
+               **_proc_status()}
         if phases_on and engine == "pycollect":
             res["phases"], res["store"] = phases, store_counts
         # Nobody leaves (closing links under a peer's last call) before everyone is done.
@@ -319,6 +327,7 @@ def summarize(runs: list) -> dict:
     s = {"form_s": med(lambda ranks: max(x["form_s"] for x in ranks)),
          "ar_s": med(lambda ranks: max(x["ar_s"] for x in ranks)),
          "late_s": max(max(x["late_s"] for x in ranks) for ranks in runs),
+         "import_s": med(lambda ranks: statistics.median(x.get("import_s", 0.0) for x in ranks)),
          "repeats": len(runs),
          "form_each": [max(x["form_s"] for x in ranks) for ranks in runs]}
     for key in ("fds", "threads", "rss_kib", "pss_kib"):

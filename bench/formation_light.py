@@ -60,6 +60,7 @@ def _rank(rank: int, n: int, path: str, timeout_s: float, all_to_all: bool, out)
         import numpy as np
 
         import pycollect as pc
+        import pycollect.api  # noqa: F401 - pycollect's API loads on first use: not on the clock
         from pycollect.dirstore import DirStore
 
         store = DirStore(path, datetime.timedelta(seconds=timeout_s))

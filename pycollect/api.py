@@ -616,7 +616,8 @@ def get_counters(group=None) -> dict:
 
 def get_transport_info(group=None) -> dict:
     """{peer's global rank: "shm" or "tcp"}: what carries each of this rank's links in the
-    group (PYCOLLECT_TRANSPORT; shared memory to ranks on this host under "auto")."""
+    group (PYCOLLECT_TRANSPORT; shared memory to ranks on this host under "auto"), for the
+    links made so far: a link is made when a call first needs it (PYCOLLECT_LINKS)."""
     return _group(group).transport_info()
 
 

@@ -1,5 +1,6 @@
 """Forming a group: its ranks meet in the store, agree on what goes on the wire, learn which
-of them share a host and what "auto" runs, and connect the mesh (docs/formation.md).
+of them share a host and what "auto" runs, and connect: each rank to its ring neighbours, the
+other links being made when first used (docs/formation.md).
 
 rendezvous.py finds the store once per process; a Formation is one group's meeting in it.
 Every store step is bound by the group's timeout, and each formation keeps its keys under
@@ -74,7 +75,7 @@ def published_address(store, name: str, rank: int, timeout: float = 15.0) -> Tup
 
 class Formation:
     """One formation of a group on its C++ Communicator (made, not yet connected): connect()
-    meets the other ranks and connects the mesh; then `token`, `topology`, `model`, `auto`
+    meets the other ranks and connects its first links; then `token`, `topology`, `model`, `auto`
     and `hierarchical_from` hold what the ranks agreed on, and `keys` where they keep it."""
 
     def __init__(self, name: str, store, ranks: Sequence[int], rank: int, timeout: datetime.timedelta,
@@ -100,28 +101,30 @@ class Formation:
     def _uses_model(self) -> bool:
         return self.options.direct_max_bytes is None and self.size > 1
 
-    def _publish_model(self) -> None:
+    def _build_model(self) -> str:
         """Rank 0: the cost model's parameters behind the automatic algorithm choice
-        (PYCOLLECT_MODEL, else the built-in defaults) and the tables they give this group,
-        in the store before the ranks are admitted. The tables are built here once (~20 ms
-        of arithmetic) rather than on every rank: with more ranks than cores that was half
-        of forming a 64-rank group (docs/formation.md). Their inputs besides the model (the
-        group's size, PYCOLLECT_SEGMENT_BYTES) are the same on every rank (checked)."""
+        (PYCOLLECT_MODEL, else the built-in defaults) and the tables they give this group, as
+        the JSON every rank adopts. The tables are built here once (~20 ms of arithmetic)
+        rather than on every rank: with more ranks than cores that was half of forming a
+        64-rank group; and while the other ranks are still arriving, not after, which took
+        a third of forming a 16-rank group (docs/formation.md). Their inputs besides the
+        model (the group's size, PYCOLLECT_SEGMENT_BYTES) are the same on every rank
+        (checked as the ranks join)."""
         params = Params.load(self.options.model) if self.options.model else Params()
         self.auto = auto_tables(params, self.size, self.options)
-        self._store.set(f"{self.keys}/model", json.dumps({"params": params.to_json(), "auto": self.auto}))
+        return json.dumps({"params": params.to_json(), "auto": self.auto})
 
-    def _adopt_model(self) -> None:
+    def _adopt_model(self, model: str) -> None:
         """Every rank, once rank 0 admitted it (so the model is in the store): the same
         parameters and tables, given to the engine before it connects. A rank never waits
         for the others before it listens and publishes its own address."""
-        published = json.loads(self._store.get(f"{self.keys}/model").decode())
+        published = json.loads(model)
         self.model = Params.from_json(published["params"])
         self.auto = {field: [tuple(row) for row in rows] for field, rows in published["auto"].items()}
         self._comm.set_auto_tables(self.auto["allreduce_auto"], self.auto["allgather_auto"])
 
     def connect(self, host: str) -> None:
-        """Meet the other ranks in the store, then connect the mesh. Every store step is bound
+        """Meet the other ranks in the store, then connect the first links. Every store step is bound
         by the group's timeout, even with the store's host stalled (a store client waits for
         the store's own timeout, not ours): the exchange runs on a helper thread."""
         addr, port = self._comm.listen(host)
@@ -167,28 +170,32 @@ class Formation:
         if self.rank == 0:
             token = secrets.randbits(63)
             store.set(f"{p}/token", str(token))  # where a tool finds the roster, once written
+            model = self._build_model() if self._uses_model() else None
             joins = [f"{p}/addr/{r}" for r in range(1, self.size)]
             missing = self._wait_keys(joins, left()) if joins else []
-            found = {k: json.loads(store.get(k).decode()) for k in joins if k not in missing}
-            for k in found:
-                store.delete_key(k)
+            present = [k for k in joins if k not in missing]
+            found = dict(zip(present, (json.loads(v.decode()) for v in self._get_many(present))))
+
+            def answer(text: str) -> None:  # every rank that joined, then their keys gone
+                self._set_many({f"{p}/ack/{theirs['nonce']}": text for theirs in found.values()})
+                for k in found:  # after the answers: the ranks need not wait for these
+                    store.delete_key(k)
+
             if missing:
                 names = ", ".join(self._rank_name(joins.index(k) + 1) for k in missing)
-                for theirs in found.values():
-                    store.set(f"{p}/ack/{theirs['nonce']}", f"!{names}")  # they raise at once, naming them
+                answer(f"!{names}")  # they raise at once, naming them
                 raise self._join_timeout(f"{names} did not join")
             disagreement = self._wire_disagreement([found[k]["wire"] for k in joins])
             if disagreement:
-                for theirs in found.values():
-                    store.set(f"{p}/ack/{theirs['nonce']}", f"={disagreement}")
+                answer(f"={disagreement}")
                 raise MismatchError(disagreement)
             self.token = token
+            published = model
             roster = [mine] + [{"addr": found[k]["addr"], "host": found[k]["host"]} for k in joins]
-            store.set(f"{self.keys}/roster", json.dumps(roster))
-            if self._uses_model():
-                self._publish_model()
-            for theirs in found.values():
-                store.set(f"{p}/ack/{theirs['nonce']}", str(token))
+            self._set_many({f"{self.keys}/roster": json.dumps(roster),
+                            # in the store before the ranks are admitted
+                            **({f"{self.keys}/model": model} if model is not None else {})})
+            answer(str(token))
         else:
             ack = f"{p}/ack/{nonce}"  # rank 0 answers by its deadline: wait a little past ours
             if self._wait_keys([ack], left() + datetime.timedelta(seconds=ADMIT_GRACE_S)):
@@ -201,15 +208,17 @@ class Formation:
             if answer.startswith("="):
                 raise MismatchError(answer[1:])
             self.token = int(answer)
-            roster = json.loads(store.get(f"{self.keys}/roster").decode())
+            wanted = [f"{self.keys}/roster"] + ([f"{self.keys}/model"] if self._uses_model() else [])
+            values = [v.decode() for v in self._get_many(wanted)]  # one round trip where the store batches
+            roster, published = json.loads(values[0]), values[1] if len(values) > 1 else None
         hosts, ports = [], []
         for entry in roster:
             h, pt = entry["addr"].rsplit(" ", 1)
             hosts.append(h)
             ports.append(int(pt))
         self.topology = Topology.from_identities([e["host"] for e in roster], self.ranks, self.ranks[self.rank])
-        if self._uses_model():
-            self._adopt_model()
+        if published is not None:
+            self._adopt_model(published)
         self._set_hierarchy()
         return hosts, ports
 
@@ -235,6 +244,26 @@ class Formation:
                         f"{others}{more}. It shapes what goes on the wire, so every rank must set it alike")
         return None
 
+    def _get_many(self, keys: List[str]) -> List[bytes]:
+        """The values of `keys`, in one round trip where the store batches (torch's multi_get):
+        rank 0 reads every rank's address, and n round trips one after another were most of
+        its part in forming a large group (docs/formation.md)."""
+        if not keys:
+            return []
+        multi_get = getattr(self._store, "multi_get", None)
+        return list(multi_get(keys)) if multi_get else [self._store.get(k) for k in keys]
+
+    def _set_many(self, items: Dict[str, str]) -> None:
+        """Set every key, in one round trip where the store batches (torch's multi_set)."""
+        if not items:
+            return
+        multi_set = getattr(self._store, "multi_set", None)
+        if multi_set:
+            multi_set(list(items), list(items.values()))
+        else:
+            for k, v in items.items():
+                self._store.set(k, v)
+
     def _wait_keys(self, keys: List[str], timeout: datetime.timedelta) -> List[str]:
         """Wait until every key is in the store; the keys still missing when `timeout` passed."""
         try:
@@ -251,7 +280,7 @@ class Formation:
                                       f"{self.timeout.total_seconds():.1f} s (stalled, dead, or not making this group)")
 
     def _connect_mesh(self, hosts: List[str], ports: List[int], token: int) -> None:
-        """Connect the mesh on a helper thread (the engine releases the GIL) while this one
+        """Connect the first links on a helper thread (the engine releases the GIL) while this one
         watches the store: a rank that fails to connect publishes why under `connect_failed`,
         and every other rank then gives up within a fraction of a second, instead of waiting
         for the rendezvous timeout for a peer that will never come (e.g. a rank whose

@@ -32,7 +32,10 @@ def test_formation_bench_prints_both_engines(tmp_path):
     assert row["pycollect"]["form_s"] > 0 and row["gloo"]["form_s"] > 0
     phases = data["phases"]["4"]
     assert phases["phases"]["exchange"]["max"] > 0 and phases["phases"]["cxx_connect"]["max"] > 0
-    assert phases["store"]["set.calls"]["rank0"] >= 4  # its address, token, roster, 3 answers
+    store = phases["store"]
+    assert store["set.calls"]["rank0"] >= 2  # its address, the token
+    assert store["multi_set.calls"]["rank0"] == 2  # the roster and model, then the 3 answers at once
+    assert store["multi_get.calls"]["rank0"] == 1  # the 3 addresses at once
 
 
 def test_formation_bench_refuses_large_n_without_the_flag():

@@ -1,5 +1,5 @@
-// A Communicator is one group's engine: its links (a full mesh, made and driven
-// by a Transport from makeTransport), a queue of operations, and one worker
+// A Communicator is one group's engine: its links (one per peer, each made when first
+// used, and driven, by a Transport from makeTransport), a queue of operations, and one worker
 // thread that runs them in the order they were issued; callers' threads may run
 // or drive them too, one thread at a time (worker.cc: [Note: the driving rule]).
 // Python holds it through pycollect._C; every public method is safe to call
@@ -116,7 +116,8 @@ class Communicator {
   int rank() const { return rank_; }
   int size() const { return size_; }
 
-  // Setup: bind a listener (returns the address to publish), then connect the mesh.
+  // Setup: bind a listener (returns the address to publish), then connect: the ring's
+  // links now (or all of them, CommOptions::allLinksAtStart), the others when first used.
   std::pair<std::string, int> listen(const std::string& host);
   void connect(const std::vector<std::string>& hosts, const std::vector<int>& ports,
                uint64_t token);

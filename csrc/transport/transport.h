@@ -1,6 +1,6 @@
 // A Transport makes and drives the links of one group. The communicator gets one
 // from makeTransport() and never learns what carries the bytes: it publishes the
-// Endpoint that listen() returns, connects the mesh, and from then on moves bytes
+// Endpoint that listen() returns, connects, and from then on moves bytes
 // only through progress() and waitReady(), on its worker thread.
 #pragma once
 

@@ -1,7 +1,7 @@
 // The listener's log of refused connections, rate-limited so that a flood of
 // strangers costs a few lines, not one each: the first refusal of a window is
 // printed in full (who, why); the rest are counted by kind and summed up when the
-// window ends or the mesh is complete:
+// window ends or the group closes:
 //   pycollect: rank 1 refused 40 connections on port 41234 in the last 0.8 s: 38 silent, 2 bad magic
 #pragma once
 
