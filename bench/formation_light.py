@@ -16,6 +16,8 @@ back what it received and reduced so the parent can check both against numpy.
 
     .venv/bin/python bench/formation_light.py -n 64 128 256
     .venv/bin/python bench/formation_light.py -n 64 --all-to-all --json /tmp/light.json
+    .venv/bin/python bench/formation_light.py -n 32 64 128 256 --all-to-all \
+        --plot docs/img/formation_links.png --beside formation.json   # bench/formation.py --json
 """
 from __future__ import annotations
 
@@ -28,6 +30,7 @@ import statistics
 import sys
 import tempfile
 import time
+from typing import Optional
 
 AR_ELEMS = (1 << 20) // 4  # 1 MiB of float32
 
@@ -99,7 +102,7 @@ def run(n: int, timeout: float = 300.0, all_to_all: bool = False) -> list:
 
     ctx = mp.get_context("fork")
     out = ctx.Queue()
-    path = tempfile.mkdtemp(prefix=f"pycollect-light-{n}-", dir="/dev/shm" if os.path.isdir("/dev/shm") else None)
+    path = tempfile.mkdtemp(prefix=f"light-ranks-{n}-", dir="/dev/shm" if os.path.isdir("/dev/shm") else None)
     try:
         store = DirStore(path)
         procs = [ctx.Process(target=_rank, args=(r, n, path, timeout, all_to_all, out), daemon=True) for r in range(n)]
@@ -143,6 +146,42 @@ def summarize(runs: list) -> dict:
     return s
 
 
+def plot(table: dict, path: str, beside: Optional[dict] = None) -> None:
+    """Time to form (and + the first all-reduce) vs ranks, and the descriptors a rank's group
+    holds; `beside`: bench/formation.py's --json table (torch ranks, pycollect and Gloo)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (ax, fx) = plt.subplots(1, 2, figsize=(10, 4.2))
+    ns = sorted(table)
+    ax.plot(ns, [table[n]["form_s"] for n in ns], "o-", label="pycollect, light ranks: form")
+    ax.plot(ns, [table[n]["ar_s"] for n in ns], "o-", alpha=0.4, label="  + first 1 MiB ring all-reduce")
+    for engine, style in (("pycollect", "^-"), ("gloo", "s--")):
+        ts = sorted(int(n) for n in (beside or {}) if (beside[n] or {}).get(engine))
+        if ts:
+            ax.plot(ts, [beside[str(n)][engine]["form_s"] for n in ts], style, label=f"{engine}, torch ranks: form")
+    ax.set_xscale("log", base=2)
+    ax.set_xlabel("ranks (one machine, 2 cores)")
+    ax.set_ylabel("seconds, slowest rank (median of repeats)")
+    ax.set_title("Time to form a group")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    fx.plot(ns, [table[n]["ring_fds"]["max"] for n in ns], "o-", label="after a ring all-reduce")
+    if "all_fds" in table[ns[0]]:
+        fx.plot(ns, [table[n]["all_fds"]["max"] for n in ns], "o--", label="after an all-to-all (every link)")
+    fx.set_xscale("log", base=2)
+    fx.set_xlabel("ranks")
+    fx.set_ylabel("descriptors the group holds, busiest rank")
+    fx.set_title("What a rank pays for its links")
+    fx.grid(alpha=0.3)
+    fx.legend(fontsize=8)
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("-n", "--ranks", type=int, nargs="+", default=[64, 128, 256])
@@ -150,6 +189,8 @@ def main(argv=None) -> int:
     ap.add_argument("--all-to-all", action="store_true", help="also run an all-to-all (every link) and check it")
     ap.add_argument("--timeout", type=float, default=300.0)
     ap.add_argument("--json", help="write the table here")
+    ap.add_argument("--plot", help="PNG: time to form and descriptors vs ranks")
+    ap.add_argument("--beside", help="with --plot: bench/formation.py's --json, drawn beside")
     args = ap.parse_args(argv)
     table = {}
     print(f"{'ranks':>5} {'form s':>7} {'+ar s':>7} {'group fds ring med/max':>23} {'threads':>7} {'RSS MiB':>8}"
@@ -170,6 +211,13 @@ def main(argv=None) -> int:
     if args.json:
         with open(args.json, "w") as f:
             json.dump({str(n): s for n, s in table.items()}, f, indent=1)
+    if args.plot:
+        beside = None
+        if args.beside:
+            with open(args.beside) as f:
+                beside = json.load(f)["table"]
+        plot(table, args.plot, beside)
+        print(f"plot: {args.plot}")
     return 0
 
 
