@@ -39,7 +39,7 @@ TRANSPORTS = ("auto", "tcp", "shm")
 
 # The tunables every rank of a group must set alike, because they shape what goes on the wire
 # where no header says so (name -> the engine's CommOptions attribute, the default resolved):
-# the segment size cuts the pipelined hierarchy into pieces (collectives/rail_pipeline.cc). A
+# the segment size cuts the pipelined hierarchy into slices (collectives/rail_pipeline.cc). A
 # group whose ranks disagree fails as it forms, with a MismatchError naming the setting.
 # The others need no such check: the algorithm (PYCOLLECT_ALGO, _DIRECT_MAX_BYTES, _MODEL) and a
 # device call's piece count (PYCOLLECT_STAGING_BYTES) travel in every call's header, which
