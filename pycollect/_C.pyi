@@ -121,6 +121,6 @@ def bfloat16_round_trip(x: float) -> float: ...
 def hmac_sha256(key: bytes, msg: bytes) -> bytes: ...
 TRACE_HOOKS: bool  # False in a build made with -DPYCOLLECT_TRACE_HOOKS=OFF: it cannot trace
 # The engine's defaults the pure-Python model keeps copies of (tests/test_options.py compares):
-# segment_bytes, ring_block_segments, shm_single_copy_bytes, pipeline_piece_segments, pipeline_max_pieces, link_timeout (s).
+# segment_bytes, ring_block_segments, shm_single_copy_bytes, pipeline_slice_segments, pipeline_max_slices, link_timeout (s).
 ENGINE_DEFAULTS: Dict[str, float]
 DTYPES: Dict[str, Tuple[int, int]]  # dtype name -> (code, bytes an element)

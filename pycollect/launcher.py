@@ -266,14 +266,14 @@ def _split_top(text: str, bad) -> List[str]:
 
 def _expand_group(body: str, bad) -> List[str]:
     out: List[str] = []
-    for piece in body.split(","):
-        piece = piece.strip()
-        m = re.fullmatch(r"(\d+)(?:-(\d+))?", piece)
+    for item in body.split(","):
+        item = item.strip()
+        m = re.fullmatch(r"(\d+)(?:-(\d+))?", item)
         if m is None:
-            raise bad(f"[{body}] holds {piece!r}, not a number or a range lo-hi")
+            raise bad(f"[{body}] holds {item!r}, not a number or a range lo-hi")
         lo, hi = m.group(1), m.group(2) or m.group(1)
         if int(hi) < int(lo):
-            raise bad(f"the range {piece} runs backwards")
+            raise bad(f"the range {item} runs backwards")
         out += [str(k).zfill(len(lo)) for k in range(int(lo), int(hi) + 1)]
     return out
 

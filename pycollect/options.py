@@ -40,7 +40,7 @@ LINKS = ("used", "all")  # made when first used (the ring's at formation), or ev
 
 # The tunables every rank of a group must set alike, because they shape what goes on the wire
 # where no header says so (name -> the engine's CommOptions attribute, the default resolved):
-# the segment size cuts the pipelined hierarchy into pieces (collectives/rail_pipeline.cc), and
+# the segment size cuts the pipelined hierarchy into slices (collectives/rail_pipeline.cc), and
 # which links a rank makes as the group forms is which it waits for its peers to make. A
 # group whose ranks disagree fails as it forms, with a MismatchError naming the setting.
 # The others need no such check: the algorithm (PYCOLLECT_ALGO, _DIRECT_MAX_BYTES, _MODEL) and a

@@ -97,7 +97,7 @@ class TraceEvent(NamedTuple):
     `type` is send_posted, send_done, recv_posted, recv_done, reduce_start or reduce_end;
     `ns` is CLOCK_MONOTONIC (time.monotonic_ns(): one clock for all processes of the
     machine); `op` and `seq` name the call; `phase`, `step`, `chunk` and `segment` the
-    piece of the algorithm (-1: not named by it); `peer` the group rank at the link's
+    part of the algorithm (-1: not named by it); `peer` the group rank at the link's
     other end (-1 for reductions); `rank` the group rank that recorded it."""
 
     rank: int

@@ -48,21 +48,32 @@ def _link_kinds():
     return pc.get_transport_info()
 
 
+# The order modules are handed to workers in (scripts/test.sh runs three, a module to a
+# worker: --dist loadscope). First the modules that spend long waiting on subprocesses of
+# their own, longest first (torch's suite in three runs, torchrun restarts, gpu_check's
+# steps), then the few-test ones that wait on timeouts (the fault matrix, the namespace
+# hosts), so that one worker waits on each while the others go through the rest, instead
+# of all waiting at the end; then the others, most tests first.
+LONG_FIRST = ("test_torch_conformance.py", "test_restarts.py", "test_staging.py", "test_deadlines.py",
+              "test_netns_hosts.py")
+
+
 def pytest_configure(config):
     config.addinivalue_line("markers", "slow: a long test (deselect with -m 'not slow' while iterating)")
-
-
-# Modules whose tests are mostly waiting on subprocesses of their own (torch's suite in
-# three runs, gpu_check's steps): run first, so that under `-n 3` (scripts/test.sh) one
-# worker waits on them while the others go through the rest, instead of all waiting at
-# the end.
-LONG_FIRST = ("test_torch_conformance.py", "test_staging.py")
+    # pytest-xdist reorders loadscope's modules by test count unless told not to, which
+    # put the few-test long modules above last of all (the suite's tail was torch's suite).
+    if hasattr(config.option, "loadscopereorder"):
+        config.option.loadscopereorder = False
 
 
 def pytest_collection_modifyitems(config, items):
+    count: dict = {}
+    for item in items:
+        count[item.path.name] = count.get(item.path.name, 0) + 1
+
     def rank(item):
         name = item.path.name
-        return LONG_FIRST.index(name) if name in LONG_FIRST else len(LONG_FIRST)
+        return (LONG_FIRST.index(name), 0) if name in LONG_FIRST else (len(LONG_FIRST), -count[name])
 
     items.sort(key=rank)  # stable: the order within each module is kept
 

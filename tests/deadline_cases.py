@@ -56,8 +56,8 @@ def _loop(path: str, g) -> None:
     if path in ("ring_tcp", "ring_shm", "staged"):
         step = lambda: pc.all_reduce(big, group=g)  # noqa: E731
     elif path == "hierarchical":
-        pieces = torch.ones(1 << 22)
-        step = lambda: pc.all_reduce(pieces, group=g, algo="hierarchical")  # noqa: E731
+        sliced = torch.ones(1 << 22)  # 16 MiB: pipelined in slices
+        step = lambda: pc.all_reduce(sliced, group=g, algo="hierarchical")  # noqa: E731
     elif path == "inline":
         step = lambda: pc.all_reduce(small, group=g)  # noqa: E731
     elif path == "queued":

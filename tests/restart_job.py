@@ -1,4 +1,4 @@
-"""A torchrun job for tests/test_faults.py: DDP on the "pycollect" backend that checkpoints
+"""A torchrun job for tests/test_restarts.py: DDP on the "pycollect" backend that checkpoints
 every step, and whose local rank 1 dies (os._exit(13)) at step 10 of each of the first
 CRASHES attempts. Every attempt resumes from the checkpoint, so the run ends with the
 parameters of an uninterrupted one.

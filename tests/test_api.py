@@ -572,7 +572,7 @@ def test_mismatched_calls_fail_on_every_rank(pool4, kind):
 
 
 def test_settings_that_shape_the_wire_must_agree(pool4):
-    """The pipelined hierarchy's pieces follow PYCOLLECT_SEGMENT_BYTES, which no header
+    """The pipelined hierarchy's slices follow PYCOLLECT_SEGMENT_BYTES, which no header
     carries: a rank set otherwise gets a wrong result or a hang. So a group whose ranks
     disagree fails as it forms, on every rank, naming the setting and both values; the
     engine's default set explicitly is no disagreement. (A device call's pieces, which

@@ -764,16 +764,16 @@ def test_two_level_model():
     """The hierarchy's cable traffic: on 1 Gbit/s links between hosts, 64 MiB all-reduce on
     2 x 2 is predicted near the flat ring's 1.5x / 2(h-1)/h; never on one host or one rank a
     host; interleaved ranks make the flat ring cross each cable more often."""
-    from pycollect.tuning.hierarchy import crossings, flat, hierarchical_from, pipeline_pieces, two_level
+    from pycollect.tuning.hierarchy import crossings, flat, hierarchical_from, pipeline_slices, two_level
 
     p = Params(inter_host=Params(alpha=5e-6, beta=1 / 0.125e9, gamma=1 / 6e9, overlap=1.0))
     ratio = flat("all_reduce", 64 << 20, (2, 2), p) / two_level("all_reduce", 64 << 20, (2, 2), p)
     assert 1.3 < ratio < 1.55, ratio
-    # Pipelined (16 pieces at 64 MiB): the intra-host phases hide under the cable, so 2 x 4
+    # Pipelined (16 slices at 64 MiB): the intra-host phases hide under the cable, so 2 x 4
     # takes between the cable's own time and the phases one after the other.
-    assert pipeline_pieces(64 << 20) == 16 and pipeline_pieces(1 << 20) == 1
+    assert pipeline_slices(64 << 20) == 16 and pipeline_slices(1 << 20) == 1
     cable = 64 * 2**20 / 0.125e9
-    serial = two_level("all_reduce", 64 << 20, (4, 4), p, segment_bytes=64 << 20)  # one piece
+    serial = two_level("all_reduce", 64 << 20, (4, 4), p, segment_bytes=64 << 20)  # one slice
     assert cable < two_level("all_reduce", 64 << 20, (4, 4), p) < min(serial, 1.1 * cable)
     assert hierarchical_from("all_reduce", (2, 2), p) is not None
     assert all(hierarchical_from(op, lay, p) is None for op in ("all_reduce", "broadcast") for lay in ((4,), (1, 1, 1)))

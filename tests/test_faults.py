@@ -110,38 +110,3 @@ def test_unknown_interface_is_a_clear_error(monkeypatch):
     monkeypatch.setenv("PYCOLLECT_SOCKET_IFNAME", "nosuchif0")
     with pytest.raises(ValueError, match="nosuchif0.*interfaces: .*lo"):
         listen_address("127.0.0.1")
-
-
-@pytest.mark.slow
-def test_torchrun_restarts_carry_on_from_the_checkpoint(tmp_path):
-    """`torchrun --max-restarts N` restarts every worker on the agent's store, which still
-    holds the previous attempt's keys: each attempt's group keys are its own (store_scope),
-    so the restarted job trains to the end, with the static rendezvous and 1 restart and
-    with c10d and 3, and ends with an uninterrupted run's parameters; no shared-memory
-    segment is left behind."""
-    import os
-    import subprocess
-    import sys
-
-    from pycollect.launch import free_port
-
-    job = os.path.join(os.path.dirname(os.path.abspath(__file__)), "restart_job.py")
-    before = set(glob.glob("/dev/shm/pycollect-*"))
-
-    def run(name, crashes, *rdzv):
-        out = tmp_path / name
-        out.mkdir()
-        cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2",
-               "--max-restarts", str(crashes), *rdzv, job, str(out), str(crashes)]
-        p = subprocess.run(cmd, capture_output=True, text=True, timeout=240, cwd=tmp_path)
-        assert p.returncode == 0, f"{name}: exit {p.returncode}\n{p.stdout[-2000:]}\n{p.stderr[-4000:]}"
-        return torch.load(out / "final.pt")
-
-    straight = run("straight", 0, "--master-port", str(free_port()))
-    static = run("static", 1, "--master-port", str(free_port()))
-    c10d = run("c10d", 3, "--rdzv-backend", "c10d", "--rdzv-endpoint", f"127.0.0.1:{free_port()}")
-    assert (straight["attempt"], static["attempt"], c10d["attempt"]) == (0, 1, 3)
-    for name, got in (("static", static), ("c10d", c10d)):
-        for key, want in straight["model"].items():
-            assert torch.equal(got["model"][key], want), f"{name}: {key} differs from the uninterrupted run"
-    assert set(glob.glob("/dev/shm/pycollect-*")) <= before, "shared-memory segments left behind"

@@ -155,12 +155,15 @@ def test_torchrun_fits_the_link_between_hosts(netns_hosts4, tmp_path):
                      json_lines=False)
     assert "fitted between hosts" in outs[0] and out.exists(), outs
     links = Params.load(str(out)).inter_host
-    # 1 Gbit/s: 0.125 GB/s each way. Alone the fit gives 0.126; in the loaded suite it was once
-    # 0.165 (7 points, 4 terms). The window still tells these cables from loopback (GB/s) and
-    # from the 10 Gbit/s network assumed without a fit (1.25 GB/s).
-    assert links is not None and 0.09e9 < 1 / links.beta < 0.2e9, links
+    # 1 Gbit/s: 0.125 GB/s each way. The probe's ping-pongs reach 16 MiB, past the shaper's
+    # burst (measure._LINK_PROBE_SIZES): 0.123-0.128 in runs beside two CPU hogs and a loaded
+    # machine, 0.094 in a suite run beside another whole suite (load 13: ranks starved of CPU
+    # move less than the cable); the 7-point probe gave 0.127-0.129, and once 0.165 in a
+    # loaded suite. The window tells these cables from loopback (GB/s) and from the assumed
+    # 10 Gbit/s network (1.25 GB/s).
+    assert links is not None and 0.09e9 < 1 / links.beta < 0.15e9, links
     # A small message's time on the link: per message (alpha) plus per call (overhead). The
-    # 7-point fit splits it between the two by the all-reduces' message counts alone; in a
+    # fit splits it between the two by the all-reduces' message counts alone; in a
     # loaded suite it once put all of it in overhead (alpha 0, overhead 64 us), which leaves
     # the choice below unchanged (27 KiB either way).
     assert 0 < links.alpha + links.overhead < 1e-3 and links.alpha >= 0 and links.overhead >= 0, links

@@ -165,8 +165,8 @@ def test_the_models_copies_of_engine_constants_are_the_engines():
     assert DEFAULT_SEGMENT_BYTES == engine["segment_bytes"] == _C.CommOptions().segment_bytes
     assert formulas.RING_BLOCK_SEGMENTS == engine["ring_block_segments"]
     assert SHM_SINGLE_COPY_BYTES == engine["shm_single_copy_bytes"] == _C.CommOptions().shm_single_copy_bytes
-    assert hierarchy.PIECE_SEGMENTS == engine["pipeline_piece_segments"]
-    assert hierarchy.MAX_PIECES == engine["pipeline_max_pieces"]
+    assert hierarchy.SLICE_SEGMENTS == engine["pipeline_slice_segments"]
+    assert hierarchy.MAX_SLICES == engine["pipeline_max_slices"]
     assert {name: (DTYPE_CODES[name], DTYPE_SIZES[name]) for name in DTYPE_CODES} == _C.DTYPES
 
 

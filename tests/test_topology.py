@@ -74,7 +74,7 @@ def case_auto_choice(layout):
 def test_auto_runs_the_hierarchy_across_hosts_only(pool4):
     for frm, phases, value in pool4.run(case_auto_choice, "aabb"):
         assert frm["all_reduce"] is not None and frm["all_reduce"] <= 4 << 20, frm
-        # 4 MiB is one piece (pipelined from 8 MiB): the host's reduce-scatter, the rails'
+        # 4 MiB is one slice (pipelined from 8 MiB): the host's reduce-scatter, the rails'
         # ring all-reduce (its two halves), the host's all-gather, and no flat ring phase.
         assert {p for p in phases if "host" in p} == {"intra-host reduce-scatter", "inter-host reduce-scatter",
                                                       "inter-host all-gather", "intra-host all-gather"}, phases

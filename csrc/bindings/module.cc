@@ -96,8 +96,8 @@ PYBIND11_MODULE(_C, m) {
   defaults["segment_bytes"] = pycollect::Tunables{}.segmentBytes;
   defaults["ring_block_segments"] = pycollect::kBlockSegments;
   defaults["shm_single_copy_bytes"] = pycollect::kDefaultShmSingleCopyBytes;
-  defaults["pipeline_piece_segments"] = pycollect::kPieceSegments;
-  defaults["pipeline_max_pieces"] = pycollect::kMaxPieces;
+  defaults["pipeline_slice_segments"] = pycollect::kSliceSegments;
+  defaults["pipeline_max_slices"] = pycollect::kMaxSlices;
   defaults["link_timeout"] = pycollect::kDefaultLinkTimeoutSec;
   m.attr("ENGINE_DEFAULTS") = defaults;
   py::dict dtypes;  // name -> (code, bytes an element)

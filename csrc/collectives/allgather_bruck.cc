@@ -7,7 +7,7 @@
 // and receives as many from rank r + d, which are that rank's tmp[0 .. m) = our
 // tmp[d .. d + m). After the last step tmp[0 .. p) is complete. The classic algorithm
 // then rotates tmp into `out` with a local copy; here tmp[i] simply lives at
-// out[(r + i) mod p], so a range of tmp is at most two pieces of `out` and no
+// out[(r + i) mod p], so a range of tmp is at most two ranges of `out` and no
 // rotation copy is needed: the only local copy is our own input into out[r].
 //
 // Example with 5 ranks holding A (rank 0) .. E (rank 4), seen from rank 0:
@@ -57,8 +57,8 @@ void allgatherBruck(Context& ctx, const void* in, void* out, size_t count, DType
   auto segOffset = [&](size_t j) { return segs.begin(j, count) * es; };
   auto segBytes = [&](size_t j) { return segs.size(j, count) * es; };
 
-  // Calls fn(block, blocks) for the one or two pieces of `out` holding tmp[i .. i + m).
-  auto pieces = [&](int i, int m, auto fn) {
+  // Calls fn(block, blocks) for the one or two ranges of `out` holding tmp[i .. i + m).
+  auto ranges = [&](int i, int m, auto fn) {
     const int start = (r + i) % p;
     const int head = std::min(m, p - start);
     fn(start, head);
@@ -82,7 +82,7 @@ void allgatherBruck(Context& ctx, const void* in, void* out, size_t count, DType
     auto [d, m] = plan[k];
     Link& from = ctx.link((r + d) % p);
     ctx.setStep("all-gather", k, steps);
-    pieces(d, m, [&](int b, int nb) {
+    ranges(d, m, [&](int b, int nb) {
       tickets[k].push_back(from.postRecv(base + b * chunkBytes, nb * chunkBytes));
     });
   }
@@ -101,7 +101,7 @@ void allgatherBruck(Context& ctx, const void* in, void* out, size_t count, DType
     ctx.setStep("all-gather", k, steps);
     // tmp[0 .. m) is complete: blocks received up to step k-1 (waited for below).
     Link& to = ctx.link((r - d + p) % p);
-    pieces(0, m, [&](int b, int nb) { to.postSend(base + b * chunkBytes, nb * chunkBytes); });
+    ranges(0, m, [&](int b, int nb) { to.postSend(base + b * chunkBytes, nb * chunkBytes); });
     Link& from = ctx.link((r + d) % p);
     for (uint64_t t : tickets[k]) ctx.waitRecv(from, t);
   }

@@ -14,8 +14,8 @@
 //   1. rail [0, 2]: ranks 0 and 2 hold A . C .; rail [1, 3]: ranks 1 and 3 hold . B . D
 //   2. ranks 0 and 1 swap their pairs, ranks 2 and 3 too: every rank holds A B C D.
 //
-// From 2 x kPieceSegments segments on (pipelinePieces), the levels overlap: the host
-// passes on piece k of every chunk while piece k+1 crosses the network (rail_pipeline.h).
+// From 2 x kSliceSegments segments on (pipelineSlices), the levels overlap: the host
+// passes on slice k of every chunk while slice k+1 crosses the network (rail_pipeline.h).
 //
 // Uneven hosts: an extra rank hands its chunk to its partner core rank, whose rail
 // block then carries both (Hierarchy::members), and receives the whole output at the
@@ -50,18 +50,18 @@ void allgatherHierarchical(Context& ctx, const void* in, void* out, size_t count
   Context inter(ctx, levels.rail, "inter-host");
   Context intra(ctx, levels.core, "intra-host");
   const std::vector<Block> host = hostBlocks(hy, count);
-  const int pieces = pipelinePieces(ctx, total);
-  if (pieces == 1) {  // the levels one after the other
+  const int slices = pipelineSlices(ctx, total);
+  if (slices == 1) {  // the levels one after the other
     allgatherRingBlocks(inter, base, railBlocks, nullptr, dtype);
     allgatherRingBlocks(intra, base, host, nullptr, dtype);
-  } else {  // pipelined (rail_pipeline.h): the host passes on piece k while k+1 crosses hosts
+  } else {  // pipelined (rail_pipeline.h): the host passes on slice k while k+1 crosses hosts
     RailRing rails(inter, nullptr, dtype, ReduceOp::kSum, 1);
     intra.setBackground(&rails);
-    for (int k = 0; k < pieces; ++k) rails.push(RailRing::Kind::kAllGather, base, partOf(railBlocks, k, pieces));
-    for (int k = 0; k < pieces; ++k) {
+    for (int k = 0; k < slices; ++k) rails.push(RailRing::Kind::kAllGather, base, partOf(railBlocks, k, slices));
+    for (int k = 0; k < slices; ++k) {
       intra.waitFor([&] { return rails.done(k); },
                     [&] { return "finish the inter-host all-gather: " + rails.waiting(); }, rails.waitingFor());
-      allgatherRingBlocks(intra, base, partOf(host, k, pieces), nullptr, dtype);
+      allgatherRingBlocks(intra, base, partOf(host, k, slices), nullptr, dtype);
     }
   }
 

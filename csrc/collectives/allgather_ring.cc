@@ -15,9 +15,9 @@
 // Our own chunk is sent straight from `in`, and copied into `out` segment by
 // segment while the transfer runs, instead of before it starts.
 //
-// Blocks. The same ring moves any "chunk" made of pieces of the buffer (blocks.h):
+// Blocks. The same ring moves any "chunk" made of ranges of the buffer (blocks.h):
 // the hierarchical algorithms gather a rail's ranks' slots, or a host's. A block goes
-// as its pieces' segments in order; both neighbours cut it alike, as every rank knows
+// as its ranges' segments in order; both neighbours cut it alike, as every rank knows
 // every block.
 #include <cstring>
 

@@ -22,10 +22,10 @@
 // ranks; an extra rank first hands its vector to its partner core rank, which reduces it
 // in, and gets the result back at the end (shared memory both ways). Chunks are S/m.
 //
-// From 2 x kPieceSegments segments on (8 MiB at the default segment: pipelinePieces),
-// the vector goes in pieces and the levels overlap:
-// piece k crosses the network while the host reduce-scatters piece k+1 and all-gathers
-// piece k-1 (rail_pipeline.h). At 1 Gbit/s between namespace hosts, 64 MiB, that took
+// From 2 x kSliceSegments segments on (8 MiB at the default segment: pipelineSlices),
+// the vector goes in slices and the levels overlap:
+// slice k crosses the network while the host reduce-scatters slice k+1 and all-gathers
+// slice k-1 (rail_pipeline.h). At 1 Gbit/s between namespace hosts, 64 MiB, that took
 // 2 x 4 from 0.81 to 0.93 of the cable's bound (docs/hierarchy.md).
 //
 // Every rank ends with bit-identical results: each chunk is reduced in one order on one
@@ -63,32 +63,32 @@ void allreduceHierarchical(Context& ctx, void* data, size_t count, DType dtype, 
   Context intra(ctx, levels.core, "intra-host");
   Context inter(ctx, levels.rail, "inter-host");
   const int divisor = op == ReduceOp::kAvg ? ctx.size : 1;
-  const int pieces = pipelinePieces(ctx, bytes);
-  const Chunks cut(count, pieces);
-  // Piece k's intra-host blocks: rail i's chunk of it (this rank's: blocks[hy.local()]).
+  const int slices = pipelineSlices(ctx, bytes);
+  const Chunks cut(count, slices);
+  // Slice k's intra-host blocks: rail i's chunk of it (this rank's: blocks[hy.local()]).
   auto blocksOf = [&](int k) {
     const Chunks chunks(cut.length(k), hy.rails());
     std::vector<Block> blocks;
     for (int i = 0; i < hy.rails(); ++i) blocks.push_back({{cut.offset(k) + chunks.offset(i), chunks.length(i)}});
     return blocks;
   };
-  if (pieces == 1) {  // the levels one after the other
+  if (slices == 1) {  // the levels one after the other
     const std::vector<Block> blocks = blocksOf(0);
-    const Piece mine = blocks[hy.local()][0];
+    const Range mine = blocks[hy.local()][0];
     reduceScatterRingBlocks(intra, base, blocks, base + mine.offset * es, dtype, inner);
     allreduceRing(inter, base + mine.offset * es, mine.length, dtype, inner);
     if (divisor > 1) divide(base + mine.offset * es, mine.length, dtype, divisor);
     allgatherRingBlocks(intra, base, blocks, nullptr, dtype);
-  } else {  // pipelined (rail_pipeline.h): piece k crosses hosts while k+1 and k-1 move within
+  } else {  // pipelined (rail_pipeline.h): slice k crosses hosts while k+1 and k-1 move within
     const size_t slotBytes = (Chunks(cut.length(0), hy.rails()).length(0) / hy.hosts() + 1) * es;
     RailRing rails(inter, ctx.stage(slotBytes), dtype, inner, divisor);
     intra.setBackground(&rails);
-    std::vector<Block> previous;  // piece k-1's blocks, all-gathered once its rails are done
-    for (int k = 0; k <= pieces; ++k) {
+    std::vector<Block> previous;  // slice k-1's blocks, all-gathered once its rails are done
+    for (int k = 0; k <= slices; ++k) {
       std::vector<Block> blocks;
-      if (k < pieces) {
+      if (k < slices) {
         blocks = blocksOf(k);
-        const Piece mine = blocks[hy.local()][0];
+        const Range mine = blocks[hy.local()][0];
         reduceScatterRingBlocks(intra, base, blocks, base + mine.offset * es, dtype, inner);
         std::vector<Block> shares;  // the rail ring's: our chunk cut in one share per host
         for (int h = 0; h < hy.hosts(); ++h) shares.push_back(partOf(Block{mine}, h, hy.hosts()));

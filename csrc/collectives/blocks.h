@@ -1,5 +1,5 @@
 // Blocks: what one rank of a ring contributes or receives when that is not one
-// contiguous chunk of the buffer, but several pieces of it (the hierarchical
+// contiguous chunk of the buffer, but several ranges of it (the hierarchical
 // algorithms: a rail's ranks' slots, an uneven split), and the units a block is sent in.
 #pragma once
 
@@ -9,40 +9,40 @@
 
 namespace pycollect {
 
-// A piece of a buffer, in elements.
-struct Piece {
+// A range of a buffer, in elements.
+struct Range {
   size_t offset = 0;
   size_t length = 0;
 };
-// One rank's part of a ring: pieces of one buffer, in order. Its elements, packed back
+// One rank's part of a ring: ranges of one buffer, in order. Its elements, packed back
 // to back in that order, are its "positions" 0 .. length - 1.
-using Block = std::vector<Piece>;
+using Block = std::vector<Range>;
 
-// A pipelining unit of a block: at most one segment of one piece.
+// A pipelining unit of a block: at most one segment of one range.
 struct BlockUnit {
   size_t offset;    // in the buffer
   size_t length;
   size_t position;  // in the block, packed
 };
 
-// The units of `b`, pieces cut into segments of at most `per` elements; empty pieces
+// The units of `b`, ranges cut into segments of at most `per` elements; empty ranges
 // have none.
 inline std::vector<BlockUnit> unitsOf(const Block& b, size_t per) {
   std::vector<BlockUnit> units;
   size_t position = 0;
-  for (const Piece& p : b) {
-    for (size_t at = 0; at < p.length; at += per) {
-      const size_t len = std::min(per, p.length - at);
-      units.push_back({p.offset + at, len, position + at});
+  for (const Range& r : b) {
+    for (size_t at = 0; at < r.length; at += per) {
+      const size_t len = std::min(per, r.length - at);
+      units.push_back({r.offset + at, len, position + at});
     }
-    position += p.length;
+    position += r.length;
   }
   return units;
 }
 
 inline size_t blockLength(const Block& b) {
   size_t n = 0;
-  for (const Piece& p : b) n += p.length;
+  for (const Range& r : b) n += r.length;
   return n;
 }
 

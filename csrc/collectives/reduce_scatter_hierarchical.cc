@@ -15,8 +15,8 @@
 //   2. rail [0, 2]: rank 0 sends its C to rank 2 and gets rank 2's A: rank 0 holds A
 //      summed over all four, rank 2 C; rail [1, 3]: B and D.
 //
-// From 2 x kPieceSegments segments on (pipelinePieces), the levels overlap: piece k of
-// every chunk crosses the network while the host reduces piece k+1 (rail_pipeline.h).
+// From 2 x kSliceSegments segments on (pipelineSlices), the levels overlap: slice k of
+// every chunk crosses the network while the host reduces slice k+1 (rail_pipeline.h).
 //
 // Uneven hosts: an extra rank hands its whole input to its partner core rank, which
 // reduces it into a copy of its own; the partner's blocks carry its extras' chunks too,
@@ -64,18 +64,18 @@ void reduceScatterHierarchical(Context& ctx, const void* in, void* out, size_t c
   const size_t mineCount = width[hy.host()] * count;
   const size_t widest = *std::max_element(width.begin(), width.end());
   // Stage: the input with the extras' folded in (if any), the host sums, ours with our
-  // extras'; pipelined, ours piece by piece (with extras) and the rails' slot.
-  const int pieces = pipelinePieces(ctx, total);
-  const Chunks cut(count, pieces);
+  // extras'; pipelined, ours slice by slice (with extras) and the rails' slot.
+  const int slices = pipelineSlices(ctx, total);
+  const Chunks cut(count, slices);
   const bool extras = !partners.empty();
   const size_t folded = extras ? total : 0, oursBytes = extras ? mineCount * es : 0;
-  const size_t byPieceBytes = extras && pieces > 1 ? mineCount * es : 0;
-  const size_t slotBytes = pieces > 1 ? widest * cut.length(0) * es : 0;
-  char* stage = ctx.stage(folded + at * es + oursBytes + byPieceBytes + slotBytes);
+  const size_t bySliceBytes = extras && slices > 1 ? mineCount * es : 0;
+  const size_t slotBytes = slices > 1 ? widest * cut.length(0) * es : 0;
+  char* stage = ctx.stage(folded + at * es + oursBytes + bySliceBytes + slotBytes);
   char* hostSums = stage + folded;
   char* ours = extras ? hostSums + at * es : static_cast<char*>(out);
-  char* byPiece = extras ? hostSums + at * es + oursBytes : ours;
-  char* slot = hostSums + at * es + oursBytes + byPieceBytes;
+  char* bySlice = extras ? hostSums + at * es + oursBytes : ours;
+  char* slot = hostSums + at * es + oursBytes + bySliceBytes;
   for (size_t j = 0; j < partners.size(); ++j) {
     char* theirs = ctx.scratch(total);
     takeFrom(ctx, partners[j], theirs, total, "fold");
@@ -85,38 +85,38 @@ void reduceScatterHierarchical(Context& ctx, const void* in, void* out, size_t c
 
   Context intra(ctx, levels.core, "intra-host");
   Context inter(ctx, levels.rail, "inter-host");
-  if (pieces == 1) {  // the levels one after the other
+  if (slices == 1) {  // the levels one after the other
     reduceScatterRingBlocks(intra, src, hostBlocks(hy, count), hostSums, dtype, inner);
     reduceScatterRingBlocks(inter, hostSums, railBlocks, ours, dtype, inner);
     if (op == ReduceOp::kAvg) divide(ours, mineCount, dtype, ctx.size);
-  } else {  // pipelined (rail_pipeline.h): piece k crosses hosts while the host reduces k+1
-    // Piece k of every chunk rail `local` carries (M of them, all hosts): the host sums sit
+  } else {  // pipelined (rail_pipeline.h): slice k crosses hosts while the host reduces k+1
+    // Slice k of every chunk rail `local` carries (M of them, all hosts): the host sums sit
     // together in hostSums from M x its offset, host by host, a host's members' parts back
-    // to back, which is that host's block on the rail. Our host's reduction of piece k comes
+    // to back, which is that host's block on the rail. Our host's reduction of slice k comes
     // out in the same order, m parts; with extras (m > 1) it goes back into `ours`, chunk
     // by chunk, at the end.
     const size_t M = at / count, m = mineCount / count;
     RailRing rails(inter, slot, dtype, inner, op == ReduceOp::kAvg ? ctx.size : 1);
     intra.setBackground(&rails);
     const std::vector<Block> host = hostBlocks(hy, count);
-    for (int k = 0; k < pieces; ++k) {
+    for (int k = 0; k < slices; ++k) {
       const size_t offset = cut.offset(k), length = cut.length(k);
-      reduceScatterRingBlocks(intra, src, partOf(host, k, pieces), hostSums + M * offset * es, dtype, inner);
+      reduceScatterRingBlocks(intra, src, partOf(host, k, slices), hostSums + M * offset * es, dtype, inner);
       std::vector<Block> blocks;
       size_t before = 0;
       for (int h = 0; h < hy.hosts(); ++h) {
         blocks.push_back({{M * offset + before * length, width[h] * length}});
         before += width[h];
       }
-      rails.push(RailRing::Kind::kReduceScatter, hostSums, std::move(blocks), byPiece + m * offset * es);
+      rails.push(RailRing::Kind::kReduceScatter, hostSums, std::move(blocks), bySlice + m * offset * es);
       rails.poll();
     }
-    intra.waitFor([&] { return rails.done(pieces - 1); },
+    intra.waitFor([&] { return rails.done(slices - 1); },
                   [&] { return "finish the inter-host reduce-scatter: " + rails.waiting(); },
                   rails.waitingFor());
     for (size_t j = 0; extras && j < m; ++j) {
-      for (int k = 0; k < pieces; ++k) {
-        std::memcpy(ours + (j * count + cut.offset(k)) * es, byPiece + (m * cut.offset(k) + j * cut.length(k)) * es,
+      for (int k = 0; k < slices; ++k) {
+        std::memcpy(ours + (j * count + cut.offset(k)) * es, bySlice + (m * cut.offset(k) + j * cut.length(k)) * es,
                     cut.length(k) * es);
       }
     }

@@ -18,8 +18,8 @@
 // `out`): before step s+2 overwrites segment j of the accumulator of step s, the
 // send of that segment must have left, which it almost always has by then.
 //
-// Blocks. As the ring all-gather, it reduces any "chunks" made of pieces of `in`
-// (blocks.h): rank r ends with block r's reduction in `out`, its pieces back to back.
+// Blocks. As the ring all-gather, it reduces any "chunks" made of ranges of `in`
+// (blocks.h): rank r ends with block r's reduction in `out`, its ranges back to back.
 // The accumulators then hold a block packed (its positions); a unit of step s+2 waits
 // for the sends of step s that read the positions it overwrites.
 #include <cstring>

@@ -210,8 +210,8 @@ bool Communicator::waitDriving(const std::shared_ptr<Work>& work, double timeout
           do {
             progressP2P();
           } while (!work->isCompleted() && Clock::now() < spinEnd);
-          // Sleep no further than this wait's own deadline (a slice of Work.wait: Python's
-          // timeout and its signal handlers are seen at the end of each slice).
+          // Sleep no further than this wait's own deadline (one of Work.wait's short waits:
+          // Python's timeout and its signal handlers are seen after each).
           if (!work->isCompleted()) progressIdle(deadline);
         } catch (const std::exception& e) {
           error = e.what();

@@ -27,7 +27,7 @@ std::vector<Span> spansOf(const std::vector<at::Tensor>& tensors) {
   return out;
 }
 
-// `flat`'s consecutive pieces copied into `outs` (the list forms' finish step).
+// `flat`'s consecutive ranges copied into `outs` (the list forms' finish step).
 void unflatten(const at::Tensor& flat, const std::vector<at::Tensor>& outs) {
   int64_t offset = 0;
   for (const auto& o : outs) {
@@ -349,9 +349,9 @@ WorkPtr Backend::reduce_scatter(std::vector<at::Tensor>& outputs, std::vector<st
   const bool cuda = onCuda(all, method);
   const Reduction r = reduction(opts.reduceOp, method);
   // The list, one flat host buffer (PREMUL_SUM's factor applied there, not to the inputs).
-  std::vector<at::Tensor> pieces;
-  for (const auto& t : ins) pieces.push_back((cuda ? hostInput(t) : t).reshape({-1}));
-  at::Tensor flat = at::cat(pieces);
+  std::vector<at::Tensor> flats;
+  for (const auto& t : ins) flats.push_back((cuda ? hostInput(t) : t).reshape({-1}));
+  at::Tensor flat = at::cat(flats);
   if (r.premul()) premultiply(r, flat, true, method);
   auto work = make(OpType::REDUCE_SCATTER, method, {output});
   std::vector<std::pair<at::Tensor, at::Tensor>> back;

@@ -1,4 +1,4 @@
-// One trace event: what the engine did, when, and for which piece of which call.
+// One trace event: what the engine did, when, and for which part of which call.
 // Timestamps are CLOCK_MONOTONIC nanoseconds: one clock for every process of the
 // machine (network-namespace hosts included), so ranks' events line up as recorded.
 #pragma once
@@ -17,7 +17,7 @@ enum class EventType : uint8_t {
   kReduceEnd = 5,
 };
 
-// Which piece of the algorithm an event belongs to, as the algorithm names it
+// Which part of the algorithm an event belongs to, as the algorithm names it
 // (Context::setStep / setUnit). chunk and segment are -1 where the algorithm did
 // not say.
 struct Unit {

@@ -76,7 +76,7 @@ def _solve(samples: Sequence[Sample], params: Params, fixed: Dict[str, float], r
     for _ in range(rounds):
         base = np.array([_time(s, params) for s in samples])
         cols = []
-        for name in free:  # the slope of each sample in this parameter (exact: linear pieces)
+        for name in free:  # the slope of each sample in this parameter (exact: piecewise linear)
             h = max(getattr(params, name), 1e-12) * 1e-4
             bumped = params.with_(**{name: getattr(params, name) + h})
             cols.append((np.array([_time(s, bumped) for s in samples]) - base) / h)

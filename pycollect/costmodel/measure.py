@@ -65,6 +65,16 @@ def _median_time(fn, iters: int) -> float:
     return statistics.median(samples)
 
 
+def _rounds(size: int, iters: int) -> int:
+    """Timed calls of `size` bytes for a median: 5 x `iters` up to 64 KiB (such a call's time
+    is the machine's noise as much as the link's; the median of many holds still under load),
+    `iters` up to 4 MiB, then fewer, as many as 4 MiB would take (at least 5: the noise of a
+    call that long is a small part of it)."""
+    if size <= 64 << 10:
+        return 5 * iters
+    return iters if size <= 4 << 20 else max(5, iters * (4 << 20) // size)
+
+
 def _probe_job(rank: int, n: int, emit, sizes: Sequence[int], iters: int) -> None:
     import torch
 
@@ -84,7 +94,7 @@ def _probe_job(rank: int, n: int, emit, sizes: Sequence[int], iters: int) -> Non
                 pc.send(t, dst=0)
         pingpong()
         pc.barrier()
-        sec = _median_time(pingpong, iters)
+        sec = _median_time(pingpong, _rounds(size, iters))
         if rank == 0:
             emit("sample", "ping_pong", "-", float(t.numel() * 4), 2, sec)
     for algo in ("direct", "ring"):
@@ -92,7 +102,7 @@ def _probe_job(rank: int, n: int, emit, sizes: Sequence[int], iters: int) -> Non
             t = torch.zeros(max(1, size // 4))
             pc.all_reduce(t, algo=algo)
             pc.barrier()
-            sec = _median_time(lambda: pc.all_reduce(t, algo=algo), iters)
+            sec = _median_time(lambda: pc.all_reduce(t, algo=algo), _rounds(size, iters))
             if rank == 0:
                 emit("sample", "all_reduce", algo, float(t.numel() * 4), n, sec)
     if rank == 0:  # gamma: one reduction pass over 16 MiB (torch's add stands in for the engine's kernel)
@@ -117,6 +127,12 @@ def _placement(world_size: int, line_rate: Optional[str]):
 
 # The probe's sizes: a ping-pong at each (alpha from the first, beta from the others).
 _PROBE_SIZES = (8, 1 << 20, 4 << 20)
+# A link's (probe_links, probe_inter_host): up to 16 MiB too. A link's first bytes may pass
+# faster than its rate (tc tbf's burst, 128 KiB at 1 Gbit/s, refills while a ping-pong
+# waits for the answer): a 1 MiB round trip on a 0.125 GB/s cable ran at 0.131, 4 MiB at
+# 0.122, and the 7-point fit put beta between. At 16 MiB the burst is under 1 %, and beta
+# is pinned by three sizes the small calls' time does not reach.
+_LINK_PROBE_SIZES = (8, 1 << 20, 4 << 20, 16 << 20)
 # A fit of a link's terms only (what Params.for_cluster keeps): no core sharing, caches or
 # shared-memory reads, which a TCP link between hosts does not have; overlap is tried.
 _LINK_TERMS = dict(cores=None, cache_sizes=(None,), mem_sharing=(False,), single_copy=(None,), crowded=False)
@@ -139,13 +155,14 @@ class _ProbeRecord:
 
 
 def _probe_samples(iters: int, line_rate: Optional[str] = None) -> Tuple[List[tuple], List[float]]:
-    """The probe's measurement (_probe_job at 2 ranks, on `line_rate` hosts when given):
-    (samples, [gamma: seconds per byte reduced])."""
+    """The probe's measurement (_probe_job at 2 ranks; on `line_rate` hosts when given, at a
+    link's sizes): (samples, [gamma: seconds per byte reduced])."""
     from ..launch import run_ranks
 
     record = _ProbeRecord()
     with _placement(2, line_rate) as where:
-        run_ranks(_probe_job, 2, ("pycollect",), job_args=(_PROBE_SIZES, iters), timeout=300,
+        run_ranks(_probe_job, 2, ("pycollect",), job_args=(_LINK_PROBE_SIZES if line_rate else _PROBE_SIZES, iters),
+                  timeout=300,
                   on_event=lambda _rank, ev: record.emit(*ev), **where)
     return record.samples, record.gamma
 
@@ -169,7 +186,7 @@ def probe_links(line_rate: str, iters: int = 20) -> Tuple[Params, float, List[tu
     parameters: step 1, the probe (the hosts cannot be built, a rank failed); step 2, the
     fit (fewer than _LINK_MIN_SAMPLES usable samples, no reduction timing, or the fit
     itself refused them). `iters` is smaller than probe()'s: the link is steady, and a
-    4 MiB round trip takes 67 ms at 1 Gbit/s."""
+    4 MiB round trip takes 67 ms at 1 Gbit/s (16 MiB: 5 rounds of 270 ms, _rounds)."""
     from .. import netns
 
     where = f"2 namespace hosts with {line_rate} cables"
@@ -223,7 +240,7 @@ def probe_inter_host(iters: int = 20) -> Optional[Tuple[Params, float, List[tupl
     record = _ProbeRecord()
     rank = pc.get_rank()
     try:
-        _probe_job(rank, 2, record.emit, _PROBE_SIZES, iters)
+        _probe_job(rank, 2, record.emit, _LINK_PROBE_SIZES, iters)
     except pc.PyCollectError as e:
         raise ValueError(f"{step}, failed: {type(e).__name__}: {e}") from e
     if rank != 0:

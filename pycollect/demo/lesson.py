@@ -86,11 +86,11 @@ def fsdp_round_trip_sketch(module: nn.Module, world_size: int, rank: int, *, bac
         padded[:full.numel()] = full
         mine = padded[rank * per:(rank + 1) * per].clone()
         if comm is None:
-            pieces = [mine]
+            shards = [mine]
         else:
-            pieces = [torch.empty_like(mine) for _ in range(world_size)]
-            comm.all_gather(pieces, mine, group=group)
-        rebuilt = torch.cat(pieces)[:full.numel()].view_as(p)
+            shards = [torch.empty_like(mine) for _ in range(world_size)]
+            comm.all_gather(shards, mine, group=group)
+        rebuilt = torch.cat(shards)[:full.numel()].view_as(p)
         ok = ok and torch.equal(rebuilt, p.detach())
     return ok
 

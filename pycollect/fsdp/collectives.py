@@ -146,8 +146,8 @@ def unflatten(full: torch.Tensor, layout: FlatLayout) -> List[torch.Tensor]:
     One split node covers the whole unit, so autograd gives `full` a single gradient
     per backward however many parameters the unit has.
     """
-    pieces = torch.split(full, layout.split_sizes())
-    return [piece.view(shape) for piece, shape in zip(pieces, layout.shapes)]
+    parts = torch.split(full, layout.split_sizes())
+    return [part.view(shape) for part, shape in zip(parts, layout.shapes)]
 
 
 def reduce_scatter_grads(flat_grad: torch.Tensor, layout: FlatLayout, reduce_dtype: torch.dtype,

@@ -3,7 +3,7 @@ ui.perfetto.dev open): one process per rank, one thread (track) per link directi
 ("send -> rank 1", "recv <- rank 3") and one for reductions ("reduce").
 
 Each span is a complete event ("ph": "X") with "ts" and "dur" in microseconds since
-the first event of the trace; its name says the piece of the algorithm
+the first event of the trace; its name says the part of the algorithm
 ("reduce-scatter s1 c2 seg0": step 1, chunk 2, segment 0), its category the phase, and
 its args the bytes, the peer, the call, and when it was posted (posted_us, queued_us:
 see spans.py). Metadata events ("ph": "M") name and order the processes and tracks.

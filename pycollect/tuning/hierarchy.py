@@ -14,13 +14,13 @@ hosts and S bytes:
 
     all_reduce      fold + RS(S, m, intra) + AR(S/m, h, inter, m rails) + AG(S, m, intra) + unfold,
                     pipelined from 16 segments on (8 MiB at the default 512 KiB;
-                    pipeline_pieces, rail_pipeline.h): in P pieces of S/P,
+                    pipeline_slices, rail_pipeline.h): in P slices of S/P,
                     fold + RS(S/P) + (P-1) max(RS(S/P) + AG(S/P), AR(S/(mP))) + AR(S/(mP))
-                    + AG(S/P) + unfold (the cable busy with one piece while the host
+                    + AG(S/P) + unfold (the cable busy with one slice while the host
                     reduce-scatters the next and all-gathers the one before)
     all_gather      fold + AG(S/m, h, inter, m rails) + AG(S, m, intra) + unfold
     reduce_scatter  fold + RS(S, m, intra) + RS(S/m, h, inter, m rails) + unfold
-                    (both pipelined too: in P pieces,
+                    (both pipelined too: in P slices,
                     first + (P-1) max(first, second) + second, each phase of S/P)
     broadcast       chain(S, h, inter) + chain(S, max ranks a host, intra)
 
@@ -45,12 +45,12 @@ from .params import Params
 # message, reductions at the machine's own speed.
 INTER_HOST = dict(alpha=30e-6, beta=1 / 1.25e9, overlap=1.0)
 HIERARCHY_MARGIN = 0.10  # the hierarchy only where it is predicted 10 % faster
-# The hierarchical calls' pipeline (csrc/collectives/rail_pipeline.h, pipelinePieces): pieces
-# of at least PIECE_SEGMENTS segments, at most MAX_PIECES of them, so a call is cut in two
-# (pipelined) from 2 x PIECE_SEGMENTS segments on. The engine's constants
+# The hierarchical calls' pipeline (csrc/collectives/rail_pipeline.h, pipelineSlices): slices
+# of at least SLICE_SEGMENTS segments, at most MAX_SLICES of them, so a call is cut in two
+# (pipelined) from 2 x SLICE_SEGMENTS segments on. The engine's constants
 # (pycollect._C.ENGINE_DEFAULTS), copied so that the model loads no engine.
-PIECE_SEGMENTS = 8
-MAX_PIECES = 16
+SLICE_SEGMENTS = 8
+MAX_SLICES = 16
 OPS = ("all_reduce", "all_gather", "reduce_scatter", "broadcast")
 _FLAT = {"reduce_scatter": ("ring",), "broadcast": ("chain",), **ENGINE_ALGOS}  # the one-level algorithms
 
@@ -116,7 +116,7 @@ def two_level(op: str, nbytes: float, layout: Sequence[int], params: Params,
     fold_in = S / n if op == "all_gather" else S
     fold_out = S / n if op == "reduce_scatter" else S
     t = 2 * intra.alpha + (fold_in + fold_out) * intra.beta if extras else 0.0
-    P = pipeline_pieces(S, seg)
+    P = pipeline_slices(S, seg)
     if op == "all_reduce":
         rs, ag = F["reduce_scatter"]["ring"](S / P, m, intra, seg), F["all_gather"]["ring"](S / P, m, intra, seg)
         ar = F["all_reduce"]["ring"](S / (m * P), h, rails, seg)
@@ -128,11 +128,11 @@ def two_level(op: str, nbytes: float, layout: Sequence[int], params: Params,
     return t + first + (P - 1) * max(first, second) + second + (S * intra.gamma if extras and op != "all_gather" else 0.0)
 
 
-def pipeline_pieces(nbytes: float, segment_bytes: int = DEFAULT_SEGMENT_BYTES) -> int:
-    """The pieces a hierarchical call of `nbytes` runs in, as the engine's pipelinePieces cuts
-    it: nbytes // (PIECE_SEGMENTS segments), from 1 (the levels in turn: below 16 segments,
-    8 MiB at the default segment) to MAX_PIECES."""
-    return int(min(MAX_PIECES, max(1, nbytes // (PIECE_SEGMENTS * max(1, segment_bytes)))))
+def pipeline_slices(nbytes: float, segment_bytes: int = DEFAULT_SEGMENT_BYTES) -> int:
+    """The slices a hierarchical call of `nbytes` runs in, as the engine's pipelineSlices cuts
+    it: nbytes // (SLICE_SEGMENTS segments), from 1 (the levels in turn: below 16 segments,
+    8 MiB at the default segment) to MAX_SLICES."""
+    return int(min(MAX_SLICES, max(1, nbytes // (SLICE_SEGMENTS * max(1, segment_bytes)))))
 
 
 def hierarchical_from(op: str, layout: Sequence[int], params: Params, hosts_of: Optional[Sequence[int]] = None,

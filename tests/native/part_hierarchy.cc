@@ -11,7 +11,7 @@ namespace {
 void hierarchicalCases(Communicator& c) {
   const int n = c.size();
   int style = c.rank();
-  const size_t big = size_t{4} << 20;  // 16 MiB of float32: pipelined in pieces
+  const size_t big = size_t{4} << 20;  // 16 MiB of float32: pipelined in slices
   stage() = "hierarchical all-reduce";
   for (size_t count : {size_t{0}, size_t{7}, size_t{1} << 16, big}) {
     allReduceCase<float>(c, Algo::kHierarchical, count, ReduceOp::kSum, style++);
@@ -47,7 +47,7 @@ void partHierarchy() {
     spec.options = [&hostOf](int rank) {
       CommOptions o = makeOptions(TransportKind::kAuto);
       o.hostTag = "driver-host" + std::to_string(hostOf[rank]);
-      o.tunables.segmentBytes = 64 << 10;  // 16 MiB is then pipelined in its 16 pieces
+      o.tunables.segmentBytes = 64 << 10;  // 16 MiB is then pipelined in its 16 slices
       return o;
     };
     runGroup(spec, [&](Communicator& c, Barrier&, int rank) {
