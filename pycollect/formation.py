@@ -176,10 +176,11 @@ class Formation:
             present = [k for k in joins if k not in missing]
             found = dict(zip(present, (json.loads(v.decode()) for v in self._get_many(present))))
 
-            def answer(text: str) -> None:  # every rank that joined, then their keys gone
+            for k in found:  # before any answer: a rank answered may form this group's next
+                store.delete_key(k)  # formation at once, and set its key again
+
+            def answer(text: str) -> None:  # every rank that joined, at once
                 self._set_many({f"{p}/ack/{theirs['nonce']}": text for theirs in found.values()})
-                for k in found:  # after the answers: the ranks need not wait for these
-                    store.delete_key(k)
 
             if missing:
                 names = ", ".join(self._rank_name(joins.index(k) + 1) for k in missing)
