@@ -25,6 +25,7 @@ import argparse
 import json
 import multiprocessing as mp
 import os
+import queue
 import shutil
 import statistics
 import sys
@@ -98,6 +99,8 @@ def _rank(rank: int, n: int, path: str, timeout_s: float, all_to_all: bool, out)
 
 def run(n: int, timeout: float = 300.0, all_to_all: bool = False) -> list:
     """One formation of `n` light ranks; each rank's result dict, in rank order."""
+    import numpy  # noqa: F401 - imported once here, inherited by every forked rank
+    import pycollect.api  # noqa: F401
     from pycollect.dirstore import DirStore
 
     ctx = mp.get_context("fork")
@@ -108,14 +111,29 @@ def run(n: int, timeout: float = 300.0, all_to_all: bool = False) -> list:
         procs = [ctx.Process(target=_rank, args=(r, n, path, timeout, all_to_all, out), daemon=True) for r in range(n)]
         for p in procs:
             p.start()
-        store.wait([f"ready/{r}" for r in range(n)])
-        store.set("start", repr(time.time() + 0.2 + 0.01 * n))
         results, deadline = {}, time.monotonic() + timeout
-        while len(results) < n:
-            kind, rank, value = out.get(timeout=max(1.0, deadline - time.monotonic()))
+
+        def take(kind, rank, value) -> None:
             if kind == "error":
                 raise RuntimeError(f"light rank {rank} of {n} failed:\n{value}")
             results[rank] = value
+
+        waiting = [f"ready/{r}" for r in range(n)]
+        while waiting:  # a rank that fails or dies before it is ready is reported, not waited for
+            waiting = [k for k in waiting if not store.check([k])]
+            try:
+                take(*out.get(timeout=0.05))
+            except queue.Empty:
+                pass
+            dead = [r for r, p in enumerate(procs) if p.exitcode is not None and r not in results]
+            if dead:
+                raise RuntimeError(f"light rank(s) {dead[:8]} of {n} exited (codes "
+                                   f"{[procs[r].exitcode for r in dead[:8]]}) before the group formed")
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"light ranks {waiting[:8]} of {n} not ready within {timeout:g} s")
+        store.set("start", repr(time.time() + 0.2 + 0.01 * n))
+        while len(results) < n:
+            take(*out.get(timeout=max(1.0, deadline - time.monotonic())))
         for p in procs:
             p.join(30)
         return [results[r] for r in range(n)]

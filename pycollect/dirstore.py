@@ -9,7 +9,7 @@ whole and renamed into place, so a reader never sees half a value:
     store = DirStore("/dev/shm/job-1234")          # every rank, the same path
     pc.init_process_group(store=store, rank=r, world_size=n)
 
-It is for one machine (a tmpfs path is best); a waiter polls, every 2 ms.
+It is for one machine (a tmpfs path is best); a waiter polls, from every 1 ms to every 20 ms.
 """
 from __future__ import annotations
 
@@ -18,7 +18,8 @@ import os
 import time
 from typing import List, Optional, Sequence
 
-_POLL_S = 0.002
+_POLL_S = 0.001
+_POLL_MAX_S = 0.02
 
 
 class DirStore:
@@ -49,13 +50,15 @@ class DirStore:
         limit = (timeout or self.timeout).total_seconds()
         deadline = time.monotonic() + limit
         missing: List[str] = list(keys)
+        pause = _POLL_S
         while True:
             missing = [k for k in missing if not os.path.exists(self._file(k))]
             if not missing:
                 return
             if time.monotonic() >= deadline:
                 raise TimeoutError(f"DirStore {self.path}: key(s) {', '.join(missing[:3])} not set within {limit:g} s")
-            time.sleep(_POLL_S)
+            time.sleep(pause)
+            pause = min(pause * 1.5, _POLL_MAX_S)  # hundreds of waiters polling fast would take the cores
 
     def delete_key(self, key: str) -> bool:
         try:
