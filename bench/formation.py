@@ -431,11 +431,20 @@ def plot(table: dict, path: str) -> None:
             ax.plot(ns, [table[n][engine]["form_s"] for n in ns], style, label=f"{engine}: form")
             ax.plot(ns, [table[n][engine]["ar_s"] for n in ns], style, alpha=0.4,
                     label=f"{engine}: form + first 1 MiB all-reduce")
-    ax.set_xlabel("ranks (one machine)")
-    ax.set_ylabel("seconds, slowest rank (median of repeats)")
-    ax.set_title("Time to form a group")
+    label_axes(ax, "ranks (one machine)", "seconds, slowest rank (median of repeats)", "Time to form a group")
+    save_figure(fig, path)
+
+
+def label_axes(ax, xlabel: str, ylabel: str, title: str) -> None:
+    """The formation plots' axes (here and in formation_light.py): labels, grid, legend."""
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
+
+
+def save_figure(fig, path: str) -> None:
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     fig.tight_layout()
     fig.savefig(path, dpi=110)

@@ -172,6 +172,8 @@ def plot(table: dict, path: str, beside: Optional[dict] = None) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    from formation import label_axes, save_figure  # bench/formation.py, beside this file
+
     fig, (ax, fx) = plt.subplots(1, 2, figsize=(10, 4.2))
     ns = sorted(table)
     ax.plot(ns, [table[n]["form_s"] for n in ns], "o-", label="pycollect, light ranks: form")
@@ -181,23 +183,13 @@ def plot(table: dict, path: str, beside: Optional[dict] = None) -> None:
         if ts:
             ax.plot(ts, [beside[str(n)][engine]["form_s"] for n in ts], style, label=f"{engine}, torch ranks: form")
     ax.set_xscale("log", base=2)
-    ax.set_xlabel("ranks (one machine, 2 cores)")
-    ax.set_ylabel("seconds, slowest rank (median of repeats)")
-    ax.set_title("Time to form a group")
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
+    label_axes(ax, "ranks (one machine, 2 cores)", "seconds, slowest rank (median of repeats)", "Time to form a group")
     fx.plot(ns, [table[n]["ring_fds"]["max"] for n in ns], "o-", label="after a ring all-reduce")
     if "all_fds" in table[ns[0]]:
         fx.plot(ns, [table[n]["all_fds"]["max"] for n in ns], "o--", label="after an all-to-all (every link)")
     fx.set_xscale("log", base=2)
-    fx.set_xlabel("ranks")
-    fx.set_ylabel("descriptors the group holds, busiest rank")
-    fx.set_title("What a rank pays for its links")
-    fx.grid(alpha=0.3)
-    fx.legend(fontsize=8)
-    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    label_axes(fx, "ranks", "descriptors the group holds, busiest rank", "What a rank pays for its links")
+    save_figure(fig, path)
 
 
 def main(argv=None) -> int:
