@@ -118,25 +118,39 @@ void Context::checkHeaders(const std::vector<uint64_t>* recvCounts) {
   if (level_ != nullptr) return;
   setStep("header exchange", 0, 1);
   for (size_t i = 0; i < headerPeers_.size(); ++i) {
-    const int peer = headerPeers_[i];
-    waitRecv(link(peer), theirs_[i].ticket);
-    const WireHeader& h = theirs_[i].header();
-    WireHeader want = call;
-    if (recvCounts != nullptr) want.count = (*recvCounts)[i];
-    if (h.magic != want.magic) {
-      throw MismatchError("rank " + std::to_string(rank) + " expected a call header from rank " +
-                          std::to_string(peer) + " for its " + describeCall(want) +
-                          " but received unrelated bytes (the peer is out of step)");
+    try {
+      waitRecv(link(headerPeers_[i]), theirs_[i].ticket);
+    } catch (const PeerLostError&) {
+      // A peer that saw nothing wrong may finish the call and leave before this rank reads
+      // every header (an all-to-all's sender, whose receiver alone checks the counts): a
+      // disagreement in a header that arrived before it left is the cause, so it is named.
+      for (size_t j = i + 1; j < headerPeers_.size(); ++j) {
+        if (link(headerPeers_[j]).received(theirs_[j].ticket)) checkHeader(j, recvCounts);
+      }
+      throw;
     }
-    bool same = h.kind == want.kind && h.dtype == want.dtype && h.redop == want.redop &&
-                h.seq == want.seq && h.count == want.count && h.root == want.root &&
-                h.algo == want.algo;
-    if (!same) {
-      throw MismatchError("mismatched collectives: rank " + std::to_string(rank) + " called " +
-                          describeCall(want) + " as call #" + std::to_string(want.seq) +
-                          " but rank " + std::to_string(h.rank) + " called " + describeCall(h) +
-                          " as call #" + std::to_string(h.seq));
-    }
+    checkHeader(i, recvCounts);
+  }
+}
+
+void Context::checkHeader(size_t i, const std::vector<uint64_t>* recvCounts) {
+  const int peer = headerPeers_[i];
+  const WireHeader& h = theirs_[i].header();
+  WireHeader want = call;
+  if (recvCounts != nullptr) want.count = (*recvCounts)[i];
+  if (h.magic != want.magic) {
+    throw MismatchError("rank " + std::to_string(rank) + " expected a call header from rank " +
+                        std::to_string(peer) + " for its " + describeCall(want) +
+                        " but received unrelated bytes (the peer is out of step)");
+  }
+  bool same = h.kind == want.kind && h.dtype == want.dtype && h.redop == want.redop &&
+              h.seq == want.seq && h.count == want.count && h.root == want.root &&
+              h.algo == want.algo;
+  if (!same) {
+    throw MismatchError("mismatched collectives: rank " + std::to_string(rank) + " called " +
+                        describeCall(want) + " as call #" + std::to_string(want.seq) +
+                        " but rank " + std::to_string(h.rank) + " called " + describeCall(h) +
+                        " as call #" + std::to_string(h.seq));
   }
 }
 

@@ -142,6 +142,8 @@ class Context {
   void setBackground(Background* b) { background_ = b; }
 
  private:
+  // Throws MismatchError if the i-th header of the exchange disagrees with this call.
+  void checkHeader(size_t i, const std::vector<uint64_t>* recvCounts);
   // "<op> (call #N) on rank R timed out after S s": how every timeout message starts.
   std::string timedOut() const;
   // `phase` as this view names it: "<level> <phase>" (interned: trace units keep it).
