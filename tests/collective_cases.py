@@ -149,11 +149,24 @@ def _all_inputs(dtype, count: int, ws: int, seed: int, product: bool):
     return tuple(make_input(dtype, count, k, seed, "PRODUCT" if product else "SUM") for k in range(ws))
 
 
+@functools.lru_cache(maxsize=16)
+def _input_chunk(dtype, count: int, rank: int, chunk: int, seed: int, product: bool):
+    """Chunk `chunk` of rank `rank`'s reduce-scatter input, drawn on its own: rank r's
+    reference needs only chunk r of every input (ws + ws - 1 chunks drawn instead of ws^2,
+    which was most of the 4-rank case's time). Callers never modify it."""
+    return make_input(dtype, count, rank, seed * 64 + chunk + 1, "PRODUCT" if product else "SUM")
+
+
+def _scattered_input(dtype, count: int, ws: int, rank: int, seed: int, product: bool) -> torch.Tensor:
+    """Rank `rank`'s whole reduce-scatter input (ws chunks of `count`), a new tensor."""
+    return torch.cat([_input_chunk(dtype, count, rank, j, seed, product) for j in range(ws)])
+
+
 def _run_one(comm, kind, pg, gg, ws, r, dtype, count, op, seed, what, algo=None):
     chosen = {} if algo is None else {"algo": algo}
-    per_rank = count * ws if kind in ("reduce_scatter_tensor", "reduce_scatter") else count
-    inputs = _all_inputs(dtype, per_rank, ws, seed, op == "PRODUCT")
-    mine = inputs[r].clone()
+    scatters = kind in ("reduce_scatter_tensor", "reduce_scatter")
+    inputs = None if scatters else _all_inputs(dtype, count, ws, seed, op == "PRODUCT")
+    mine = _scattered_input(dtype, count, ws, r, seed, op == "PRODUCT") if scatters else inputs[r].clone()
     rop = getattr(comm.ReduceOp, op)
     compared = 0
     if kind == "all_reduce":
@@ -185,7 +198,7 @@ def _run_one(comm, kind, pg, gg, ws, r, dtype, count, op, seed, what, algo=None)
             compared = 1
         return digest(result), compared
     # reduce-scatter: rank r gets chunk r of the reduction
-    ref = reduce_ref(inputs, op, dtype)[r * count:(r + 1) * count]
+    ref = reduce_ref([_input_chunk(dtype, count, k, r, seed, op == "PRODUCT") for k in range(ws)], op, dtype)
     result = torch.full((count,), 7, dtype=dtype)
     if kind == "reduce_scatter_tensor":
         comm.reduce_scatter_tensor(result, mine, op=rop, group=pg)
@@ -193,8 +206,8 @@ def _run_one(comm, kind, pg, gg, ws, r, dtype, count, op, seed, what, algo=None)
         comm.reduce_scatter(result, list(mine.chunk(ws)) if count else [mine[:0]] * ws, op=rop, group=pg)
     assert_close(result, ref, dtype, what + " vs numpy")
     theirs = torch.empty(count, dtype=dtype)
-    if op != "AVG" and _gloo(lambda: _reduce_scatter_single(theirs, inputs[r].clone(), op=_torch_op(op),
-                                                                  group=gg), what):
+    fresh = _scattered_input(dtype, count, ws, r, seed, op == "PRODUCT")
+    if op != "AVG" and _gloo(lambda: _reduce_scatter_single(theirs, fresh, op=_torch_op(op), group=gg), what):
         assert_close(result, theirs.to(torch.float64 if dtype.is_floating_point else torch.int64).numpy(),
                      dtype, what + " vs gloo")
         compared = 1

@@ -156,11 +156,11 @@ def test_device_gpu_check_dry_run(tmp_path):
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     t0 = time.monotonic()
     p = subprocess.run([sys.executable, os.path.join(root, "scripts", "gpu_check.py"), "--dry-run", "--out",
-                        str(tmp_path), "--hang", "max_connections", "--step-limit", "max_connections=6"],
+                        str(tmp_path), "--hang", "max_connections", "--step-limit", "max_connections=3"],
                        capture_output=True, text=True, timeout=300, cwd=tmp_path)
     took = time.monotonic() - t0
     assert p.returncode == 1, p.stdout[-3000:] + p.stderr[-3000:]
-    assert "FAIL max_connections" in p.stdout and "stopped after 6 s" in p.stdout, p.stdout[-3000:]
+    assert "FAIL max_connections" in p.stdout and "stopped after 3 s" in p.stdout, p.stdout[-3000:]
     steps = json.loads((tmp_path / "gpu_check.json").read_text())["steps"]
     assert {k: v["status"] for k, v in steps.items()} == {
         "smoke": "PASS", "correctness": "PASS", "torch_backend": "PASS", "training": "PASS",
