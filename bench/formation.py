@@ -15,7 +15,9 @@ rank times:
            was counted as formation; `import_s` in --json says what it costs)
   +ar      the same, plus a first 1 MiB all-reduce (float32)
 
-and afterwards counts its open descriptors (/proc/self/fd), threads and VmRSS (plus PSS,
+and the CPU time its process spent forming (every thread; the table's "CPU ms" is the sum over
+ranks, and rank 0's: with more ranks than cores, forming is bound by it), and afterwards
+counts its open descriptors (/proc/self/fd), threads and VmRSS (plus PSS,
 which shares out the pages the ranks inherit from the fork server: what the run costs the
 machine, used to skip an engine at an N that would not fit in memory). The slowest rank
 counts for the times; fds/threads/RSS are shown as median/max over the ranks.
@@ -39,6 +41,7 @@ import datetime
 import json
 import os
 import queue as queue_mod
+import shutil
 import statistics
 import subprocess
 import sys
@@ -246,20 +249,20 @@ def _rank_main(rank: int, n: int, engine: str, port: int, out, timeout_s: float,
         if late < 0:
             time.sleep(-late)
         phases["woke"] = time.time() - t0
+        c0 = time.process_time()
         if engine == "pycollect":
             pc.init_process_group(store=dist.PrefixStore("pycollect", store), rank=rank, world_size=n, timeout=td)
-            formed = time.time() - t0
-            pc.all_reduce(x)
         else:
             dist.init_process_group("gloo", store=dist.PrefixStore("gloo", store), rank=rank, world_size=n,
                                     timeout=td)
-            formed = time.time() - t0
-            dist.all_reduce(x)
+        formed = time.time() - t0
+        cpu_s = time.process_time() - c0  # every thread of this rank, while it formed
+        (pc if engine == "pycollect" else dist).all_reduce(x)
         reduced = time.time() - t0
         if float(x[0]) != n:
             raise AssertionError(f"all_reduce gave {float(x[0])}, expected {n}")
         res = {"rank": rank, "late_s": max(0.0, late), "form_s": formed, "ar_s": reduced, "import_s": import_s,
-               **_proc_status()}
+               "cpu_s": cpu_s, **_proc_status()}
         if phases_on and engine == "pycollect":
             res["phases"], res["store"] = phases, store_counts
         # Nobody leaves (closing links under a peer's last call) before everyone is done.
@@ -282,8 +285,12 @@ def _rank_main(rank: int, n: int, engine: str, port: int, out, timeout_s: float,
 
 # ----------------------------------------------------------------------------- in the parent
 def run_once(n: int, engine: str, timeout: float = 300.0, phases: bool = False, strace_rank: int = -1,
-             strace_dir: str = ".", strace_mode: str = "c", progress=None) -> list:
-    """One formation of `n` ranks on `engine`; each rank's result dict, in rank order."""
+             strace_dir: str = ".", strace_mode: str = "c", progress=None, cold_tables: bool = False) -> list:
+    """One formation of `n` ranks on `engine`; each rank's result dict, in rank order.
+    `cold_tables`: pycollect's rank 0 finds no automatic-choice tables kept on disk from an
+    earlier formation (tuning/table_cache.py) and builds them, as on a machine's first run."""
+    import tempfile
+
     import torch.distributed as dist
 
     from pycollect.launch import collect_processes, free_port, rank_context
@@ -293,7 +300,10 @@ def run_once(n: int, engine: str, timeout: float = 300.0, phases: bool = False, 
     port = free_port()
     store = dist.TCPStore("127.0.0.1", port, None, is_master=True, timeout=datetime.timedelta(seconds=timeout),
                           wait_for_workers=False)
-    procs = [ctx.Process(target=_rank_main, args=(r, n, engine, port, out, timeout, dict(os.environ), phases,
+    env = dict(os.environ)
+    if cold_tables:
+        env["XDG_CACHE_HOME"] = tempfile.mkdtemp(prefix="formation-cold-")
+    procs = [ctx.Process(target=_rank_main, args=(r, n, engine, port, out, timeout, env, phases,
                                                   strace_rank, strace_dir, strace_mode), daemon=True)
              for r in range(n)]
     for p in procs:
@@ -314,6 +324,8 @@ def run_once(n: int, engine: str, timeout: float = 300.0, phases: bool = False, 
                                  where=f" ({engine}, {n} ranks)", join_s=10)
     finally:
         del store
+        if cold_tables:
+            shutil.rmtree(env["XDG_CACHE_HOME"], ignore_errors=True)
 
 
 def summarize(runs: list) -> dict:
@@ -328,6 +340,8 @@ def summarize(runs: list) -> dict:
          "ar_s": med(lambda ranks: max(x["ar_s"] for x in ranks)),
          "late_s": max(max(x["late_s"] for x in ranks) for ranks in runs),
          "import_s": med(lambda ranks: statistics.median(x.get("import_s", 0.0) for x in ranks)),
+         "cpu_sum_s": med(lambda ranks: sum(x.get("cpu_s", 0.0) for x in ranks)),
+         "cpu_rank0_s": med(lambda ranks: ranks[0].get("cpu_s", 0.0)),
          "repeats": len(runs),
          "form_each": [max(x["form_s"] for x in ranks) for ranks in runs]}
     for key in ("fds", "threads", "rss_kib", "pss_kib"):
@@ -386,7 +400,7 @@ def fits(n: int, pss_kib: float) -> bool:
 
 def print_table(table: dict, file=sys.stdout) -> None:
     hdr = (f"{'ranks':>5} {'engine':<9} {'form s':>7} {'+ar s':>7} {'fds med/max':>12} {'fds r0':>6} "
-           f"{'thr med/max':>11} {'RSS MiB med/max':>16} {'PSS MiB med':>11} {'vs gloo':>7}")
+           f"{'thr med/max':>11} {'RSS MiB med/max':>16} {'PSS MiB med':>11} {'CPU ms sum/r0':>13} {'vs gloo':>7}")
     print(hdr, file=file)
     print("-" * len(hdr), file=file)
     for n in sorted(table):
@@ -401,7 +415,8 @@ def print_table(table: dict, file=sys.stdout) -> None:
                   f"{s['fds']['med']:>5.0f}/{s['fds']['max']:<6.0f} {s['fds_rank0']:>6.0f} "
                   f"{s['threads']['med']:>4.0f}/{s['threads']['max']:<6.0f} "
                   f"{s['rss_kib']['med'] / 1024:>7.0f}/{s['rss_kib']['max'] / 1024:<8.0f} "
-                  f"{s['pss_kib']['med'] / 1024:>11.0f} {ratio:>7}", file=file)
+                  f"{s['pss_kib']['med'] / 1024:>11.0f} "
+                  f"{1e3 * s.get('cpu_sum_s', 0):>7.0f}/{1e3 * s.get('cpu_rank0_s', 0):<5.0f} {ratio:>7}", file=file)
 
 
 def print_phases(n: int, ps: dict, file=sys.stdout) -> None:
@@ -461,6 +476,9 @@ def main(argv=None) -> int:
     ap.add_argument("--strace-mode", choices=("c", "t"), default="c", help="c: -c summary; t: timestamped log")
     ap.add_argument("--strace-dir", default=".")
     ap.add_argument("--timeout", type=float, default=300.0, help="per run, seconds")
+    ap.add_argument("--cold-tables", action="store_true",
+                    help="pycollect's rank 0 builds its automatic-choice tables in every run, as on a machine's "
+                         "first formation (default: kept on disk from the last, as on every later one)")
     ap.add_argument("--json", help="write the table (and phases) here")
     ap.add_argument("--plot", help="PNG of time to form vs ranks")
     args = ap.parse_args(argv)
@@ -472,7 +490,8 @@ def main(argv=None) -> int:
     with open("/proc/loadavg") as f:
         load = " ".join(f.read().split()[:3])
     print(f"# formation: ranks {args.ranks}, {args.repeats} repeat(s), engines {args.engines}, "
-          f"{os.cpu_count()} cores, load {load}, MemAvailable {mem_available_kib() // 1024} MiB", flush=True)
+          f"{os.cpu_count()} cores, load {load}, MemAvailable {mem_available_kib() // 1024} MiB, "
+          f"pycollect's tables {'built in every run' if args.cold_tables else 'kept on disk'}", flush=True)
     table, phases, pss_seen = {}, {}, {e: 0.0 for e in ENGINES}
     for n in sorted(args.ranks):
         runs = {e: [] for e in args.engines}
@@ -491,7 +510,8 @@ def main(argv=None) -> int:
                 t = time.monotonic()
                 ranks = run_once(n, engine, timeout=args.timeout, phases=args.phases and engine == "pycollect",
                                  strace_rank=args.strace if engine == "pycollect" else -1,
-                                 strace_dir=args.strace_dir, strace_mode=args.strace_mode)
+                                 strace_dir=args.strace_dir, strace_mode=args.strace_mode,
+                                 cold_tables=args.cold_tables)
                 runs[engine].append(ranks)
                 pss_seen[engine] = max(pss_seen[engine], max(r["pss_kib"] for r in ranks))
                 slow = max(r["form_s"] for r in ranks)
@@ -512,6 +532,7 @@ def main(argv=None) -> int:
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"meta": {"load": load, "cores": os.cpu_count(), "repeats": args.repeats,
+                                "cold_tables": args.cold_tables,
                                 "date": time.strftime("%Y-%m-%d %H:%M")},
                        "table": {str(n): v for n, v in table.items()},
                        "phases": {str(n): v for n, v in phases.items()}}, f, indent=1)

@@ -21,18 +21,27 @@ from ._bounded import on_helper
 from .errors import CollectiveTimeoutError, MismatchError
 from .options import Options
 from .topology import Topology
-from .tuning import DEFAULT_SEGMENT_BYTES, ENGINE_ALGOS, Params, auto_table
+from .tuning import DEFAULT_SEGMENT_BYTES, ENGINE_ALGOS, Params, auto_table, table_cache
+from .tuning.choice import AUTO_MARGIN, ENGINE_LIMITS
 from .tuning.hierarchy import OPS as HIERARCHY_OPS, hierarchical_from
 from .types import Algo
 
 
 def auto_tables(params: Params, size: int, options: Options) -> Dict[str, list]:
     """CommOptions' automatic-choice tables for a group of `size`: {field: [(max_bytes, code)]},
-    among the algorithms the engine has (tuning.ENGINE_ALGOS)."""
+    among the algorithms the engine has (tuning.ENGINE_ALGOS); kept on disk for the next
+    formation with the same inputs (tuning/table_cache.py)."""
     seg = options.segment_bytes or DEFAULT_SEGMENT_BYTES
-    return {f"{op.replace('_', '')}_auto": [(b, int(Algo[a.upper()])) for b, a in
-                                           auto_table(op, size, params, algos, segment_bytes=seg)]
-            for op, algos in ENGINE_ALGOS.items()}
+    codes = {a: int(Algo[a.upper()]) for algos in ENGINE_ALGOS.values() for a in algos}
+
+    def build() -> Dict[str, list]:
+        return {f"{op.replace('_', '')}_auto": [(b, codes[a]) for b, a in
+                                               auto_table(op, size, params, algos, segment_bytes=seg)]
+                for op, algos in ENGINE_ALGOS.items()}
+
+    inputs = {"params": params.to_json(), "size": size, "segment_bytes": seg, "algos": ENGINE_ALGOS,
+              "limits": ENGINE_LIMITS, "margin": AUTO_MARGIN, "codes": codes}
+    return table_cache.cached(inputs, build)
 
 
 NEVER = 2**64 - 1  # a size no call reaches (the engine's SIZE_MAX)
@@ -107,7 +116,8 @@ class Formation:
         the JSON every rank adopts. The tables are built here once (~20 ms of arithmetic)
         rather than on every rank: with more ranks than cores that was half of forming a
         64-rank group; and while the other ranks are still arriving, not after, which took
-        a third of forming a 16-rank group (docs/formation.md). Their inputs besides the
+        a third of forming a 16-rank group (docs/formation.md); and kept on disk, so a later
+        formation with the same inputs reads them (tuning/table_cache.py). Their inputs besides the
         model (the group's size, PYCOLLECT_SEGMENT_BYTES) are the same on every rank
         (checked as the ranks join)."""
         params = Params.load(self.options.model) if self.options.model else Params()

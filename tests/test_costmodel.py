@@ -693,6 +693,43 @@ def test_auto_table_keeps_engine_limits():
     assert auto_table("all_reduce", 4, slow_ring, ["ring", "direct"])[0] == (16 * 1024, "direct")
 
 
+def test_formation_tables_are_kept_on_disk_and_rebuilt_when_not_theirs(monkeypatch, tmp_path):
+    """A group's tables (formation.auto_tables) come from the file named by their inputs'
+    digest when it holds them; a missing, corrupt or foreign file is rebuilt, another size or
+    model has a file of its own, and an unwritable directory costs only the keeping."""
+    from pycollect import formation
+    from pycollect.options import Options
+    from pycollect.tuning import table_cache
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    built = []
+    real = formation.auto_table
+
+    def counted(*args, **kwargs):
+        built.append(args[:2])
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(formation, "auto_table", counted)
+    options = Options()
+    first = formation.auto_tables(P, 8, options)
+    assert len(built) == len(ENGINE_ALGOS) and first["allreduce_auto"][-1][0] == 2**64 - 1
+    files = list(table_cache.directory().glob("*.json"))
+    assert len(files) == 1 and files[0].parent == tmp_path / "pycollect" / "auto-tables"
+    assert formation.auto_tables(P, 8, options) == first and len(built) == len(ENGINE_ALGOS)  # kept
+    formation.auto_tables(P, 9, options)
+    formation.auto_tables(P.with_(alpha=2 * P.alpha), 8, options)
+    assert len(list(table_cache.directory().glob("*.json"))) == 3 and len(built) == 3 * len(ENGINE_ALGOS)
+    for text in ("{not json", json.dumps({"key": "another", "tables": {}})):
+        files[0].write_text(text)
+        del built[:]
+        assert formation.auto_tables(P, 8, options) == first and len(built) == len(ENGINE_ALGOS)
+    assert json.loads(files[0].read_text())["tables"]["allreduce_auto"] == [list(r) for r in first["allreduce_auto"]]
+    (tmp_path / "a-file").write_text("")  # no directory can be made under it (root or not)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "a-file" / "cache"))
+    del built[:]
+    assert formation.auto_tables(P, 8, options) == first and len(built) == len(ENGINE_ALGOS)
+
+
 def test_engine_refuses_a_bad_automatic_choice_table():
     """The tables are checked where the engine takes them: rows in order, known codes,
     and only before the group connects."""
