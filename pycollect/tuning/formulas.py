@@ -98,14 +98,32 @@ def _unpack(P: Params, p: int, working_set: float, transfers=None, all_pairs: bo
         f = P.per_byte(working_set)
         copies = float(max(0, p - 1)) if all_pairs else 1.0
         return Step(P.message_at(1, False), P.beta * f * copies, P.gamma * f, P.overhead, copies)
-    transfers = [] if all_pairs else _ring(p) if transfers is None else list(transfers())
-    dsts = {dst for dst, _ in transfers}
-    receivers = range(p) if all_pairs or len(dsts) == p else sorted(dsts)  # range: every rank (Params' fast paths)
-    busiest = P.busiest(receivers)
-    f = P.per_byte(working_set * P.stretch(p), P.cores_busy(receivers))
-    copies = P.copies_all_pairs(p) if all_pairs else P.copies(transfers)
-    return Step(P.message_at(busiest, P.shares_core(receivers, p)), P.beta * f * copies, P.gamma * f * busiest,
-                P.overhead, copies)
+    message, copies, busiest, stretch, cores_busy = _shape(P, p, transfers, all_pairs)
+    f = P.per_byte(working_set * stretch, cores_busy)
+    return Step(message, P.beta * f * copies, P.gamma * f * busiest, P.overhead, copies)
+
+
+def _shape(P: Params, p: int, transfers, all_pairs: bool) -> Tuple[float, float, int, float, int]:
+    """(message cost, copies, busiest, stretch, cores busy) of a step with ranks sharing cores:
+    what _unpack needs besides the working set, which these do not depend on. Kept on the
+    Params (immutable) per step shape: fitting evaluates thousands of sizes for each Params,
+    and counting ranks per core for each was most of its time."""
+    listed = None if all_pairs or transfers is None else tuple(transfers())
+    memo = P.__dict__.get("_step_shapes")
+    if memo is None:
+        memo = {}
+        object.__setattr__(P, "_step_shapes", memo)  # not a field: equality, asdict, replace ignore it
+    key = (p, all_pairs, listed)
+    shape = memo.get(key)
+    if shape is None:
+        pairs = [] if all_pairs else _ring(p) if listed is None else listed
+        dsts = {dst for dst, _ in pairs}
+        receivers = range(p) if all_pairs or len(dsts) == p else sorted(dsts)  # range: every rank (Params' fast paths)
+        busiest = P.busiest(receivers)
+        copies = P.copies_all_pairs(p) if all_pairs else P.copies(pairs)
+        shape = memo[key] = (P.message_at(busiest, P.shares_core(receivers, p)), copies, busiest,
+                             P.stretch(p), P.cores_busy(receivers))
+    return shape
 
 
 def allreduce_ring(n: float, p: int, P: Params, seg: int = DEFAULT_SEGMENT_BYTES) -> float:
