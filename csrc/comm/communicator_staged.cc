@@ -134,6 +134,7 @@ std::shared_ptr<Work> Communicator::enqueueStaged(const WireHeader& header, size
   Collective op{header, nullptr, nullptr};
   op.makeWork = [ticket](std::string what) { return std::make_shared<StagedWork>(std::move(what), ticket); };
   op.run = [this, &st, start, ticket, pieces, slotBytes, piece](Context& c) {
+    ticket->ran.store(true);
     StagedCall call;
     call.pieces = pieces;
     call.slotBytes = slotBytes;

@@ -21,9 +21,16 @@ StagedTicket::~StagedTicket() {
 }
 
 void StagedWork::finished(bool failed) {
-  // Failed on the host or never run: no copy of it writes its word (run() drained and
-  // stored the words of a call that failed while running; this covers the dropped ones).
-  if (failed) ticket_->sync->release(ticket_->seq);
+  // Failed on the host or never run: no copy of it writes its word, and a failure while it
+  // ran (run() drained the streams) skipped the writes of the calls before it too. The
+  // group recorded its failure before this (Communicator::failRunning), so a caller whose
+  // stream goes on here finds the group failed.
+  if (!failed) return;
+  if (ticket_->ran.load()) {
+    ticket_->sync->releaseThrough(ticket_->seq);
+  } else {
+    ticket_->sync->release(ticket_->seq);
+  }
 }
 
 bool StagedWork::streamWait(StreamHandle stream) {

@@ -10,6 +10,7 @@
 // (finished()), so a stream that waits on it goes on; its error is the Work's.
 #pragma once
 
+#include <atomic>
 #include <memory>
 #include <string>
 
@@ -28,6 +29,7 @@ struct StagedTicket {
   std::shared_ptr<StagedSync> sync;
   uint32_t seq = 0;
   EventHandle done = 0;
+  std::atomic<bool> ran{false};  // the worker began it (a failure then skipped earlier calls' writes too)
 };
 
 class StagedWork : public Work {

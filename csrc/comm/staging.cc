@@ -290,10 +290,12 @@ void Staging::run(const StagedCall& call) {
   }
 }
 
-void Staging::fail(const StagedCall& call) {
+void Staging::fail(const StagedCall&) {
+  // No queued copy may touch the caller's memory once the call has failed. The words of this
+  // call and of those before it whose writes the failure skipped are stored by its Work
+  // (StagedWork::finished), once the group has recorded the failure: a caller whose stream
+  // goes on then finds the group failed, instead of a next call accepted in between.
   drain();
-  // This call and any before it whose write the failure skipped: a waiting stream goes on.
-  sync_->releaseThrough(call.seq);
 }
 
 }  // namespace pycollect
