@@ -293,13 +293,15 @@ def run_once(n: int, engine: str, timeout: float = 300.0, phases: bool = False, 
 
     import torch.distributed as dist
 
-    from pycollect.launch import collect_processes, free_port, rank_context
+    from pycollect.launch import collect_processes, rank_context
 
     ctx = rank_context()
     out = ctx.Queue()
-    port = free_port()
-    store = dist.TCPStore("127.0.0.1", port, None, is_master=True, timeout=datetime.timedelta(seconds=timeout),
+    # Port 0: the store binds a free port itself (one picked beforehand can be taken by a
+    # rank of another run before the bind: EADDRINUSE).
+    store = dist.TCPStore("127.0.0.1", 0, None, is_master=True, timeout=datetime.timedelta(seconds=timeout),
                           wait_for_workers=False)
+    port = store.port
     env = dict(os.environ)
     if cold_tables:
         env["XDG_CACHE_HOME"] = tempfile.mkdtemp(prefix="formation-cold-")
