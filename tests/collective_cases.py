@@ -123,19 +123,25 @@ def run_cases(kind: str, pair, ws: int, seed: int = 0, counts=COUNTS, dtypes=DTY
     pg, gg = pair
     r = comm.get_rank(pg)
     out = {"digests": [], "gloo_compared": 0, "cases": 0}
+    index = 0
     for dtype in dtypes:
         for count in counts:
             case_ops = ops if kind in ("all_reduce", "reduce_scatter_tensor", "reduce_scatter") else ["SUM"]
             for op in case_ops:
                 what = f"{kind} ws={ws} {dtype} count={count} op={op}"
+                index += 1
+                # An all-reduce's result is the same on every rank (the digests show it), so one
+                # rank a case, in turn, checks it against numpy and Gloo: every rank reducing
+                # every rank's input for every case was most of the suite's largest module.
+                checks = index % ws == r
                 if op == "AVG" and not dtype.is_floating_point:
                     try:
-                        _run_one(comm, kind, pg, gg, ws, r, dtype, count, op, seed, what, algo)
+                        _run_one(comm, kind, pg, gg, ws, r, dtype, count, op, seed, what, algo, checks)
                     except ValueError as e:
                         assert "AVG" in str(e) and "int" in str(e), str(e)
                         continue
                     raise AssertionError(f"{what}: AVG on an integer dtype did not raise")
-                d, compared = _run_one(comm, kind, pg, gg, ws, r, dtype, count, op, seed, what, algo)
+                d, compared = _run_one(comm, kind, pg, gg, ws, r, dtype, count, op, seed, what, algo, checks)
                 out["digests"].append((what, d))
                 out["gloo_compared"] += compared
                 out["cases"] += 1
@@ -162,7 +168,10 @@ def _scattered_input(dtype, count: int, ws: int, rank: int, seed: int, product: 
     return torch.cat([_input_chunk(dtype, count, rank, j, seed, product) for j in range(ws)])
 
 
-def _run_one(comm, kind, pg, gg, ws, r, dtype, count, op, seed, what, algo=None):
+def _run_one(comm, kind, pg, gg, ws, r, dtype, count, op, seed, what, algo=None, checks=True):
+    """One case on this rank; (digest of the result, whether Gloo's was compared).
+    `checks`: an all-reduce's result is checked against numpy and Gloo here (on one rank
+    per case; every rank's digest is compared by the test)."""
     chosen = {} if algo is None else {"algo": algo}
     scatters = kind in ("reduce_scatter_tensor", "reduce_scatter")
     inputs = None if scatters else _all_inputs(dtype, count, ws, seed, op == "PRODUCT")
@@ -171,9 +180,10 @@ def _run_one(comm, kind, pg, gg, ws, r, dtype, count, op, seed, what, algo=None)
     compared = 0
     if kind == "all_reduce":
         comm.all_reduce(mine, op=rop, group=pg, **chosen)
-        assert_close(mine, reduce_ref(inputs, op, dtype), dtype, what + " vs numpy")
+        if checks:
+            assert_close(mine, reduce_ref(inputs, op, dtype), dtype, what + " vs numpy")
         theirs = inputs[r].clone()
-        if op != "AVG" and _gloo(lambda: dist.all_reduce(theirs, op=_torch_op(op), group=gg), what):
+        if op != "AVG" and _gloo(lambda: dist.all_reduce(theirs, op=_torch_op(op), group=gg), what) and checks:
             assert_close(mine, theirs.to(torch.float64 if dtype.is_floating_point else torch.int64).numpy(),
                          dtype, what + " vs gloo")
             compared = 1
