@@ -24,6 +24,7 @@ import datetime
 import multiprocessing as mp
 import os
 import queue as queue_mod
+import random
 import socket
 import threading
 import time
@@ -35,15 +36,39 @@ BACKENDS = ("pycollect", "gloo", "nccl")  # nccl: one GPU per rank (rank r on cu
 
 def free_port(host: str = "127.0.0.1", netns: Optional[str] = None) -> int:
     """A TCP port that is free on `host` (IPv4 or IPv6) right now; `host` is looked up inside
-    network namespace `netns` when given (see pycollect.netns)."""
+    network namespace `netns` when given (see pycollect.netns).
+
+    Drawn from below the kernel's ephemeral range: a port bind(0) returns is one the kernel
+    hands out again to the next connect() or port-0 listener, and the rank that binds it a
+    second later (the store's host, as MASTER_PORT) found it taken now and then (EADDRINUSE,
+    in a suite full of connections); below the range only an explicit bind takes a port."""
     if netns is not None:
         from . import netns as ns
 
         return ns.run_in(netns, free_port, host)
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    with socket.socket(family, socket.SOCK_STREAM) as s:
+    low = _ephemeral_low()
+    draw = random.Random(os.getpid() ^ time.monotonic_ns())
+    for _ in range(64):
+        port = draw.randrange(max(1024, low - 16384), low)
+        with socket.socket(family, socket.SOCK_STREAM) as s:
+            try:
+                s.bind((host, port))
+            except OSError:
+                continue  # in use: draw again
+            return port
+    with socket.socket(family, socket.SOCK_STREAM) as s:  # the range below is full: any port
         s.bind((host, 0))
         return s.getsockname()[1]
+
+
+def _ephemeral_low() -> int:
+    """The first port of the kernel's ephemeral range (Linux's default 32768 elsewhere)."""
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+            return int(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768
 
 
 def _check_backends(backends: Sequence[str]) -> None:

@@ -308,3 +308,18 @@ def test_real_mpirun_runs_init_process_group_and_torch_ddp():
         assert r["torch_env"] == {"RANK": str(r["rank"]), "WORLD_SIZE": "2", "LOCAL_RANK": str(r["rank"]),
                                   "LOCAL_WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(ports[1])}
     assert lines[0]["digest"] == lines[1]["digest"], "the ranks' parameters differ after the DDP step"
+
+
+def test_free_port_is_drawn_below_the_ephemeral_range():
+    """A port from bind(0) is the kernel's to hand out again to the next connection, so a
+    rank binding it a moment later found it taken now and then (EADDRINUSE in the suite):
+    free_port draws from below the ephemeral range, and what it returns binds."""
+    import socket
+
+    from pycollect.launch import _ephemeral_low, free_port
+
+    for host, family in (("127.0.0.1", socket.AF_INET), ("::1", socket.AF_INET6)):
+        port = free_port(host)
+        assert 1024 <= port < _ephemeral_low(), port
+        with socket.socket(family, socket.SOCK_STREAM) as s:
+            s.bind((host, port))
