@@ -91,17 +91,19 @@ def _store_host(store) -> Optional[str]:
     return None
 
 
-def _literal(host: str):
-    """(family, sockaddr for port 9) of an IP address written as one, else None: such an
-    address needs no lookup (socket.getaddrinfo encodes every name as IDNA, and importing
-    that codec cost each rank 3 ms of CPU while forming its group)."""
+def _route_target(host: str):
+    """(family, sockaddr for port 9) through which to probe the route to `host` (socket.gaierror
+    if it does not resolve). An IP address written as one needs no lookup
+    (socket.getaddrinfo encodes every name as IDNA, and importing that codec cost each rank
+    3 ms of CPU while forming its group)."""
     for family, sockaddr in ((socket.AF_INET, (host, 9)), (socket.AF_INET6, (host, 9, 0, 0))):
         try:
             socket.inet_pton(family, host)
             return family, sockaddr
         except (OSError, ValueError):
             continue
-    return None
+    info = socket.getaddrinfo(host, 9, type=socket.SOCK_DGRAM)[0]
+    return info[0], info[4]
 
 
 def listen_address(master_addr: Optional[str]) -> str:
@@ -113,25 +115,20 @@ def listen_address(master_addr: Optional[str]) -> str:
     from . import _C
 
     ifname = Options.from_env().socket_ifname
-    literal = _literal(master_addr) if master_addr else None
-    family = 0
-    if literal:
-        family = literal[0]
-    elif master_addr:
+    target, unresolved = None, None
+    if master_addr:
         try:
-            family = socket.getaddrinfo(master_addr, None)[0][0]
-        except socket.gaierror:
-            family = 0
+            target = _route_target(master_addr)
+        except socket.gaierror as e:
+            unresolved = e
     if ifname:
-        return _C.interface_address(ifname, int(family))
+        return _C.interface_address(ifname, int(target[0]) if target else 0)
     if not master_addr:
         return "127.0.0.1"
     try:
-        if literal:
-            family, sockaddr = literal
-        else:
-            info = socket.getaddrinfo(master_addr, 9, type=socket.SOCK_DGRAM)[0]
-            family, sockaddr = info[0], info[4]
+        if target is None:
+            raise unresolved
+        family, sockaddr = target
         with socket.socket(family, socket.SOCK_DGRAM) as probe:
             probe.connect(sockaddr)  # no packet is sent: this only asks the routing table
             return probe.getsockname()[0]

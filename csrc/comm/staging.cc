@@ -246,7 +246,7 @@ void Staging::run(const StagedCall& call) {
   const size_t n = call.pieces;
   const size_t depth = std::min<size_t>(n, options_.slots);
   if (call.slotBytes > options_.slotBytes) {
-    fail(call);
+    drain();
     throw Error(call.what + ": a piece needs a staging slot of " + std::to_string(call.slotBytes) +
                 " bytes, but the slots hold " + std::to_string(options_.slotBytes) + " (a bug in the cut)");
   }
@@ -280,22 +280,18 @@ void Staging::run(const StagedCall& call) {
     if (call.done != 0) device_->record(call.done, toDevice_);
     if (sync_->words != nullptr) device_->writeValue(toDevice_, sync_->word(call.seq), call.seq);
   } catch (const DeviceError& e) {
-    fail(call);  // no queued copy may touch the caller's memory once the call has failed
+    // No queued copy may touch the caller's memory once the call has failed. The flag words
+    // of this call and of those before it whose writes the failure skipped are stored by its
+    // Work (StagedWork::finished) once the group has recorded the failure: a caller whose
+    // stream goes on then finds the group failed, not a next call accepted in between.
+    drain();
     // A failure while queueing (an invalid pointer, a sticky error) names the call too.
     if (std::string(e.what()).rfind(call.what, 0) == 0) throw;
     throw DeviceError(call.what + ": " + e.what());
   } catch (...) {
-    fail(call);
+    drain();  // as above
     throw;
   }
-}
-
-void Staging::fail(const StagedCall&) {
-  // No queued copy may touch the caller's memory once the call has failed. The words of this
-  // call and of those before it whose writes the failure skipped are stored by its Work
-  // (StagedWork::finished), once the group has recorded the failure: a caller whose stream
-  // goes on then finds the group failed, instead of a next call accepted in between.
-  drain();
 }
 
 }  // namespace pycollect

@@ -117,7 +117,6 @@ class Staging {
   void issueIn(const StagedPiece& p, Slot& s);
   void waitEvent(EventHandle e, const StagedCall& call, const std::string& step);
   void drain();
-  void fail(const StagedCall& call);
   void release();  // frees what the constructor made (the destructor's, or a failed construction's)
 
   std::shared_ptr<Device> device_;

@@ -327,15 +327,17 @@ void Communicator::runP2P(PendingP2P& p) {
 void Communicator::failRunning(const std::shared_ptr<Work>& work, const std::exception& e) {
   bool stopping;
   std::string earlier;  // abort() failed the group first: what broke this op is its doing
+  std::string reason;   // what the group failed of
   bool own = !work->isCompleted();  // a p2p failure found by reapP2P finished its own work
-  std::string message = own ? work->what() + ": " + e.what() : std::string(e.what());
   {
     std::lock_guard<std::mutex> lock(mu_);
     stopping = stopping_;
     earlier = failure_;
+    reason = stopping ? "process group was destroyed"
+                      : own ? work->what() + ": " + e.what() : std::string(e.what());
     // Recorded before the work finishes: a caller who sees it fail (or, for a staged call,
     // sees its stream go on) and calls again finds the group failed.
-    if (failure_.empty()) failure_ = stopping ? "process group was destroyed" : message;
+    if (failure_.empty()) failure_ = reason;
   }
   if (own) {
     if (stopping) {
@@ -348,7 +350,7 @@ void Communicator::failRunning(const std::shared_ptr<Work>& work, const std::exc
       work->finish(std::current_exception());
     }
   }
-  failWith(stopping ? "process group was destroyed" : message);
+  failWith(reason);
 }
 
 void Communicator::reapP2P() {
