@@ -4,7 +4,7 @@ backend, at world sizes 2 and 3: every test must pass or be skipped, none may fa
 The suite runs in a subprocess (tests/torch_conformance.py says how it is built and what
 it patches). Ranks start by fork from that process: the same tests as torch's spawn, at
 about 1 s a test instead of 15-40 s (each spawned rank imports torch and the 11,000-line
-suite again). One test starts a few of them by spawn, as torch does, to show that the
+suite again). One test starts one of them by spawn, as torch does, to show that the
 backend is registered in a freshly spawned rank too. docs/torch_conformance.md has the
 measured tables, Gloo's beside ours.
 """
@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 import torch
 
-pytestmark = pytest.mark.slow  # ~1.5-2 min a world size on a loaded 2-core machine
+pytestmark = pytest.mark.slow  # ~30-60 s a world size on a loaded 2-core machine
 
 RUNNER = Path(__file__).with_name("torch_conformance.py")
 # Passed at each world size with torch 2.13.0 (Gloo passes the same number there).
@@ -58,7 +58,7 @@ def _finish(run, timeout: float = 900) -> dict:
     return {"counts": counts, "failing": failing, "summary": summary, "tail": stdout[-6000:]}
 
 
-SPAWN_SELECT = "test_reduce_sum_twice or test_get_backend or test_gather_checks"
+SPAWN_SELECT = "test_reduce_sum_twice"  # a collective, checked; each spawned rank costs ~4 s of CPU
 
 
 @pytest.fixture(scope="module")
@@ -92,4 +92,4 @@ def test_spawned_ranks_register_the_backend(suites):
     hence pycollect, hence the backend, before torch's suite calls init_process_group."""
     res = suites("spawn")
     assert not res["failing"], f"failing on pycollect: {res['failing']}\n{res['tail']}"
-    assert res["counts"].get("passed", 0) >= 2, res["tail"]
+    assert res["counts"].get("passed", 0) == 1, res["tail"]

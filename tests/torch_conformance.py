@@ -34,6 +34,15 @@ What is patched, and why (nothing else is):
    ranks after the first barrier). Here the barrier polls every 5 ms and the parent wakes
    when a rank exits; the protocol (barrier files under TEMP_DIR, exit codes, the per-test
    timeout) is torch's.
+5. Skips known before start (the harness, not the backend): 120 of those 195 tests a world
+   size are skipped by a decorator that only looks at the machine and the world size
+   (`skip_if_lt_x_gpu`, `skip_if_no_gpu`, `skip_if_small_worldsize`, ...): each rank forms
+   the group, meets, calls the test, exits with the skip's code, and the parent raises
+   SkipTest with that code's message. Here the parent calls those same decorators' own
+   wrappers first, with the test body replaced by a marker; a wrapper that exits with a
+   skip code skips the test there, with the message the ranks' exit would give. Only the
+   decorators named in _SKIP_WRAPPERS are called so (their bodies are checks and nothing
+   else); a test they let through is started as before.
 """
 from __future__ import annotations
 
@@ -41,6 +50,8 @@ import multiprocessing.connection
 import os
 import tempfile
 import time
+import types
+import unittest
 
 BACKEND_UNDER_TEST = os.environ.get("CONFORMANCE_BACKEND", "pycollect")
 os.environ.setdefault("WORLD_SIZE", "2")
@@ -117,6 +128,49 @@ _dt.Barrier.sync = classmethod(_barrier_sync)
 
 START = os.environ.get("CONFORMANCE_START", "spawn")
 
+# patch 5: torch's decorators whose wrappers only check the machine and the world size,
+# then exit with a TEST_SKIPS code or call the test (common_distributed.py).
+_SKIP_WRAPPERS = {
+    "skip_if_lt_x_gpu.<locals>.decorator.<locals>.wrapper",
+    "nccl_skip_if_lt_x_gpu.<locals>.decorator.<locals>.wrapper",
+    "require_n_gpus_for_nccl_backend.<locals>.decorator.<locals>.wrapper",
+    "skip_if_no_gpu.<locals>.wrapper",
+    "skip_if_small_worldsize.<locals>.wrapper",
+    "skip_if_odd_worldsize.<locals>.wrapper",
+}
+
+
+class _WouldRun(Exception):
+    """Raised by the marker that stands for the test body: the wrapper let the test through."""
+
+
+def _would_run(*args, **kwargs):
+    raise _WouldRun
+
+
+def _skip_known_before_start(test) -> str | None:
+    """The message of the skip one of test's _SKIP_WRAPPERS would make every rank exit
+    with, found by calling that wrapper here with the test body replaced by a marker; None
+    when none of them would skip (or one does anything but exit or call the body)."""
+    messages = {skip.exit_code: skip.message for skip in _cd.TEST_SKIPS.values()}
+    fn = getattr(type(test), test._testMethodName)
+    while fn is not None:
+        code = getattr(fn, "__code__", None)
+        if code is not None and code.co_qualname in _SKIP_WRAPPERS and fn.__closure__:
+            cells = tuple(types.CellType(_would_run) if name == "func" else cell
+                          for name, cell in zip(code.co_freevars, fn.__closure__))
+            probe = types.FunctionType(code, fn.__globals__, fn.__name__, fn.__defaults__, cells)
+            try:
+                probe(test)
+            except SystemExit as exit:
+                return messages.get(exit.code)
+            except _WouldRun:
+                pass
+            except Exception:
+                return None
+        fn = getattr(fn, "__wrapped__", None)
+    return None
+
 
 class TestDistBackendWithSpawn(_dt.TestDistBackend, _dt.DistributedTest._DistTestBase):
     """torch's class, started as torch starts it (spawn), or with CONFORMANCE_START=fork
@@ -126,6 +180,9 @@ class TestDistBackendWithSpawn(_dt.TestDistBackend, _dt.DistributedTest._DistTes
     test - about 1 s a test instead of 15-40 s on a loaded 2-core machine."""
 
     def setUp(self):
+        reason = _skip_known_before_start(self)  # patch 5
+        if reason is not None:
+            raise unittest.SkipTest(reason)
         super().setUp()
         if START == "fork":
             self._start_processes(torch.multiprocessing.get_context("fork").Process)
