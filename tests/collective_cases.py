@@ -30,19 +30,26 @@ ALGOS = {"all_reduce": ["halving_doubling", "tree"], "all_gather_into_tensor": [
 TOL = {torch.float32: (1e-5, 1e-5), torch.float64: (1e-12, 1e-12), torch.float16: (1e-2, 2e-2),
        torch.bfloat16: (2e-2, 1e-1)}
 
-def make_input(dtype, count: int, rank: int, seed: int, op: str) -> torch.Tensor:
+@functools.lru_cache(maxsize=32)
+def _draw(count: int, rank: int, seed: int) -> torch.Tensor:
+    """The uniform [0, 1) draw every dtype's and op's input of (count, rank, seed) is made
+    from: drawn once and shared (the cases run every dtype x op over the same counts; one
+    draw for all was a third of the cross-checks' CPU). Callers never modify it."""
     g = torch.Generator().manual_seed(seed * 1000 + rank)
+    return torch.rand(count, generator=g, dtype=torch.float64)
+
+
+def make_input(dtype, count: int, rank: int, seed: int, op: str) -> torch.Tensor:
+    """Rank `rank`'s input of a case, a new tensor: uniform in [-1, 1) for floats ([0.5, 1.5)
+    for PRODUCT), integers in [0, 30) ([1, 3) for PRODUCT, so that int8 sums and products stay
+    in range), bools 0 or 1."""
+    u = _draw(count, rank, seed) if count <= 1 << 20 else _draw.__wrapped__(count, rank, seed)
     if dtype.is_floating_point:
-        if op == "PRODUCT":
-            x = torch.rand(count, generator=g, dtype=torch.float64) + 0.5
-        else:
-            x = torch.rand(count, generator=g, dtype=torch.float64) * 2 - 1
-        return x.to(dtype)
+        return (u + 0.5 if op == "PRODUCT" else u * 2 - 1).to(dtype)
     if dtype == torch.bool:
-        return torch.randint(0, 2, (count,), generator=g, dtype=torch.int64).to(dtype)
-    hi = 3 if op == "PRODUCT" else 30  # keeps int8 sums and products in range
-    lo = 1 if op == "PRODUCT" else 0
-    return torch.randint(lo, hi, (count,), generator=g, dtype=torch.int64).to(dtype)
+        return u < 0.5
+    lo, hi = (1, 3) if op == "PRODUCT" else (0, 30)
+    return (u * (hi - lo) + lo).to(torch.int64).to(dtype)  # floor: the values are >= 0
 
 
 def reduce_ref(inputs, op: str, dtype) -> np.ndarray:
