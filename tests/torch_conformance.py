@@ -63,6 +63,9 @@ import torch.distributed as dist  # noqa: E402
 
 import pycollect  # noqa: E402,F401  (registers the "pycollect" backend)
 import pycollect.torch_backend as tb  # noqa: E402
+# What the backend imports at its first group, imported once here rather than in every
+# forked rank of every test (~50 ms of CPU a rank; spawned ranks import it as users do).
+import pycollect.torch_backend.native  # noqa: E402,F401
 from torch.distributed.distributed_c10d import _rank_not_in_group  # noqa: E402
 from torch.testing._internal import common_distributed as _cd  # noqa: E402
 from torch.testing._internal.common_distributed import DistTestCases  # noqa: E402
