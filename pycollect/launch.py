@@ -139,7 +139,10 @@ def pin_to_core(rank: int) -> None:
     os.sched_setaffinity(0, {cores[rank % len(cores)]})
 
 
-RANK_PRELOAD = ["torch", "torch.distributed", "pycollect"]
+# torch._dynamo too: torch imports it at the first call of anything it keeps from being
+# compiled (an optimizer's constructor, for one), 1.2-1.7 s of CPU that every training
+# rank paid again; the server pays it once.
+RANK_PRELOAD = ["torch", "torch.distributed", "torch._dynamo", "pycollect"]
 _server_lock = threading.Lock()
 
 

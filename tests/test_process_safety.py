@@ -267,3 +267,19 @@ def test_ranks_import_what_their_parent_imported(tmp_path):
                           timeout=120)
     assert done.returncode == 0, done.stdout + done.stderr
     assert f"ranks imported {installed / 'pycollect' / '__init__.py'}" in done.stdout, done.stdout
+
+
+def _preloaded(rank, world_size, emit):
+    import sys
+
+    return sorted(m for m in ("torch", "torch.distributed", "torch._dynamo", "pycollect") if m in sys.modules)
+
+
+def test_ranks_start_with_what_a_training_rank_imports():
+    """Ranks come from a fork server that imported torch, torch.distributed, torch._dynamo
+    (which torch imports at an optimizer's first construction: 1.2-1.7 s of CPU a rank) and
+    pycollect: a rank has them all before its job starts."""
+    from pycollect.launch import run_ranks
+
+    expected = ["pycollect", "torch", "torch._dynamo", "torch.distributed"]
+    assert run_ranks(_preloaded, 2, ("pycollect",), timeout=60) == [expected] * 2
