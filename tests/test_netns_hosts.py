@@ -244,7 +244,10 @@ def test_shared_memory_carries_on_when_the_cable_is_cut(netns_hosts4, host_pool4
     cable pulled, their 4 MiB all-reduce keeps its rate (316 -> 471, 415 -> 1459 calls/s);
     when wake-ups went over TCP it fell 10x (2099 -> 205) and waited for periodic checks. At
     8 B the spin before sleeping hides it (79k -> 42k with TCP wake-ups, within the load's
-    noise when the suite runs), so the test takes the size the cut really shows at."""
+    noise when the suite runs), so the test takes the size the cut really shows at. It asks
+    for a quarter of the rate before the cut: the fault it guards against costs 10x, and the
+    suite's other workers make a one-second window noisy (with half as the bound it failed
+    once in a full run, its output not kept)."""
     signal = str(tmp_path / "loop-ended-{}")
     host_pool4.submit(_shm_rate_across_a_cut, 1.0, signal, 1 << 20)
     deadline = time.monotonic() + 30
@@ -263,5 +266,5 @@ def test_shared_memory_carries_on_when_the_cable_is_cut(netns_hosts4, host_pool4
         kind, before, after = result
         assert kind == "shm", result
         print(f"rank {rank}: {before:.0f} all-reduces/s before the cut, {after:.0f} after")
-        assert after >= 0.5 * before, f"rank {rank}: {before:.0f} all-reduces/s before the cut, {after:.0f} after"
+        assert after >= 0.25 * before, f"rank {rank}: {before:.0f} all-reduces/s before the cut, {after:.0f} after"
     assert results[2:] == [None, None]
