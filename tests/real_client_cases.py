@@ -62,6 +62,18 @@ def _pairs(size):
     return list(zip(BACKENDS, pair)), pair[0]
 
 
+def _on_both(size, one):
+    """one(group) on the pycollect group, then on the Gloo group over the same ranks:
+    ({backend: its result}, the engine's calls made meanwhile), or None on a rank outside."""
+    got = _pairs(size)
+    if got is None:
+        return None
+    groups, pg = got
+    before = _calls(pg)
+    out = {name: one(group) for name, group in groups}
+    return out, dict(_calls(pg) - before)
+
+
 def _clone(tensors):
     return [t.detach().clone() for t in tensors]
 
@@ -94,13 +106,7 @@ def case_tensor_parallel(size=2, steps=2):
     from torch.distributed.device_mesh import DeviceMesh
     from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
 
-    got = _pairs(size)
-    if got is None:
-        return None
-    groups, pg = got
-    before = _calls(pg)
-    out = {}
-    for name, group in groups:
+    def one(group):
         mesh = DeviceMesh.from_group(group, "cpu")
         torch.manual_seed(0)
         model = parallelize_module(_MLP(), mesh, {"fc1": ColwiseParallel(), "fc2": RowwiseParallel()})
@@ -112,11 +118,12 @@ def case_tensor_parallel(size=2, steps=2):
             (y.square().sum() * (step + 1)).backward()
             outputs.append(y.detach().clone())
             input_grads.append(x.grad.clone())
-        out[name] = dict(outputs=outputs, input_grads=input_grads,
-                         grads={k: _full(p.grad) for k, p in model.named_parameters()},
-                         params={k: _full(p) for k, p in model.named_parameters()},
-                         placements={k: str(p.placements) for k, p in model.named_parameters()})
-    return out, dict(_calls(pg) - before)
+        return dict(outputs=outputs, input_grads=input_grads,
+                    grads={k: _full(p.grad) for k, p in model.named_parameters()},
+                    params={k: _full(p) for k, p in model.named_parameters()},
+                    placements={k: str(p.placements) for k, p in model.named_parameters()})
+
+    return _on_both(size, one)
 
 
 # -- 2. FSDP2 with a distributed checkpoint ------------------------------------------------
@@ -219,13 +226,7 @@ def case_pipeline_1f1b(microbatches=4, steps=2):
     stage; rank 2 returns None."""
     from torch.distributed.pipelining import PipelineStage, Schedule1F1B
 
-    got = _pairs(2)
-    if got is None:
-        return None
-    groups, pg = got
-    before = _calls(pg)
-    out = {}
-    for name, group in groups:
+    def one(group):
         me = group.rank()
         torch.manual_seed(0)
         full = nn.Sequential(nn.Linear(8, 16), nn.Tanh(), nn.Linear(16, 16), nn.Tanh(), nn.Linear(16, 4))
@@ -246,8 +247,9 @@ def case_pipeline_1f1b(microbatches=4, steps=2):
                 losses.append([t.detach().clone() for t in step_losses])
             grads.append([p.grad.clone() for p in stage_mod.parameters()])
             opt.step()
-        out[name] = dict(losses=losses, grads=grads, params=_clone(stage_mod.parameters()))
-    return out, dict(_calls(pg) - before)
+        return dict(losses=losses, grads=grads, params=_clone(stage_mod.parameters()))
+
+    return _on_both(2, one)
 
 
 # -- 4. DDP comm hooks -----------------------------------------------------------------------
@@ -339,13 +341,7 @@ def case_zero_redundancy(size=2, steps=3):
     parameters each rank owns, and the optimizer state consolidated on rank 0."""
     from torch.distributed.optim import ZeroRedundancyOptimizer
 
-    got = _pairs(size)
-    if got is None:
-        return None
-    groups, pg = got
-    before = _calls(pg)
-    out = {}
-    for name, group in groups:
+    def one(group):
         def zero(params, group=group):
             return ZeroRedundancyOptimizer(params, optimizer_class=torch.optim.Adam, process_group=group, lr=1e-2)
 
@@ -356,8 +352,9 @@ def case_zero_redundancy(size=2, steps=3):
             consolidated = {f"{i}.{k}": v.clone() for i, s in opt.state_dict()["state"].items()
                             for k, v in s.items() if torch.is_tensor(v)}
         owned = [sum(len(g["params"]) for g in groups_of_rank) for groups_of_rank in opt._partition_parameters()]
-        out[name] = dict(params=_clone(model.parameters()), losses=losses, owned=owned, consolidated=consolidated)
-    return out, dict(_calls(pg) - before)
+        return dict(params=_clone(model.parameters()), losses=losses, owned=owned, consolidated=consolidated)
+
+    return _on_both(size, one)
 
 
 # -- 6. Join ----------------------------------------------------------------------------------
@@ -368,15 +365,10 @@ def case_join_uneven(size=2):
     """DDP inside `with Join([model])`, rank r training on r + 2 batches: ranks that run out
     shadow the others' all-reduces until all have joined. Returns per backend the final
     parameters and this rank's losses."""
-    got = _pairs(size)
-    if got is None:
-        return None
-    groups, pg = got
-    before = _calls(pg)
-    out = {}
-    for name, group in groups:
+    def one(group):
         model, _, losses = _train_ddp(group, None, batches=group.rank() + 2, join=True)
-        out[name] = dict(params=_clone(model.parameters()), losses=losses)
-    return out, dict(_calls(pg) - before)
+        return dict(params=_clone(model.parameters()), losses=losses)
+
+    return _on_both(size, one)
 
 
