@@ -115,22 +115,20 @@ def listen_address(master_addr: Optional[str]) -> str:
     from . import _C
 
     ifname = Options.from_env().socket_ifname
-    target, unresolved = None, None
-    if master_addr:
-        try:
-            target = _route_target(master_addr)
-        except socket.gaierror as e:
-            unresolved = e
-    if ifname:
-        return _C.interface_address(ifname, int(target[0]) if target else 0)
+    if ifname:  # MASTER_ADDR only says which family to prefer, where it resolves
+        family = 0
+        if master_addr:
+            try:
+                family = _route_target(master_addr)[0]
+            except socket.gaierror:
+                pass
+        return _C.interface_address(ifname, int(family))
     if not master_addr:
         return "127.0.0.1"
     try:
-        if target is None:
-            raise unresolved
-        family, sockaddr = target
+        family, sockaddr = _route_target(master_addr)
         with socket.socket(family, socket.SOCK_DGRAM) as probe:
             probe.connect(sockaddr)  # no packet is sent: this only asks the routing table
             return probe.getsockname()[0]
-    except OSError as e:
+    except OSError as e:  # socket.gaierror among them
         raise RuntimeError(f"cannot find a local address that reaches MASTER_ADDR={master_addr!r}: {e}") from None

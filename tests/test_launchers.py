@@ -323,3 +323,18 @@ def test_free_port_is_drawn_below_the_ephemeral_range():
         assert 1024 <= port < _ephemeral_low(), port
         with socket.socket(family, socket.SOCK_STREAM) as s:
             s.bind((host, port))
+
+
+def test_listen_address_names_a_master_addr_that_does_not_resolve(monkeypatch):
+    """The address a rank publishes is the one that routes to MASTER_ADDR: a name that does
+    not resolve (.invalid never does) is named in the error; with PYCOLLECT_SOCKET_IFNAME
+    the interface decides, and MASTER_ADDR only its family (an IPv6 literal: the IPv6 one)."""
+    from pycollect.rendezvous import listen_address
+
+    monkeypatch.delenv("PYCOLLECT_SOCKET_IFNAME", raising=False)
+    assert listen_address("127.0.0.1") == "127.0.0.1" and listen_address("::1") == "::1"
+    with pytest.raises(RuntimeError, match=r"cannot find a local address that reaches MASTER_ADDR='nohost\.invalid'"):
+        listen_address("nohost.invalid")
+    monkeypatch.setenv("PYCOLLECT_SOCKET_IFNAME", "lo")
+    assert listen_address("nohost.invalid") == "127.0.0.1"
+    assert listen_address("::1") == "::1"
