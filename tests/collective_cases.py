@@ -43,6 +43,7 @@ def make_input(dtype, count: int, rank: int, seed: int, op: str) -> torch.Tensor
     """Rank `rank`'s input of a case, a new tensor: uniform in [-1, 1) for floats ([0.5, 1.5)
     for PRODUCT), integers in [0, 30) ([1, 3) for PRODUCT, so that int8 sums and products stay
     in range), bools 0 or 1."""
+    # Draws of up to 8 MiB are kept (the suite's); larger ones (bench/soak.py's) are not.
     u = _draw(count, rank, seed) if count <= 1 << 20 else _draw.__wrapped__(count, rank, seed)
     if dtype.is_floating_point:
         return (u + 0.5 if op == "PRODUCT" else u * 2 - 1).to(dtype)

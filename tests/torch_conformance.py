@@ -141,6 +141,7 @@ _SKIP_WRAPPERS = {
     "skip_if_small_worldsize.<locals>.wrapper",
     "skip_if_odd_worldsize.<locals>.wrapper",
 }
+_SKIP_MESSAGES = {skip.exit_code: skip.message for skip in _cd.TEST_SKIPS.values()}  # as the parent reads exits
 
 
 class _WouldRun(Exception):
@@ -155,7 +156,6 @@ def _skip_known_before_start(test) -> str | None:
     """The message of the skip one of test's _SKIP_WRAPPERS would make every rank exit
     with, found by calling that wrapper here with the test body replaced by a marker; None
     when none of them would skip (or one does anything but exit or call the body)."""
-    messages = {skip.exit_code: skip.message for skip in _cd.TEST_SKIPS.values()}
     fn = getattr(type(test), test._testMethodName)
     while fn is not None:
         code = getattr(fn, "__code__", None)
@@ -165,8 +165,8 @@ def _skip_known_before_start(test) -> str | None:
             probe = types.FunctionType(code, fn.__globals__, fn.__name__, fn.__defaults__, cells)
             try:
                 probe(test)
-            except SystemExit as exit:
-                return messages.get(exit.code)
+            except SystemExit as stop:
+                return _SKIP_MESSAGES.get(stop.code)
             except _WouldRun:
                 pass
             except Exception:
