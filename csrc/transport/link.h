@@ -40,6 +40,9 @@ class Link {
     if (trace::Recorder* r = trace::active()) trace::posted(*r, trace::Direction::kRecv, peer(), ticket, bytes);
     return ticket;
   }
+  // Takes back receive `ticket` of `bytes` bytes if it is the last one posted and none of
+  // its bytes arrived yet (true): a reader that no longer wants the link's next bytes.
+  virtual bool withdrawRecv(uint64_t ticket, size_t bytes) = 0;
   virtual bool sent(uint64_t ticket) const = 0;
   virtual bool received(uint64_t ticket) const = 0;
   virtual bool sendPending() const = 0;

@@ -5,7 +5,7 @@
 namespace pycollect {
 
 void PeerLink::want() {
-  if (sends_.size() + recvs_.size() == 1) wanted_->push_back(peer_);
+  if (sends_.size() + recvs_.size() == 1) wanted_->push_back(slot_);
 }
 
 uint64_t PeerLink::queueSend(const void* data, size_t bytes) {
@@ -20,6 +20,13 @@ uint64_t PeerLink::queueRecv(void* data, size_t bytes) {
   recvs_.emplace_back(data, bytes);
   want();
   return recvs_.size() - 1;
+}
+
+bool PeerLink::withdrawRecv(uint64_t ticket, size_t bytes) {
+  if (Link* l = made()) return l->withdrawRecv(ticket, bytes);
+  if (aborted_ || recvs_.empty() || ticket + 1 != recvs_.size() || recvs_.back().second != bytes) return false;
+  recvs_.pop_back();  // if nothing else waits, the transport drops the link from its wanted list
+  return true;
 }
 
 void PeerLink::attach(Link* real) {

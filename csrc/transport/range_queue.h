@@ -67,6 +67,15 @@ class RangeQueue {
     return retired;
   }
 
+  // Takes back the range posted last, `ticket` of `bytes` bytes, if none of its bytes moved
+  // yet: true, and its ticket is given to the next post.
+  bool unpost(uint64_t ticket, size_t bytes) {
+    if (q_.empty() || ticket + 1 != posted_ || q_.back().left != bytes) return false;
+    q_.pop_back();
+    --posted_;
+    return true;
+  }
+
   // Retires the front range whatever is left of it (shm: a single-copy send whose bytes
   // the peer has read).
   void retireFront() {

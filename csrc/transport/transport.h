@@ -25,6 +25,16 @@ enum class TransportKind : uint8_t {
   kAuto = 2,
 };
 
+// A pair of ranks may hold one link per channel: independent byte streams, made when
+// first used, so that bytes of one never wait behind the other's. The collectives keep
+// theirs in the order every rank issues them; point-to-point messages are matched by
+// source and tag (comm/p2p.h), in whatever order the program posts them.
+enum class Channel : uint8_t {
+  kCollectives = 0,
+  kPointToPoint = 1,
+};
+constexpr int kChannels = 2;
+
 // Shared memory's single-copy threshold where nothing sets it (the Python layer always
 // does: pycollect/options.py default_single_copy_bytes).
 constexpr size_t kDefaultShmSingleCopyBytes = 64 << 10;
@@ -62,6 +72,9 @@ class Transport {
   // Throws TimeoutError / PeerLostError naming the rank that could not be reached.
   virtual Endpoint listen(const std::string& host) = 0;
   virtual std::vector<Link*> connect(const std::vector<Endpoint>& peers, uint64_t token) = 0;
+  // After connect(): the links of another channel (connect's are kCollectives'), indexed by
+  // rank, nullptr at this rank; each made when first used.
+  virtual std::vector<Link*> links(Channel channel) = 0;
   // Any thread: makes a running connect() give up within a fraction of a second
   // (another rank reported that it failed to connect), throwing PeerLostError, or
   // the authentication failure it saw if there was one. After connect(): no more links
@@ -77,7 +90,8 @@ class Transport {
   // Blocks until progress() may move bytes, wake() was called, or `until` passed.
   virtual void waitReady(Clock::time_point until) = 0;
 
-  // What carries the link to `peer` ("tcp", "shm"); nullptr while it is not made. Any thread.
+  // What carries the links to `peer` ("tcp", "shm"; both channels' alike); nullptr while
+  // neither is made. Any thread.
   virtual const char* linkKind(int peer) const = 0;
 
   // Any thread: makes a blocked waitReady() return soon.

@@ -20,8 +20,8 @@ constexpr auto kAwait = std::chrono::seconds(5);
 }  // namespace
 
 LinkMaker::LinkMaker(TransportKind mode, const TransportOptions& options)
-    : mode_(mode), options_(options), state_(options.size, State::kNone),
-      awaitUntil_(options.size), errors_(options.size) {
+    : mode_(mode), options_(options), state_(kChannels * options.size, State::kNone),
+      awaitUntil_(kChannels * options.size), errors_(kChannels * options.size) {
   mesh_.rank = options.rank;
   mesh_.size = options.size;
   mesh_.timeoutSec = options.timeoutSec;
@@ -57,7 +57,8 @@ Clock::time_point LinkMaker::linkDeadline() const {
 
 void LinkMaker::acceptLoop() {
   tcp::Acceptor acceptor(
-      *listener_, mesh_, [this](int peer) { return admit(peer); }, [this](int peer) { release(peer); });
+      *listener_, mesh_, [this](int peer, int channel) { return admit(peer, channel); },
+      [this](int peer, int channel) { release(peer, channel); });
   while (!cancel_.load()) {
     std::vector<std::unique_ptr<tcp::Link>> links;
     try {
@@ -77,9 +78,10 @@ void LinkMaker::acceptLoop() {
   }
 }
 
-tcp::Admission LinkMaker::admit(int peer) {
+tcp::Admission LinkMaker::admit(int peer, int channel) {
   std::lock_guard<std::mutex> lock(mu_);
-  State& s = state_[peer];
+  const int i = slot(peer, static_cast<Channel>(channel));
+  State& s = state_[i];
   switch (s) {
     case State::kDialing:
       if (options_.rank < peer) return tcp::Admission::kStandDown;  // our dial is the link
@@ -93,33 +95,38 @@ tcp::Admission LinkMaker::admit(int peer) {
       break;
   }
   s = State::kAccepting;
-  errors_[peer] = nullptr;
+  errors_[i] = nullptr;
   return tcp::Admission::kTake;
 }
 
-void LinkMaker::release(int peer) {
+void LinkMaker::release(int peer, int channel) {
   std::lock_guard<std::mutex> lock(mu_);
-  if (state_[peer] == State::kAccepting) state_[peer] = State::kNone;
+  const int i = slot(peer, static_cast<Channel>(channel));
+  if (state_[i] == State::kAccepting) state_[i] = State::kNone;
 }
 
-bool LinkMaker::shouldDial(int peer) {
-  std::lock_guard<std::mutex> lock(mu_);
-  State s = state_[peer];
-  return s == State::kNone || (s == State::kAwaiting && Clock::now() >= awaitUntil_[peer]);
+bool LinkMaker::dialable(int i) const {
+  return state_[i] == State::kNone || (state_[i] == State::kAwaiting && Clock::now() >= awaitUntil_[i]);
 }
 
-void LinkMaker::dial(int peer, Clock::time_point deadline) {
+bool LinkMaker::shouldDial(int peer, Channel channel) {
+  std::lock_guard<std::mutex> lock(mu_);
+  return dialable(slot(peer, channel));
+}
+
+void LinkMaker::dial(int peer, Channel channel, Clock::time_point deadline) {
+  const int i = slot(peer, channel);
   {
     std::lock_guard<std::mutex> lock(mu_);
-    State& s = state_[peer];
-    if (!(s == State::kNone || (s == State::kAwaiting && Clock::now() >= awaitUntil_[peer]))) return;
-    s = State::kDialing;
+    if (!dialable(i)) return;
+    state_[i] = State::kDialing;
   }
   std::unique_ptr<tcp::Link> link;
   try {
-    link = tcp::connectTo(peer, tcp::Address::resolve(peers_[peer].host, peers_[peer].port), mesh_, deadline);
+    link = tcp::connectTo(peer, static_cast<int>(channel), tcp::Address::resolve(peers_[peer].host, peers_[peer].port),
+                          mesh_, deadline);
   } catch (...) {
-    fail(peer, std::current_exception());
+    fail(i, std::current_exception());
     return;
   }
   if (link) {
@@ -128,16 +135,19 @@ void LinkMaker::dial(int peer, Clock::time_point deadline) {
   }
   // Stood down: the peer's own dial is the link; unless our acceptor took it already, wait for it.
   std::lock_guard<std::mutex> lock(mu_);
-  if (state_[peer] == State::kDialing) {
-    state_[peer] = State::kAwaiting;
-    awaitUntil_[peer] = Clock::now() + kAwait;
+  if (state_[i] == State::kDialing) {
+    state_[i] = State::kAwaiting;
+    awaitUntil_[i] = Clock::now() + kAwait;
   }
 }
 
 void LinkMaker::finish(std::unique_ptr<tcp::Link> link, Clock::time_point deadline) {
   const int peer = link->peer();
+  const Channel channel = static_cast<Channel>(link->channel());
+  const int i = slot(peer, channel);
   Made m;
   m.peer = peer;
+  m.channel = channel;
   try {
     Upgrade u = negotiate(*link, local_, mesh_, deadline);
     if (u.chosen) {
@@ -148,12 +158,12 @@ void LinkMaker::finish(std::unique_ptr<tcp::Link> link, Clock::time_point deadli
       m.tcp = std::move(link);
     }
   } catch (...) {
-    fail(peer, std::current_exception());
+    fail(i, std::current_exception());
     return;
   }
   {
     std::lock_guard<std::mutex> lock(mu_);
-    state_[peer] = State::kMade;
+    state_[i] = State::kMade;
     made_.push_back(std::move(m));
     anyMade_.store(true, std::memory_order_release);
   }
@@ -161,11 +171,11 @@ void LinkMaker::finish(std::unique_ptr<tcp::Link> link, Clock::time_point deadli
   if (wake_) wake_();
 }
 
-void LinkMaker::fail(int peer, std::exception_ptr error) {
+void LinkMaker::fail(int i, std::exception_ptr error) {
   {
     std::lock_guard<std::mutex> lock(mu_);
-    state_[peer] = State::kFailed;
-    errors_[peer] = error;
+    state_[i] = State::kFailed;
+    errors_[i] = error;
   }
   changed_.notify_all();
   if (wake_) wake_();
@@ -177,11 +187,12 @@ std::vector<Made> LinkMaker::takeMade() {
   return std::move(made_);
 }
 
-void LinkMaker::rethrowFailure(int peer) const {
+void LinkMaker::rethrowFailure(int peer, Channel channel) const {
+  const int i = slot(peer, channel);
   std::exception_ptr e;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    if (state_[peer] == State::kFailed) e = errors_[peer];
+    if (state_[i] == State::kFailed) e = errors_[i];
   }
   if (e) std::rethrow_exception(e);
 }
@@ -191,8 +202,9 @@ void LinkMaker::awaitMade(const std::vector<int>& peers, Clock::time_point deadl
   for (;;) {
     std::string missing, auth;
     for (int p : peers) {
-      if (state_[p] == State::kFailed) std::rethrow_exception(errors_[p]);
-      if (state_[p] == State::kMade) continue;
+      const int i = slot(p, Channel::kCollectives);
+      if (state_[i] == State::kFailed) std::rethrow_exception(errors_[i]);
+      if (state_[i] == State::kMade) continue;
       missing += (missing.empty() ? "" : ", ") + std::to_string(p);
       if (authFailed_.count(p) && auth.empty()) auth = tcp::authFailedMessage(options_.rank, p);
     }

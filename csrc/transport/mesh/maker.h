@@ -3,6 +3,7 @@
 // hierarchy its host and its rail; only all-to-all and the direct algorithms need
 // everyone (docs/formation.md).
 //
+// A pair of ranks has one link per channel (transport.h), each made on its own, as below.
 // A link is made by whichever end needs it first: that rank dials (tcp/connector.cc),
 // on the thread that drives its group, and the peer's acceptor thread, which greets
 // every connection for as long as the group lives, answers (tcp/listener.h). Both ends
@@ -44,6 +45,7 @@ namespace mesh {
 // One made link: TCP, or shared memory (with its TCP connection inside as the doorbell).
 struct Made {
   int peer = -1;
+  Channel channel = Channel::kCollectives;
   std::unique_ptr<tcp::Link> tcp;
   std::unique_ptr<shm::Link> shm;
 };
@@ -60,19 +62,19 @@ class LinkMaker {
   // from any thread, whenever a link was made or failed.
   void start(const std::vector<Endpoint>& peers, uint64_t token, std::function<void()> wake);
 
-  // Any thread but the acceptor's: dials `peer` unless its link is made or being made, and
-  // waits for the handshake and the upgrade. Returns at once otherwise.
-  void dial(int peer, Clock::time_point deadline);
-  // Whether `peer`'s link is being made by the peer (this rank waits for it), and a dial
+  // Any thread but the acceptor's: dials `peer` for `channel` unless that link is made or
+  // being made, and waits for the handshake and the upgrade. Returns at once otherwise.
+  void dial(int peer, Channel channel, Clock::time_point deadline);
+  // Whether that link is being made by the peer (this rank waits for it), and a dial
   // that was stood down waited long enough for the peer's to come (then dial again).
-  bool shouldDial(int peer);
+  bool shouldDial(int peer, Channel channel);
   // The links made since the last call.
   std::vector<Made> takeMade();
   bool anyMade() const { return anyMade_.load(std::memory_order_acquire); }
-  // Rethrows why the link to `peer` could not be made, if it could not.
-  void rethrowFailure(int peer) const;
+  // Rethrows why that link could not be made, if it could not.
+  void rethrowFailure(int peer, Channel channel) const;
 
-  // Blocks until the links to all of `peers` are made (taken or not), one failed
+  // Blocks until the collectives' links to all of `peers` are made (taken or not), one failed
   // (rethrown), cancel() was called or `deadline` passed (TimeoutError naming the ranks
   // missing, or the failed authentication that explains them).
   void awaitMade(const std::vector<int>& peers, Clock::time_point deadline);
@@ -95,11 +97,14 @@ class LinkMaker {
 
   void acceptLoop();
   void cancel();
-  tcp::Admission admit(int peer);
-  void release(int peer);
+  // The index of (peer, channel) in the per-link state below.
+  int slot(int peer, Channel channel) const { return static_cast<int>(channel) * options_.size + peer; }
+  bool dialable(int s) const;  // under mu_: state_[s] lets this rank dial
+  tcp::Admission admit(int peer, int channel);
+  void release(int peer, int channel);
   // Both ends: the upgrade on a new connection, then the link handed over (or the failure kept).
   void finish(std::unique_ptr<tcp::Link> link, Clock::time_point deadline);
-  void fail(int peer, std::exception_ptr error);
+  void fail(int s, std::exception_ptr error);
   Clock::time_point linkDeadline() const;
 
   TransportKind mode_;
@@ -118,7 +123,7 @@ class LinkMaker {
 
   mutable std::mutex mu_;
   std::condition_variable changed_;
-  std::vector<State> state_;
+  std::vector<State> state_;  // by slot()
   std::vector<Clock::time_point> awaitUntil_;
   std::vector<std::exception_ptr> errors_;
   std::set<int> authFailed_;  // peers a connection claimed to be and failed the secret as

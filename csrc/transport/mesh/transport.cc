@@ -16,15 +16,13 @@ Transport::Transport(TransportKind mode, const TransportOptions& options)
 std::vector<pycollect::Link*> Transport::connect(const std::vector<Endpoint>& peers, uint64_t token) {
   const int self = options_.rank, size = options_.size;
   maker_.start(peers, token, [this] { wake(); });
-  std::vector<pycollect::Link*> links(size, nullptr);
-  for (int p = 0; p < size; ++p) {
-    if (p == self) {
-      links_.push_back(nullptr);
-      continue;
+  for (int c = 0; c < kChannels; ++c) {
+    for (int p = 0; p < size; ++p) {
+      const int slot = static_cast<int>(links_.size());
+      links_.push_back(p == self ? nullptr : std::make_unique<PeerLink>(p, slot, &wanted_));
     }
-    links_.push_back(std::make_unique<PeerLink>(p, &wanted_));
-    links[p] = links_.back().get();
   }
+  std::vector<pycollect::Link*> links = this->links(Channel::kCollectives);
   // The links made now: both ends agree on them, and each is dialed by its lower end.
   std::vector<int> first;
   if (options_.allLinksAtStart) {
@@ -38,16 +36,25 @@ std::vector<pycollect::Link*> Transport::connect(const std::vector<Endpoint>& pe
   auto deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(
                                      std::chrono::duration<double>(options_.timeoutSec));
   for (int p : first) {
-    if (p > self) maker_.dial(p, deadline);
+    if (p > self) maker_.dial(p, Channel::kCollectives, deadline);
   }
   maker_.awaitMade(first, deadline);
   adoptMade();
   return links;
 }
 
+std::vector<pycollect::Link*> Transport::links(Channel channel) {
+  const int size = options_.size, first = static_cast<int>(channel) * size;
+  std::vector<pycollect::Link*> out(size, nullptr);
+  if (links_.empty()) throw InvalidArgument("the links of a channel are there once connect() was called");
+  for (int p = 0; p < size; ++p) out[p] = links_[first + p].get();
+  return out;
+}
+
 void Transport::adoptMade() {
   for (Made& m : maker_.takeMade()) {
     pycollect::Link* made;
+    // Both channels' links to a peer are chosen alike (the same two Intros, upgrade.h).
     if (m.shm) {
       made = m.shm.get();
       kinds_[m.peer].store("shm");
@@ -57,7 +64,7 @@ void Transport::adoptMade() {
       kinds_[m.peer].store("tcp");
       tcp_.adopt(std::move(m.tcp));
     }
-    links_[m.peer]->attach(made);
+    links_[static_cast<int>(m.channel) * options_.size + m.peer]->attach(made);
   }
 }
 
@@ -65,14 +72,16 @@ void Transport::makeWanted() {
   auto deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(
                                      std::min(options_.timeoutSec, options_.linkTimeoutSec)));
   for (size_t i = 0; i < wanted_.size();) {
-    const int p = wanted_[i];
-    if (!links_[p]->waiting()) {
+    PeerLink& l = *links_[wanted_[i]];
+    if (!l.waiting()) {
       wanted_[i] = wanted_.back();
       wanted_.pop_back();
       continue;
     }
-    maker_.rethrowFailure(p);
-    if (maker_.shouldDial(p)) maker_.dial(p, deadline);  // blocks for its handshake: milliseconds
+    const int p = l.peer();
+    const auto channel = static_cast<Channel>(l.slot() / options_.size);
+    maker_.rethrowFailure(p, channel);
+    if (maker_.shouldDial(p, channel)) maker_.dial(p, channel, deadline);  // blocks for its handshake: milliseconds
     ++i;
   }
   if (maker_.anyMade()) adoptMade();

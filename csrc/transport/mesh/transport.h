@@ -3,8 +3,9 @@
 // on the same host (upgrade.h), so one group may mix both kinds. connect() makes only
 // the ring's links (each rank's two neighbours: every group runs a ring, and a wrong
 // secret or transport shows at formation), or all of them with PYCOLLECT_LINKS=all;
-// the rest are made by the first call that posts on them (peer_link.h). TCP links
-// are driven by the TCP driver inside; the shared-memory links here.
+// the rest are made by the first call that posts on them (peer_link.h). Both channels'
+// links (transport.h) are made so, each pair's independently. TCP links are driven by
+// the TCP driver inside; the shared-memory links here.
 //
 // Waiting (waitReady): with shared-memory work queued, watch the peers' cursors for
 // up to kSpin, yielding the core between looks (a ring round trip is far shorter
@@ -39,6 +40,7 @@ class Transport final : public pycollect::Transport {
 
   Endpoint listen(const std::string& host) override { return maker_.listen(host); }
   std::vector<pycollect::Link*> connect(const std::vector<Endpoint>& peers, uint64_t token) override;
+  std::vector<pycollect::Link*> links(Channel channel) override;
   void cancelConnect() override { maker_.stop(); }
   void progress() override;
   bool busy() const override;
@@ -59,8 +61,9 @@ class Transport final : public pycollect::Transport {
   TransportOptions options_;
   LinkMaker maker_;
   tcp::Driver tcp_;
-  std::vector<std::unique_ptr<PeerLink>> links_;  // indexed by rank, nullptr at self
-  std::vector<int> wanted_;                       // peers whose posts wait for a link (peer_link.h)
+  // Indexed by channel * size + rank (a PeerLink's slot), nullptr at self.
+  std::vector<std::unique_ptr<PeerLink>> links_;
+  std::vector<int> wanted_;                       // slots whose posts wait for a link (peer_link.h)
   std::vector<std::unique_ptr<shm::Link>> shm_;   // the made shared-memory links
   std::unique_ptr<std::atomic<const char*>[]> kinds_;  // by rank: nullptr until made (any thread reads)
   std::vector<shm::Link*> armed_;                 // reused by waitReady

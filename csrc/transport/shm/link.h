@@ -82,6 +82,7 @@ class Link final : public pycollect::Link {
   int peer() const override { return doorbell_->peer(); }
   int fd() const { return doorbell_->fd(); }
 
+  bool withdrawRecv(uint64_t ticket, size_t bytes) override { return recvs_.unpost(ticket, bytes); }
   bool sent(uint64_t ticket) const override { return sends_.done(ticket); }
   bool received(uint64_t ticket) const override { return recvs_.done(ticket); }
   bool sendPending() const override { return !sends_.empty(); }

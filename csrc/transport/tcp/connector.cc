@@ -22,10 +22,10 @@ constexpr const char* kStoodDown = "stood down";
 // nonce and proof), then our proof. Returns "" once `peer` is authenticated, kStoodDown
 // if its own dial to us is the link, else what went wrong; throws Error when the
 // secrets do not match, which no retry mends.
-std::string greet(Socket& s, int peer, const MeshOptions& opts, Clock::time_point deadline) {
+std::string greet(Socket& s, int peer, int channel, const MeshOptions& opts, Clock::time_point deadline) {
   const bool withSecret = !opts.secret.empty();
   uint8_t out[sizeof(Hello) + kNonceBytes];
-  Hello mine = makeHello(opts.token, opts.rank, peer, withSecret);
+  Hello mine = makeHello(opts.token, opts.rank, peer, withSecret, channel);
   Nonce myNonce{};
   if (withSecret) randomBytes(myNonce.data(), kNonceBytes);
   std::memcpy(out, &mine, sizeof(mine));
@@ -39,6 +39,7 @@ std::string greet(Socket& s, int peer, const MeshOptions& opts, Clock::time_poin
   Verdict v = checkHello(theirs, opts.token, opts.rank, opts.size);
   if (!v.ok()) return v.why;
   if (theirs.from != peer) return "answered as rank " + std::to_string(theirs.from);
+  if (theirs.channel != static_cast<uint32_t>(channel)) return "answered for channel " + std::to_string(theirs.channel);
   if ((theirs.flags & kFlagStandDown) != 0) return kStoodDown;
   if (((theirs.flags & kFlagSecret) != 0) != withSecret) {
     throw Error(authFailedMessage(opts.rank, peer) + " (this rank has " +
@@ -52,19 +53,19 @@ std::string greet(Socket& s, int peer, const MeshOptions& opts, Clock::time_poin
   } answer;
   problem = transferAll(s, &answer, sizeof(answer), false, deadline, opts);
   if (!problem.empty()) return problem;
-  Proof expected = proveSecret(opts.secret, Side::kAccepting, opts.token, opts.rank, peer,
+  Proof expected = proveSecret(opts.secret, Side::kAccepting, opts.token, opts.rank, peer, channel,
                                myNonce, answer.nonce);
   if (!equalConstantTime(expected.data(), answer.proof.data(), expected.size())) {
     throw Error(authFailedMessage(opts.rank, peer));
   }
-  Proof proof = proveSecret(opts.secret, Side::kConnecting, opts.token, opts.rank, peer, myNonce,
+  Proof proof = proveSecret(opts.secret, Side::kConnecting, opts.token, opts.rank, peer, channel, myNonce,
                             answer.nonce);
   return transferAll(s, proof.data(), proof.size(), true, deadline, opts);
 }
 
 }  // namespace
 
-std::unique_ptr<Link> connectTo(int peer, const Address& addr, const MeshOptions& opts,
+std::unique_ptr<Link> connectTo(int peer, int channel, const Address& addr, const MeshOptions& opts,
                                 Clock::time_point deadline) {
   auto lost = [&](const std::string& why) {
     return PeerLostError("rank " + std::to_string(opts.rank) + ": could not connect to rank " +
@@ -89,13 +90,13 @@ std::unique_ptr<Link> connectTo(int peer, const Address& addr, const MeshOptions
   // destroyed: a refusal means the peer is gone, and no retry would find it.
   if (err == ECONNREFUSED) throw lost("connection refused (it exited or destroyed the group)");
   if (err != 0) throw lost(syscallMessage("connect", err, ""));
-  std::string problem = greet(s, peer, opts, deadline);
+  std::string problem = greet(s, peer, channel, opts, deadline);
   if (problem == kStoodDown) return nullptr;
   if (!problem.empty()) {
     throw PeerLostError("rank " + std::to_string(opts.rank) + ": handshake with rank " + std::to_string(peer) +
                         " at " + addr.str() + " failed: " + problem);
   }
-  return std::make_unique<Link>(std::move(s), peer, opts.linkTimeoutSec);
+  return std::make_unique<Link>(std::move(s), peer, channel, opts.linkTimeoutSec);
 }
 
 }  // namespace tcp

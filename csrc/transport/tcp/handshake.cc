@@ -3,16 +3,18 @@
 #include <cstring>
 
 #include "common/hmac.h"
+#include "transport/transport.h"
 
 namespace pycollect {
 namespace tcp {
 
-Hello makeHello(uint64_t token, int from, int to, bool withSecret) {
+Hello makeHello(uint64_t token, int from, int to, bool withSecret, int channel) {
   Hello h;
   h.token = token;
   h.from = from;
   h.to = to;
   h.flags = withSecret ? kFlagSecret : 0;
+  h.channel = static_cast<uint32_t>(channel);
   return h;
 }
 
@@ -46,14 +48,17 @@ Verdict checkHello(const Hello& h, uint64_t token, int self, int worldSize) {
   if (h.from < 0 || h.from >= worldSize || h.from == self) {
     return {Refusal::kMisaddressed, "sender claims impossible rank " + std::to_string(h.from)};
   }
+  if (h.channel >= static_cast<uint32_t>(kChannels)) {
+    return {Refusal::kMisaddressed, "greeting names channel " + std::to_string(h.channel) + ", which does not exist"};
+  }
   return {};
 }
 
 Proof proveSecret(const std::string& secret, Side prover, uint64_t token, int connecting,
-                  int accepting, const Nonce& connectingNonce, const Nonce& acceptingNonce) {
+                  int accepting, int channel, const Nonce& connectingNonce, const Nonce& acceptingNonce) {
   const char* label = prover == Side::kConnecting ? "pycollect v2 connecting side"
                                                   : "pycollect v2 accepting side ";
-  uint8_t msg[28 + 8 + 4 + 4 + 2 * kNonceBytes];
+  uint8_t msg[28 + 8 + 4 + 4 + 4 + 2 * kNonceBytes];
   uint8_t* p = msg;
   auto put = [&p](const void* src, size_t n) {
     std::memcpy(p, src, n);
@@ -61,9 +66,10 @@ Proof proveSecret(const std::string& secret, Side prover, uint64_t token, int co
   };
   put(label, 28);
   put(&token, sizeof(token));
-  int32_t c = connecting, a = accepting;
+  int32_t c = connecting, a = accepting, ch = channel;
   put(&c, sizeof(c));
   put(&a, sizeof(a));
+  put(&ch, sizeof(ch));
   put(connectingNonce.data(), kNonceBytes);
   put(acceptingNonce.data(), kNonceBytes);
   return hmacSha256(secret, msg, sizeof(msg));

@@ -54,8 +54,8 @@ Incoming::State Incoming::step(const MeshOptions& opts, const Admit& admit, Cloc
 // to it is the link, our Hello saying so (kFlagStandDown), and nothing more.
 Incoming::State Incoming::answer(const MeshOptions& opts, const Admit& admit, Clock::time_point now) {
   const int peer = hello_.from;
-  if (admit(peer) == Admission::kStandDown) {
-    Hello mine = makeHello(opts.token, opts.rank, peer, false);
+  if (admit(peer, channel()) == Admission::kStandDown) {
+    Hello mine = makeHello(opts.token, opts.rank, peer, false, channel());
     mine.flags = kFlagStandDown;
     (void)socket_.sendSome(&mine, sizeof(mine));  // if it is lost, the peer sees the close
     return State::kStoodDown;
@@ -64,13 +64,13 @@ Incoming::State Incoming::answer(const MeshOptions& opts, const Admit& admit, Cl
   const bool withSecret = !opts.secret.empty();
   const bool theirs = (hello_.flags & kFlagSecret) != 0;
   uint8_t out[sizeof(Hello) + kNonceBytes + sizeof(Proof)];
-  Hello mine = makeHello(opts.token, opts.rank, peer, withSecret);
+  Hello mine = makeHello(opts.token, opts.rank, peer, withSecret, channel());
   std::memcpy(out, &mine, sizeof(mine));
   size_t n = sizeof(mine);
   if (withSecret && theirs) {
     std::memcpy(peerNonce_.data(), in_ + sizeof(Hello), kNonceBytes);
     randomBytes(myNonce_.data(), kNonceBytes);
-    Proof proof = proveSecret(opts.secret, Side::kAccepting, opts.token, peer, opts.rank,
+    Proof proof = proveSecret(opts.secret, Side::kAccepting, opts.token, peer, opts.rank, channel(),
                               peerNonce_, myNonce_);
     std::memcpy(out + n, myNonce_.data(), kNonceBytes);
     std::memcpy(out + n + kNonceBytes, proof.data(), proof.size());
@@ -93,7 +93,7 @@ Incoming::State Incoming::answer(const MeshOptions& opts, const Admit& admit, Cl
 }
 
 Incoming::State Incoming::checkProof(const MeshOptions& opts) {
-  Proof expected = proveSecret(opts.secret, Side::kConnecting, opts.token, peer(), opts.rank,
+  Proof expected = proveSecret(opts.secret, Side::kConnecting, opts.token, peer(), opts.rank, channel(),
                                peerNonce_, myNonce_);
   if (!equalConstantTime(expected.data(), in_, expected.size())) {
     return refuse(Refusal::kAuthFailed, "wrong proof of the secret");

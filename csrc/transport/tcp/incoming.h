@@ -25,7 +25,8 @@ namespace pycollect {
 namespace tcp {
 
 enum class Admission { kTake, kStandDown };
-using Admit = std::function<Admission(int peer)>;
+// Whether the connection from `peer` for `channel` (transport.h) is taken.
+using Admit = std::function<Admission(int peer, int channel)>;
 
 class Incoming {
  public:
@@ -42,8 +43,9 @@ class Incoming {
   int fd() const { return socket_.fd(); }
   const Address& from() const { return from_; }
   const Verdict& verdict() const { return verdict_; }
-  // The rank it claims (valid once greeted()).
+  // The rank it claims, and the channel it is for (valid once greeted()).
   int peer() const { return hello_.from; }
+  int channel() const { return static_cast<int>(hello_.channel); }
   // Whether `admit` took it (a refusal after that, a wrong proof, must be undone).
   bool admitted() const { return admitted_; }
   Socket takeSocket() { return std::move(socket_); }

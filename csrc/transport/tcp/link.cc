@@ -12,8 +12,8 @@ namespace {
 constexpr int kMaxIov = 16;  // ranges batched into one sendmsg/recvmsg
 }
 
-Link::Link(Socket socket, int peer, double linkTimeoutSec)
-    : socket_(std::move(socket)), peer_(peer), linkTimeoutSec_(linkTimeoutSec) {}
+Link::Link(Socket socket, int peer, int channel, double linkTimeoutSec)
+    : socket_(std::move(socket)), peer_(peer), channel_(channel), linkTimeoutSec_(linkTimeoutSec) {}
 
 uint64_t Link::queueSend(const void* data, size_t bytes) {
   return sends_.post({static_cast<char*>(const_cast<void*>(data)), bytes});

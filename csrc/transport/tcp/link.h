@@ -17,14 +17,17 @@ namespace tcp {
 
 class Link final : public pycollect::Link {
  public:
-  // `linkTimeoutSec`: how long the peer's host may leave us unanswered (checkAlive).
-  Link(Socket socket, int peer, double linkTimeoutSec);
+  // `linkTimeoutSec`: how long the peer's host may leave us unanswered (checkAlive);
+  // `channel`: which of the pair's connections this is (transport.h).
+  Link(Socket socket, int peer, int channel, double linkTimeoutSec);
 
   int peer() const override { return peer_; }
+  int channel() const { return channel_; }
   int fd() const { return socket_.fd(); }
   // For a transport that keeps this connection beside another channel (shm/link.h).
   Socket& socket() { return socket_; }
 
+  bool withdrawRecv(uint64_t ticket, size_t bytes) override { return recvs_.unpost(ticket, bytes); }
   bool sent(uint64_t ticket) const override { return sends_.done(ticket); }
   bool received(uint64_t ticket) const override { return recvs_.done(ticket); }
   bool sendPending() const override { return !sends_.empty(); }
@@ -55,6 +58,7 @@ class Link final : public pycollect::Link {
 
   Socket socket_;
   int peer_;
+  int channel_;
   double linkTimeoutSec_;
   bool suspect_ = false;  // the last check saw no acknowledgement for the timeout ...
   Clock::time_point lastCheck_{};  // ... at this time

@@ -39,7 +39,7 @@ Listener::Listener(const std::string& host) {
   address_ = Address::fromSockaddr(reinterpret_cast<sockaddr*>(&ss), len);
 }
 
-Acceptor::Acceptor(Listener& listener, const MeshOptions& opts, Admit admit, std::function<void(int)> release)
+Acceptor::Acceptor(Listener& listener, const MeshOptions& opts, Admit admit, std::function<void(int, int)> release)
     : listener_(listener), opts_(opts), admit_(std::move(admit)), release_(std::move(release)),
       log_(opts.rank, listener.address().port()) {
   listener_.socket().setNonBlocking();
@@ -50,7 +50,7 @@ Acceptor::~Acceptor() {
 }
 
 void Acceptor::refuse(size_t i, const Verdict& v, Clock::time_point now) {
-  if (incoming_[i].admitted()) release_(incoming_[i].peer());
+  if (incoming_[i].admitted()) release_(incoming_[i].peer(), incoming_[i].channel());
   if (v.refusal == Refusal::kAuthFailed) authFailed_.insert(incoming_[i].peer());
   log_.add(incoming_[i].from(), v, now);
   incoming_.erase(incoming_.begin() + i);
@@ -97,7 +97,8 @@ bool Acceptor::step(size_t i, Clock::time_point now, std::vector<std::unique_ptr
     case Incoming::State::kAccepted: break;
   }
   int peer = incoming_[i].peer();
-  made.push_back(std::make_unique<Link>(incoming_[i].takeSocket(), peer, opts_.linkTimeoutSec));
+  const int channel = incoming_[i].channel();
+  made.push_back(std::make_unique<Link>(incoming_[i].takeSocket(), peer, channel, opts_.linkTimeoutSec));
   authFailed_.erase(peer);  // a stranger claimed its rank before it came
   incoming_.erase(incoming_.begin() + i);
   return false;

@@ -41,9 +41,9 @@ class Listener {
 // process runs out of descriptors accepting pauses for a moment.
 class Acceptor {
  public:
-  // `admit` says whether a complete Hello is taken (incoming.h); `release(peer)` undoes
-  // that when the connection then fails (a wrong proof of the secret).
-  Acceptor(Listener& listener, const MeshOptions& opts, Admit admit, std::function<void(int)> release);
+  // `admit` says whether a complete Hello is taken (incoming.h); `release(peer, channel)`
+  // undoes that when the connection then fails (a wrong proof of the secret).
+  Acceptor(Listener& listener, const MeshOptions& opts, Admit admit, std::function<void(int, int)> release);
   // Connections still being greeted are strangers now: the group is closing. They are
   // counted among the refusals, whose summary is printed.
   ~Acceptor();
@@ -66,7 +66,7 @@ class Acceptor {
   Listener& listener_;
   const MeshOptions& opts_;
   Admit admit_;
-  std::function<void(int)> release_;
+  std::function<void(int, int)> release_;
   std::vector<Incoming> incoming_;  // oldest first
   std::set<int> authFailed_;
   RefusalLog log_;

@@ -34,11 +34,12 @@ struct MeshOptions {
   bool cancelled() const { return cancel != nullptr && cancel->load(); }
 };
 
-// The connecting half (connector.cc): connects to rank `peer` and exchanges Hellos.
+// The connecting half (connector.cc): connects to rank `peer` for `channel` (transport.h)
+// and exchanges Hellos.
 // Returns nullptr when the peer stood this dial down (its own dial to us is the link,
 // handshake.h). A refused connection is not retried: the peer listens from before it
 // published its address until its group is destroyed, so it is gone (PeerLostError).
-std::unique_ptr<Link> connectTo(int peer, const Address& addr, const MeshOptions& opts,
+std::unique_ptr<Link> connectTo(int peer, int channel, const Address& addr, const MeshOptions& opts,
                                 Clock::time_point deadline);
 
 // Shared by both halves (mesh.cc).
