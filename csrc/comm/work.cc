@@ -11,6 +11,11 @@ bool Work::wait(double timeoutSec) {
   } else if (!cv_.wait_for(lock, std::chrono::duration<double>(timeoutSec), [this] { return done_; })) {
     return false;
   }
+  if (!whenDone_.empty()) {  // finished with its hooks deferred: the waiter runs them
+    lock.unlock();
+    runHooks();
+    lock.lock();
+  }
   if (error_) std::rethrow_exception(error_);
   return true;
 }
@@ -36,18 +41,34 @@ void Work::whenDone(std::function<void()> fn) {
   fn();
 }
 
-void Work::finish(std::exception_ptr error) {
+std::vector<std::function<void()>> Work::complete(std::exception_ptr error, bool deferHooks) {
   std::vector<std::function<void()>> hooks;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    if (done_) return;  // finished once, with its first outcome
+    if (done_) return hooks;  // finished once, with its first outcome
     done_ = true;
     error_ = error;
-    hooks.swap(whenDone_);
+    if (!deferHooks) hooks.swap(whenDone_);
   }
   flight_.ended(error != nullptr);
   cv_.notify_all();
   finished(error != nullptr);
+  return hooks;
+}
+
+void Work::finish(std::exception_ptr error) {
+  for (auto& fn : complete(error, false)) fn();
+}
+
+void Work::finishDeferred(std::exception_ptr error) { complete(error, true); }
+
+void Work::runHooks() {
+  std::vector<std::function<void()>> hooks;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!done_) return;  // not finished: finish() will run them
+    hooks.swap(whenDone_);
+  }
   for (auto& fn : hooks) fn();
 }
 

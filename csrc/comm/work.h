@@ -1,6 +1,7 @@
 // A handle on one queued operation: wait for it, poll it, or collect its error.
 #pragma once
 
+#include <atomic>
 #include <condition_variable>
 #include <exception>
 #include <functional>
@@ -26,11 +27,20 @@ class Work {
 
   // The first call decides the outcome; later ones (a second error) are ignored.
   void finish(std::exception_ptr error);
+  // The same, except that the completion hooks (whenDone) do not run now: runHooks() runs
+  // them later, or a wait() does on its own thread, whichever comes first. For a Work that
+  // completes inside another call's wait, where a hook that issued calls could not run them
+  // (comm/p2p.h: a message received while a collective runs).
+  void finishDeferred(std::exception_ptr error);
+  // Runs the hooks finishDeferred left, once, on this thread; nothing if none are left.
+  void runHooks();
   // Runs `fn` once the op finished (its outcome then settled: wait() returns or throws at
   // once): on this thread now if it already has, else on the thread that finishes it,
-  // after finished(). That thread may be the one driving the group's links; `fn` may issue
-  // further calls on the group (Communicator::enqueue runs them there, in order: see
-  // worker.cc, [Note: calls from a completion]), but must not wait for another thread.
+  // after finished(), or, for a Work finished with finishDeferred, on the thread that runs
+  // its hooks (the group's driving thread, or one that waits for the Work). That thread
+  // may be the one driving the group's links; `fn` may issue further calls on the group
+  // (Communicator::enqueue runs them there, in order: see worker.cc, [Note: calls from a
+  // completion]), but must not wait for another thread.
   void whenDone(std::function<void()> fn);
   // Its entry in the group's flight recorder (trace/flight.h): finish() ends it.
   void setFlight(flight::Mark mark) { flight_ = mark; }
@@ -46,8 +56,31 @@ class Work {
   std::condition_variable cv_;
   bool done_ = false;
   std::exception_ptr error_;
-  std::vector<std::function<void()>> whenDone_;  // (under mu_) run by finish()
+  // Sets the outcome (the first time), wakes the waiters and runs finished(); returns the
+  // hooks to run, which stay in whenDone_ for runHooks() if `deferHooks`.
+  std::vector<std::function<void()>> complete(std::exception_ptr error, bool deferHooks);
+
+  // (under mu_) Run by finish(); after finishDeferred, left here for runHooks() (or wait()).
+  std::vector<std::function<void()>> whenDone_;
   flight::Mark flight_;
+};
+
+// A receive's Work: once it completed, which rank sent the message it received and how
+// many bytes that message had (a receive buffer may be larger than the message).
+class RecvWork : public Work {
+ public:
+  using Work::Work;
+  int source() const { return source_.load(std::memory_order_acquire); }
+  uint64_t bytes() const { return bytes_.load(std::memory_order_acquire); }
+  // Before it finishes: the matched message's sender (a group rank) and size.
+  void setReceived(int source, uint64_t bytes) {
+    bytes_.store(bytes, std::memory_order_release);
+    source_.store(source, std::memory_order_release);
+  }
+
+ private:
+  std::atomic<int> source_{-1};
+  std::atomic<uint64_t> bytes_{0};
 };
 
 }  // namespace pycollect
