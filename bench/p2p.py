@@ -90,8 +90,11 @@ def _caller(api, rank, op, group):
 
 
 class _StubWork:
-    """An engine call that completed, without error, as it was issued."""
+    """An engine call that completed, without error, as it was issued (a receive's: from
+    rank 0, with nothing in it)."""
     __slots__ = ()
+    source = 0
+    bytes = 0
 
     def is_completed(self) -> bool:
         return True
@@ -123,7 +126,7 @@ def _stub_call(_self, *_args, **_kwargs):
     return _STUB_WORK
 
 
-for _name in ("send", "recv", "recv_any", "all_reduce", "broadcast", "barrier", "reduce", "all_gather",
+for _name in ("send", "recv", "all_reduce", "broadcast", "barrier", "reduce", "all_gather",
               "reduce_scatter", "gather", "scatter", "all_to_all"):
     setattr(_StubEngine, _name, _stub_call)
 

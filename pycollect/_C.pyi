@@ -15,6 +15,10 @@ class Work:
     def is_completed(self) -> bool: ...
     def failed(self) -> bool: ...
 
+class RecvWork(Work):  # a receive's: recv returns it
+    source: int  # once completed: the sender's group rank
+    bytes: int  # ... and its message's size (the buffer may be larger)
+
 class StagedWork(Work):  # a staged (CUDA) call's: *_staged return it
     seq: int  # the call's number: its flag word's value
     def stream_wait(self, stream: int) -> bool: ...  # False: no stream memory operations here
@@ -39,6 +43,7 @@ class CommOptions:
     staging_slots: int  # pinned slots a group's staging keeps (>= 2)
     trace: bool  # PYCOLLECT_TRACE: record engine events for every call
     flight_entries: int  # PYCOLLECT_FLIGHT_ENTRIES: the flight recorder's ring (0: off)
+    eager_bytes: int  # PYCOLLECT_EAGER_BYTES: larger messages go by rendezvous
     def __init__(self) -> None: ...
 
 class Communicator:
@@ -62,9 +67,8 @@ class Communicator:
     def broadcast(self, data: int, count: int, dtype: int, root: int, algo: int = 0, blocking: bool = False) -> Work: ...
     def barrier(self, timeout: float = -1.0, blocking: bool = False) -> Work: ...  # seconds; < 0: the group's timeout
     def send(self, data: int, count: int, dtype: int, peer: int, tag: int, blocking: bool = False) -> Work: ...
-    def recv(self, data: int, count: int, dtype: int, peer: int, tag: int, blocking: bool = False) -> Work: ...
+    def recv(self, data: int, count: int, dtype: int, peer: int, tag: int, blocking: bool = False) -> RecvWork: ...
     # Buffers: [(address, element count), ...], one per tensor of a list argument.
-    def recv_any(self, data: int, count: int, dtype: int, tag: int, source: int, blocking: bool = False) -> Work: ...
     def reduce(self, data: int, count: int, dtype: int, op: int, root: int, blocking: bool = False) -> Work: ...
     def gather(self, inp: int, count: int, outs: List[Tuple[int, int]], dtype: int, root: int,
                blocking: bool = False) -> Work: ...
@@ -123,4 +127,5 @@ TRACE_HOOKS: bool  # False in a build made with -DPYCOLLECT_TRACE_HOOKS=OFF: it 
 # The engine's defaults the pure-Python model keeps copies of (tests/test_options.py compares):
 # segment_bytes, ring_block_segments, shm_single_copy_bytes, pipeline_slice_segments, pipeline_max_slices, link_timeout (s).
 ENGINE_DEFAULTS: Dict[str, float]
+ANY_SOURCE: int  # recv's peer: the first matching message from any rank
 DTYPES: Dict[str, Tuple[int, int]]  # dtype name -> (code, bytes an element)

@@ -15,8 +15,6 @@ import contextlib
 import sys
 from typing import Iterator, List, Optional, Sequence
 
-import numpy as np
-
 from ._buffers import (
     as_buffer,
     check_list,
@@ -25,7 +23,7 @@ from ._buffers import (
     concat_flat,
     empty_like_flat,
 )
-from . import world
+from . import _C, world
 from ._device import device_call, needs_host_staging, through_host
 from .topology import Topology
 from .group import NON_GROUP_MEMBER, ProcessGroup
@@ -344,10 +342,13 @@ def _send(tensor, dst: int, group, tag: int, async_op: bool):
 
 
 def irecv(tensor, src: Optional[int] = None, group=None, tag: int = 0) -> Work:
-    """Receive into `tensor` from global rank `src`, or (src=None) from whichever rank's
-    send with `tag` arrives first, as in Gloo. The Work's source_rank() names the sender
-    (a global rank) once it completed. A recv from any source holds this rank's later
-    operations on the group until it matched (transfers already posted keep moving)."""
+    """Receive into `tensor` a message with `tag` from global rank `src`, or (src=None) from
+    whichever rank's arrives first, as in Gloo and MPI: messages are matched by source and
+    tag, in the order each sender sent them, whatever collectives or other messages come
+    between. `tensor` may be larger than the message (its front is filled; the dtypes need
+    not agree, the bytes are copied); a message larger than `tensor` is a MismatchError.
+    Once the Work completed, source_rank() names the sender (a global rank) and
+    received_bytes() the message's size."""
     return _recv(tensor, src, group, tag, async_op=True)
 
 
@@ -358,13 +359,20 @@ def _recv(tensor, src: Optional[int], group, tag: int, async_op: bool):
         return _settled(work, async_op, work.source_rank)
     b = as_buffer(tensor, "recv(tensor)", writable=True)
     tag = _check_tag(tag)
-    if src is None:
-        return _recv_any(g, b, tag, async_op)
-    peer = g.group_rank(src, "recv(src)")
-    work = _run(g, lambda c, blk: c.recv(b.address, b.numel, b.code, peer, tag, blk), (b,), async_op)
+    if src is None and g.size == 1:
+        raise ValueError("recv(src=None): the group has no other rank to receive from")
+    peer = _C.ANY_SOURCE if src is None else g.group_rank(src, "recv(src)")
+    received = []  # the engine's RecvWork: who sent the message, and its size
+
+    def launch(c, blocking):
+        received.append(c.recv(b.address, b.numel, b.code, peer, tag, blocking))
+        return received[0]
+
+    work = _run(g, launch, (b,), async_op)
     if not async_op:
-        return src
-    work.source_rank = lambda: src
+        return g.ranks[received[0].source]
+    work.source_rank = lambda: g.ranks[received[0].source] if work.wait() else None
+    work.received_bytes = lambda: received[0].bytes if work.wait() else None
     return work
 
 
@@ -376,28 +384,14 @@ def _settled(work, async_op: bool, result=lambda: None):
     return result()
 
 
-def _recv_any(g: ProcessGroup, b, tag: int, async_op: bool):
-    """A recv from any source: its Work, whose source_rank() names the sender (async_op);
-    else, run on this thread when nothing is queued (as a blocking recv), the sender."""
-    if g.size == 1:
-        raise ValueError("recv(src=None): the group has no other rank to receive from")
-    source = np.full(1, -1, dtype=np.int32)  # the engine writes the sender's group rank here
-    if not async_op:
-        g.run_blocking(lambda c, blk: c.recv_any(b.address, b.numel, b.code, tag, source.ctypes.data, blk),
-                       (b, source))
-        return g.ranks[int(source[0])]
-    work = g.submit(lambda c, blk: c.recv_any(b.address, b.numel, b.code, tag, source.ctypes.data, blk), (b, source))
-    work.source_rank = lambda: g.ranks[int(source[0])] if work.wait() else None
-    return work
-
-
 def send(tensor, dst: int, group=None, tag: int = 0) -> None:
     """Send `tensor` to global rank `dst` (completes once the bytes left this process)."""
     _send(tensor, dst, group, tag, async_op=False)
 
 
 def recv(tensor, src: Optional[int] = None, group=None, tag: int = 0) -> int:
-    """Receive into `tensor` from global rank `src` (None: any rank); returns the sender."""
+    """Receive into `tensor` a message with `tag` from global rank `src` (None: any rank), as
+    irecv matches it; returns the sender."""
     return _recv(tensor, src, group, tag, async_op=False)
 
 

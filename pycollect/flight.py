@@ -89,8 +89,9 @@ def _where(e: dict) -> str:
 
 
 def _front(entries: List[dict]) -> Tuple[Optional[dict], Optional[dict]]:
-    """(the first collective not done, the last one done) of one rank."""
-    coll = [e for e in entries if e["op"] != P2P_OP or e["peer"] == ANY_PEER]
+    """(the first collective not done, the last one done) of one rank. Sends and receives
+    (from any source too) are not in the collectives' order: they are listed apart."""
+    coll = [e for e in entries if e["op"] != P2P_OP]
     front = next((e for e in coll if e["state"] != "done"), None)
     done = [e for e in coll if e["state"] == "done"]
     return front, (done[-1] if done else None)
@@ -158,7 +159,7 @@ def verdict(ranks: Dict[int, dict]) -> Tuple[List[str], List[int]]:
     else:
         lines.append("no collective call was pending on any rank that wrote a record")
     p2p = [(r, e) for r, rec in sorted(ranks.items()) for e in rec["entries"]
-           if e["op"] == P2P_OP and e["peer"] != ANY_PEER and e["state"] != "done"]
+           if e["op"] == P2P_OP and e["state"] != "done"]
     for r, e in p2p[:8]:
         lines.append(f"  rank {r}: {_call(e)} {e['state']}")
     if missing:

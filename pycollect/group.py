@@ -32,7 +32,7 @@ def _comm_options(timeout: datetime.timedelta, options: Options, size: int) -> "
     o.spin_us = default_spin_us(local) if options.spin_us is None else options.spin_us
     o.shm_single_copy_bytes = default_single_copy_bytes(local)
     for name in ("segment_bytes", "inflight", "direct_max_bytes", "socket_buffer", "link_timeout", "secret",
-                 "transport", "host_tag", "staging_bytes", "shm_single_copy_bytes", "flight_entries"):
+                 "transport", "host_tag", "staging_bytes", "shm_single_copy_bytes", "flight_entries", "eager_bytes"):
         value = getattr(options, name)
         if value is not None:
             setattr(o, name, value)
@@ -90,29 +90,32 @@ class ProcessGroup:
         """Run `launch(comm, False)` (which returns a C++ Work) and track the buffers: they
         stay referenced until the engine is done with them, a staged call's until its copies
         to the device completed (a wait() that only made a stream wait does not end them)."""
-        return self._issue(launch, False, keepalive, finish, settle=False)
+        return self._issue(launch, False, keepalive, finish, settle=False)[0]
 
-    def run_blocking(self, launch, keepalive=(), finish=None) -> None:
+    def run_blocking(self, launch, keepalive=(), finish=None):
         """A blocking call: `launch(comm, True)`, the engine free to run it on this thread. A
         host call that ran inline comes back done: it returns then and there, without the
-        Work and its wait (a few microseconds of a small call's ten); any other is waited on."""
-        work = self._issue(launch, True, keepalive, finish, settle=True)
+        Work and its wait (a few microseconds of a small call's ten); any other is waited on.
+        Returns the engine's Work, done (a receive's says who sent the message, and its size)."""
+        work, cwork = self._issue(launch, True, keepalive, finish, settle=True)
         if work is not None:
             work.wait()
+        return cwork
 
-    def _issue(self, launch, blocking: bool, keepalive, finish, settle: bool) -> Optional[Work]:
+    def _issue(self, launch, blocking: bool, keepalive, finish, settle: bool):
         """launch(comm, blocking) under the group's lock (issue order is the lock's order, so
-        the engine's queue sees it too). `settle`: a host call already done without error
-        (and no finish step to run) returns None, with neither a Work nor its buffers kept."""
+        the engine's queue sees it too): (its Work, the engine's). `settle`: a host call
+        already done without error (and no finish step to run) has no Work (None), and
+        its buffers are not kept."""
         with self._lock:
             if self._pending:
                 self._release_settled()
             cwork = launch(self._comm, blocking)
             if settle and finish is None and cwork.is_completed() and not cwork.failed() \
                     and type(cwork) is not _C.StagedWork:
-                return None
+                return None, cwork
             self._pending.append((cwork, keepalive))  # buffers live until the engine is done
-        return Work(self, cwork, keepalive, finish)
+        return Work(self, cwork, keepalive, finish), cwork
 
     def _release_settled(self) -> None:
         """Drops the buffers of the oldest calls the engine is done with (calls mostly end in

@@ -30,6 +30,7 @@ _INTEGERS = {
     "PYCOLLECT_STAGING_BYTES": ("staging_bytes", 1),
     "PYCOLLECT_SHM_SINGLE_COPY_BYTES": ("shm_single_copy_bytes", 1),
     "PYCOLLECT_FLIGHT_ENTRIES": ("flight_entries", 0),
+    "PYCOLLECT_EAGER_BYTES": ("eager_bytes", 0),
 }
 KNOWN = frozenset(_INTEGERS) | {"PYCOLLECT_ALGO", "PYCOLLECT_SOCKET_IFNAME", "PYCOLLECT_LINK_TIMEOUT",
                                  "PYCOLLECT_SECRET", "PYCOLLECT_SECRET_FILE", "PYCOLLECT_TRANSPORT",
@@ -48,7 +49,8 @@ LINKS = ("used", "all")  # made when first used (the ring's at formation), or ev
 # refuses a disagreement per call; the transport and the secret are negotiated at the handshake;
 # the ring's segments are cut from one byte stream either way; how deep receives are posted
 # (_INFLIGHT), when shared memory reads in place (_SHM_SINGLE_COPY_BYTES: each record says which
-# it is), spinning, socket buffers, timeouts, tracing, the flight recorder and host tags are local.
+# it is), which messages go eagerly (_EAGER_BYTES: each message's frame says how it goes), spinning,
+# socket buffers, timeouts, tracing, the flight recorder and host tags are local.
 WIRE_SETTINGS = {"PYCOLLECT_SEGMENT_BYTES": "segment_bytes", "PYCOLLECT_LINKS": "all_links_at_start"}
 
 
@@ -75,6 +77,7 @@ class Options:
     blocking_wait: bool = False  # PYCOLLECT_BLOCKING_WAIT: wait() on CUDA calls blocks the host
     flight_dir: Optional[str] = None  # PYCOLLECT_FLIGHT_DIR: where flight records go on a failure
     flight_entries: Optional[int] = None  # PYCOLLECT_FLIGHT_ENTRIES: the flight ring's size
+    eager_bytes: Optional[int] = None  # PYCOLLECT_EAGER_BYTES: larger messages go by rendezvous
 
     @classmethod
     def from_env(cls, environ: Optional[Mapping[str, str]] = None) -> "Options":

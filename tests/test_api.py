@@ -122,6 +122,38 @@ def case_ring_send_recv():
     return int(got[0]), int(got[-1])
 
 
+def case_matching_by_source_and_tag():
+    """Every rank sends each peer tags 2, 1, 0 (a small, a medium and a 1 MiB message, which
+    goes by rendezvous), then tag 9; and receives each peer's tag 0 first, into a buffer two
+    elements larger, an all-reduce between the receives and the sends, then tag 9 from any
+    source. Returns, per received message: (source_rank, received_bytes, its values, the
+    two elements past it); and the senders of the tag-9 messages, in the order received."""
+    r, n = pc.get_rank(), pc.get_world_size()
+    sizes = {2: 2, 1: 4096, 0: 1 << 18}
+    peers = [q for q in range(n) if q != r]
+    works = []
+    for q in peers:
+        for tag in (0, 1, 2):
+            got = torch.full((sizes[tag] + 2,), -1.0)
+            works.append((q, tag, got, pc.irecv(got, q, tag=tag)))
+    total = torch.ones(1)
+    pc.all_reduce(total)
+    sends = [pc.isend(torch.full((sizes[tag],), 100.0 * r + 10 * q + tag), q, tag=tag) for q in peers for tag in (2, 1, 0)]
+    sends += [pc.isend(torch.full((3,), float(r)), q, tag=9) for q in peers]
+    received = {}
+    for q, tag, got, w in works:
+        w.wait()
+        n_el = sizes[tag]
+        received[q, tag] = (w.source_rank(), w.received_bytes(), sorted(set(got[:n_el].tolist())), got[n_el:].tolist())
+    anyone = []
+    for _ in peers:
+        got = torch.zeros(3)
+        anyone.append((pc.recv(got, None, tag=9), got.tolist()))
+    for s in sends:
+        s.wait()
+    return received, anyone, total.item()
+
+
 def case_transfers_complete_whoever_moves_the_bytes(iters: int, limit_s: float):
     """Pairs (0, 1) and (2, 3) exchange messages of 8 B, 16 KiB and 4 MiB, each rank
     posting its irecv, then (after a random pause) its isend, and polling is_completed()
@@ -184,11 +216,12 @@ def _on_fresh_group(fn, timeout: float):
 
 
 def case_recv_mismatch():
+    """A message larger than its receive's buffer (a larger buffer is fine: its front is filled)."""
     def exchange(g, r):
         if r == 0:
-            pc.send(torch.ones(10), 1, group=g)
+            pc.send(torch.ones(12), 1, group=g)
         elif r == 1:
-            pc.recv(torch.empty(12), 0, group=g)
+            pc.recv(torch.empty(10), 0, group=g)
 
     return _on_fresh_group(exchange, timeout=20)
 
@@ -492,16 +525,28 @@ def test_large_isend_irecv_both_ways_does_not_deadlock(pool4):
         assert res == (float(r ^ 1), float(r ^ 1), 10.0 * (r ^ 1)), (r, res)
 
 
+def test_messages_match_by_source_and_tag(pool4):
+    sizes = {2: 2, 1: 4096, 0: 1 << 18}
+    for r, (received, anyone, total) in enumerate(pool4.run(case_matching_by_source_and_tag, timeout=60)):
+        peers = [q for q in range(WORLD) if q != r]
+        assert total == WORLD, (r, total)
+        for q in peers:
+            for tag in (0, 1, 2):
+                assert received[q, tag] == (q, 4 * sizes[tag], [100.0 * q + 10 * r + tag], [-1.0, -1.0]), \
+                    (r, q, tag, received[q, tag])
+        assert sorted(anyone) == [(q, [float(q)] * 3) for q in peers], (r, anyone)
+
+
 def test_transfers_complete_whoever_moves_the_bytes(pool4):
     for r, longest in enumerate(pool4.run(case_transfers_complete_whoever_moves_the_bytes, 300, 5.0, timeout=60)):
         assert longest < 5.0, (r, longest)
 
 
-def test_recv_of_the_wrong_size_names_both_calls(pool4):
+def test_recv_too_small_for_its_message_names_both_sizes(pool4):
     results = pool4.run(case_recv_mismatch, timeout=60)
     name, msg = results[1]
     assert name == "MismatchError", msg
-    assert "count=12" in msg and "count=10" in msg and "rank 0" in msg, msg
+    assert "count=10" in msg and "room for 40 bytes" in msg and "has 48 bytes" in msg and "rank 0" in msg, msg
 
 
 def test_all_to_all_size_disagreement_is_a_mismatch(pool4):

@@ -74,5 +74,7 @@ def test_link_timeout_sets_keepalive_and_spares_live_peers():
 
 
 def test_default_link_timeout_is_a_minute(pool3):
+    # The ring's two links at least; the shared pool's earlier tests may have made more (a
+    # pair's point-to-point messages have a link of their own): each is set alike.
     for found in pool3.run(case_link_socket_options):
-        assert found == [(1, 20, 20, 3)] * 2, found
+        assert len(found) >= 2 and set(found) == {(1, 20, 20, 3)}, found

@@ -100,6 +100,7 @@ PYBIND11_MODULE(_C, m) {
   defaults["pipeline_max_slices"] = pycollect::kMaxSlices;
   defaults["link_timeout"] = pycollect::kDefaultLinkTimeoutSec;
   m.attr("ENGINE_DEFAULTS") = defaults;
+  m.attr("ANY_SOURCE") = pycollect::kAnySource;  // a recv's peer: the first matching message from any rank
   py::dict dtypes;  // name -> (code, bytes an element)
   for (int code = 0; code < pycollect::kNumDTypes; ++code) {
     const auto t = static_cast<pycollect::DType>(code);

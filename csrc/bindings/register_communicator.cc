@@ -3,6 +3,8 @@
 // owning objects alive until the Work completes.
 #include <pybind11/stl.h>
 
+#include <algorithm>
+
 #include "bindings/register.h"
 #include "common/interrupt.h"
 #include "comm/communicator.h"
@@ -67,6 +69,10 @@ void registerCommunicator(py::module_& m) {
       .def("wait_device", &StagedWork::waitDevice, py::arg("timeout") = -1.0,
            py::call_guard<py::gil_scoped_release>())
       .def_property_readonly("seq", &StagedWork::seq);
+  // A receive's Work (comm/work.h): once completed, who sent the message and its size.
+  py::class_<RecvWork, Work, std::shared_ptr<RecvWork>>(m, "RecvWork")
+      .def_property_readonly("source", &RecvWork::source)
+      .def_property_readonly("bytes", &RecvWork::bytes);
 
   py::class_<CommOptions>(m, "CommOptions")
       .def(py::init<>())
@@ -109,6 +115,13 @@ void registerCommunicator(py::module_& m) {
             o.shmSingleCopyBytes = v;
           })
       .def_readwrite("all_links_at_start", &CommOptions::allLinksAtStart)
+      .def_property(
+          "eager_bytes", [](const CommOptions& o) { return o.p2p.eagerBytes; },
+          [](CommOptions& o, size_t v) {
+            o.p2p.eagerBytes = v;
+            // The credit holds a few of the largest eager messages (comm/p2p.h).
+            o.p2p.creditBytes = std::max<size_t>(P2POptions().creditBytes, 4 * (v + sizeof(Frame)));
+          })
       .def_readwrite("trace", &CommOptions::trace)
       .def_readwrite("flight_entries", &CommOptions::flightEntries)
       .def_property(
@@ -220,15 +233,6 @@ void registerCommunicator(py::module_& m) {
             return c.recv(ptr(data), count, checkedDType(dtype), peer, tag);
           },
           py::arg("data"), py::arg("count"), py::arg("dtype"), py::arg("peer"), py::arg("tag"),
-          py::arg("blocking") = false, R())
-      .def(
-          "recv_any",
-          [](Communicator& c, uintptr_t data, size_t count, int dtype, int tag, uintptr_t source, bool blocking) {
-            Blocking scope(blocking);
-            return c.recvAny(ptr(data), count, checkedDType(dtype), tag,
-                             static_cast<int32_t*>(ptr(source)));
-          },
-          py::arg("data"), py::arg("count"), py::arg("dtype"), py::arg("tag"), py::arg("source"),
           py::arg("blocking") = false, R())
       .def(
           "reduce",

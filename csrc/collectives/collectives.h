@@ -91,10 +91,4 @@ void allreduceCoalesced(Context& ctx, const std::vector<Span>& tensors, DType dt
 void allgatherCoalesced(Context& ctx, const std::vector<Span>& ins, const std::vector<Span>& outs,
                         DType dtype, Algo algo);
 
-// Receives the first send with `tag` to arrive from any rank (ctx.call describes the
-// expected message: kind kSend, dtype, count); returns the sender. recvSeq: the
-// point-to-point message numbers expected from each peer (the winner's advances).
-int recvAny(Context& ctx, void* data, size_t count, DType dtype, int tag,
-            std::vector<uint64_t>& recvSeq);
-
 }  // namespace pycollect

@@ -36,9 +36,9 @@ std::string describeCall(const WireHeader& h) {
 }
 
 Context::Context(int rank, int size, Transport& transport, const std::vector<Link*>& links,
-                 HeaderInbox& inbox, const WireHeader& call, Clock::time_point deadline,
+                 Background* messages, const WireHeader& call, Clock::time_point deadline,
                  const Tunables& tunables, std::vector<char>& scratch)
-    : rank(rank), size(size), call(call), tunables(tunables), transport_(transport), inbox_(inbox),
+    : rank(rank), size(size), call(call), tunables(tunables), transport_(transport), messages_(messages),
       links_(links), deadline_(deadline), start_(Clock::now()), scratch_(scratch), groupRank_(rank) {
   for (Link* l : links_) {
     if (l != nullptr) active_.push_back(l);
@@ -57,7 +57,7 @@ int indexIn(const std::vector<int>& ranks, int rank) {
 
 Context::Context(const Context& parent, const std::vector<int>& ranks, const char* level)
     : rank(indexIn(ranks, parent.rank)), size(static_cast<int>(ranks.size())), call(parent.call),
-      tunables(parent.tunables), transport_(parent.transport_), inbox_(parent.inbox_),
+      tunables(parent.tunables), transport_(parent.transport_), messages_(parent.messages_),
       deadline_(parent.deadline_), start_(parent.start_), scratch_(parent.scratch_),
       flight_(parent.flight_), groupRank_(parent.groupRank_), level_(level) {
   for (int r : ranks) {
@@ -111,7 +111,9 @@ void Context::postHeaders(const std::vector<int>& peers, const std::vector<uint6
     if (sendCounts != nullptr) ours_[i].count = (*sendCounts)[i];
     link(peers[i]).postSend(&ours_[i], sizeof(WireHeader));
   }
-  for (size_t i = 0; i < peers.size(); ++i) inbox_.receive(link(peers[i]), theirs_[i]);
+  for (size_t i = 0; i < peers.size(); ++i) {
+    theirs_[i].ticket = link(peers[i]).postRecv(&theirs_[i].header, sizeof(WireHeader));
+  }
 }
 
 void Context::checkHeaders(const std::vector<uint64_t>* recvCounts) {
@@ -135,7 +137,7 @@ void Context::checkHeaders(const std::vector<uint64_t>* recvCounts) {
 
 void Context::checkHeader(size_t i, const std::vector<uint64_t>* recvCounts) {
   const int peer = headerPeers_[i];
-  const WireHeader& h = theirs_[i].header();
+  const WireHeader& h = theirs_[i].header;
   WireHeader want = call;
   if (recvCounts != nullptr) want.count = (*recvCounts)[i];
   if (h.magic != want.magic) {
@@ -171,8 +173,13 @@ std::string Context::describeWait(const Link& l, const char* what) const {
 
 void Context::until(const std::function<bool()>& done, const std::function<std::string()>& describe,
                     std::chrono::microseconds spin) {
-  if (background_ == nullptr) return waitUntil(transport_, done, deadline_, describe, spin);
-  waitUntil(transport_, [&] { background_->poll(); return done(); }, deadline_, describe, spin);
+  if (background_ == nullptr && messages_ == nullptr) return waitUntil(transport_, done, deadline_, describe, spin);
+  auto polled = [&] {
+    if (messages_ != nullptr) messages_->poll();
+    if (background_ != nullptr) background_->poll();
+    return done();
+  };
+  waitUntil(transport_, polled, deadline_, describe, spin);
 }
 
 void Context::wait(Link& l, const std::function<bool()>& done, const char* what) {

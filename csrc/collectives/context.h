@@ -15,7 +15,6 @@
 #include <vector>
 
 #include "collectives/hierarchy.h"
-#include "collectives/inbox.h"
 #include "collectives/wire_header.h"
 #include "common/clock.h"
 #include "common/types.h"
@@ -39,8 +38,9 @@ struct Span {
   size_t count = 0;
 };
 
-// Work that a context's waits advance besides the links: the other level of a pipelined
-// hierarchical call (rail_pipeline.h), polled between the waits' looks at the links.
+// Work that a context's waits advance besides the links, polled between the waits' looks
+// at them: the group's point-to-point messages (comm/p2p.h), which keep moving while a
+// collective runs, and the other level of a pipelined hierarchical call (rail_pipeline.h).
 class Background {
  public:
   virtual ~Background() = default;
@@ -48,10 +48,17 @@ class Background {
   virtual void poll() = 0;
 };
 
+// A header being received from one peer.
+struct HeaderRecv {
+  uint64_t ticket = 0;
+  WireHeader header;
+};
+
 class Context {
  public:
+  // `messages`: polled by every wait (the group's point-to-point messages), or nullptr.
   Context(int rank, int size, Transport& transport, const std::vector<Link*>& links,
-          HeaderInbox& inbox, const WireHeader& call, Clock::time_point deadline,
+          Background* messages, const WireHeader& call, Clock::time_point deadline,
           const Tunables& tunables, std::vector<char>& scratch);
   // A view of `parent` for an algorithm run among `ranks` (ranks of the parent, this rank
   // among them): rank and size are its place among them, its links theirs; deadline,
@@ -117,7 +124,6 @@ class Context {
   // and the flight recorder told the rank waited for (`peer`, if one is).
   void waitFor(const std::function<bool()>& done, const std::function<std::string()>& what,
                int peer = flight::kAnyPeer);
-  HeaderInbox& inbox() { return inbox_; }
   // A receive from each of `peers` straight into its span (`spans` indexed by rank, of
   // `elemBytes`-byte elements), and the wait for all of them, naming `phase` on timeout.
   std::vector<uint64_t> postRecvs(const std::vector<int>& peers, const std::vector<Span>& spans,
@@ -158,7 +164,7 @@ class Context {
   std::vector<WireHeader> ours_;     // per peer: call, with that peer's count
   std::vector<HeaderRecv> theirs_;
   Transport& transport_;      // drives every link while we wait
-  HeaderInbox& inbox_;        // headers read ahead by a recv from any source
+  Background* messages_;      // the group's point-to-point messages, polled while we wait
   std::vector<Link*> links_;  // indexed by rank, nullptr at self
   std::vector<Link*> active_;  // non-null links
   Clock::time_point deadline_;

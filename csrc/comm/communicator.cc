@@ -68,9 +68,8 @@ void Communicator::setAutoTables(std::vector<AutoRow> allreduce, std::vector<Aut
 
 
 Communicator::Communicator(int rank, int size, CommOptions options)
-    : owner_(), rank_(rank), size_(size), options_(options), inbox_(size > 0 ? size : 1),
-      sendSeq_(size, 0), recvSeq_(size, 0), tracing_(options.trace), recorder_(size),
-      flight_(options.flightEntries), hierarchy_(eachAlone(size), rank) {
+    : owner_(), rank_(rank), size_(size), options_(options), p2p_(rank, size > 0 ? size : 1, options.p2p),
+      tracing_(options.trace), recorder_(size), flight_(options.flightEntries), hierarchy_(eachAlone(size), rank) {
   if (size < 1) throw InvalidArgument("world size must be >= 1, got " + std::to_string(size));
   if (rank < 0 || rank >= size) {
     throw InvalidArgument("rank " + std::to_string(rank) + " is outside [0, " +
@@ -118,6 +117,8 @@ void Communicator::connect(const std::vector<std::string>& hosts, const std::vec
   std::vector<Endpoint> peers;
   for (size_t i = 0; i < hosts.size(); ++i) peers.push_back({hosts[i], ports[i]});
   links_ = transport_->connect(peers, token);
+  p2pLinks_ = transport_->links(Channel::kPointToPoint);
+  p2p_.setLinks(p2pLinks_);
   std::lock_guard<std::mutex> lock(mu_);
   connected_ = true;
   worker_ = std::thread([this] { workerLoop(); });
@@ -316,40 +317,49 @@ std::shared_ptr<Work> Communicator::allGatherCoalesced(std::vector<Span> ins, st
   return enqueue(h, [=](Context& c) { allgatherCoalesced(c, ins, outs, dtype, chosen); });
 }
 
-std::shared_ptr<Work> Communicator::recvAny(void* data, size_t count, DType dtype, int tag,
-                                            int32_t* source) {
-  if (size_ == 1) throw InvalidArgument("recv from any source: the group has no other rank");
-  // The header a named recv would expect; its seq is set per sender once one wins.
-  WireHeader h = makeHeader(OpKind::kSend, dtype, ReduceOp::kSum, count, tag);
-  return enqueue(h, [=](Context& c) { *source = pycollect::recvAny(c, data, count, dtype, tag, recvSeq_); });
-}
-
 std::shared_ptr<Work> Communicator::barrier(double timeoutSec) {
   WireHeader h = makeHeader(OpKind::kBarrier, DType::kUInt8, ReduceOp::kSum, 0, -1);
   return enqueue(Collective{h, [](Context& c) { barrierAll(c); }, nullptr, timeoutSec});
 }
 
-std::shared_ptr<Work> Communicator::enqueueP2P(bool isSend, void* data, size_t count, DType dtype,
-                                               int peer, int tag) {
-  checkPeer(peer, isSend ? "send" : "recv");
-  auto p = std::make_unique<PendingP2P>();
-  p->isSend = isSend;
-  p->peer = peer;
-  p->self = rank_;
-  p->data = data;
-  p->bytes = count * dtypeSize(dtype);
-  p->header = makeHeader(OpKind::kSend, dtype, ReduceOp::kSum, count, tag);
-  if (!isSend) p->header.rank = peer;  // the header we expect was written by the peer
-  return enqueue(std::move(p));
+namespace {
+
+std::unique_ptr<P2POp> message(bool send, void* data, size_t count, DType dtype, int peer, int tag, WireHeader call) {
+  auto op = std::make_unique<P2POp>();
+  op->send = send;
+  op->peer = peer;
+  op->tag = tag;
+  op->data = static_cast<char*>(data);
+  op->bytes = count * dtypeSize(dtype);
+  op->call = call;
+  return op;
 }
 
-std::shared_ptr<Work> Communicator::send(const void* data, size_t count, DType dtype, int peer,
-                                         int tag) {
-  return enqueueP2P(true, const_cast<void*>(data), count, dtype, peer, tag);
+}  // namespace
+
+std::shared_ptr<Work> Communicator::send(const void* data, size_t count, DType dtype, int peer, int tag) {
+  checkPeer(peer, "send");
+  WireHeader call = makeHeader(OpKind::kSend, dtype, ReduceOp::kSum, count, tag);
+  return issueP2P(message(true, const_cast<void*>(data), count, dtype, peer, tag, call));
 }
 
-std::shared_ptr<Work> Communicator::recv(void* data, size_t count, DType dtype, int peer, int tag) {
-  return enqueueP2P(false, data, count, dtype, peer, tag);
+std::shared_ptr<RecvWork> Communicator::recv(void* data, size_t count, DType dtype, int peer, int tag) {
+  if (peer == kAnySource) {
+    if (size_ == 1) throw InvalidArgument("recv from any source: the group has no other rank");
+  } else {
+    checkPeer(peer, "recv");
+  }
+  WireHeader call = makeHeader(OpKind::kSend, dtype, ReduceOp::kSum, count, tag);
+  call.rank = peer;  // the message is the peer's
+  return std::static_pointer_cast<RecvWork>(issueP2P(message(false, data, count, dtype, peer, tag, call)));
+}
+
+std::shared_ptr<Work> Communicator::recvAny(void* data, size_t count, DType dtype, int tag, int32_t* source) {
+  if (size_ == 1) throw InvalidArgument("recv from any source: the group has no other rank");
+  WireHeader call = makeHeader(OpKind::kSend, dtype, ReduceOp::kSum, count, tag);
+  auto op = message(false, data, count, dtype, kAnySource, tag, call);
+  op->sourceOut = source;
+  return issueP2P(std::move(op));
 }
 
 Clock::time_point Communicator::deadlineFromNow(double timeoutSec) const {

@@ -22,7 +22,6 @@
 #include <mutex>
 #include <string>
 #include <thread>
-#include <variant>
 #include <vector>
 
 #include "collectives/collectives.h"
@@ -76,6 +75,7 @@ struct CommOptions {
   size_t shmSingleCopyBytes = kDefaultShmSingleCopyBytes;  // PYCOLLECT_SHM_SINGLE_COPY_BYTES
   bool allLinksAtStart = false;                    // PYCOLLECT_LINKS=all (transport.h)
   StagingOptions staging;                          // device buffers (PYCOLLECT_STAGING_BYTES)
+  P2POptions p2p;                                  // point-to-point eager limit (PYCOLLECT_EAGER_BYTES)
   bool trace = false;                              // PYCOLLECT_TRACE: trace every call
   size_t flightEntries = 1024;                     // PYCOLLECT_FLIGHT_ENTRIES: the flight ring's size
 };
@@ -145,10 +145,15 @@ class Communicator {
   std::shared_ptr<Work> broadcast(void* data, size_t count, DType dtype, int root, Algo algo = Algo::kAuto);
   // timeoutSec >= 0: this call's deadline instead of the group's (torch's barrier(timeout=)).
   std::shared_ptr<Work> barrier(double timeoutSec = -1);
+  // Point-to-point (comm/p2p.h): messages matched by (source, tag), apart from the
+  // collectives and in whatever order the program posts them; never queued behind a
+  // collective. A send completes once its bytes left this process; a receive once a
+  // message of at most `count` elements' bytes arrived (its RecvWork says from whom and
+  // how many bytes; the dtypes need not agree). `peer`: a rank of the group; a recv's
+  // kAnySource: the first message with `tag` from any rank.
   std::shared_ptr<Work> send(const void* data, size_t count, DType dtype, int peer, int tag);
-  std::shared_ptr<Work> recv(void* data, size_t count, DType dtype, int peer, int tag);
-  // The first send with `tag` from any rank; the sender's rank is written to *source
-  // before the Work completes. Later operations of this rank wait until it matched.
+  std::shared_ptr<RecvWork> recv(void* data, size_t count, DType dtype, int peer, int tag);
+  // recv from kAnySource, the sender's rank also written to *source before the Work completes.
   std::shared_ptr<Work> recvAny(void* data, size_t count, DType dtype, int tag, int32_t* source);
   std::shared_ptr<Work> reduce(void* data, size_t count, DType dtype, ReduceOp op, int root);
   // Root: outs has one span per rank (sizes may differ); others pass none.
@@ -233,8 +238,7 @@ class Communicator {
   std::vector<trace::Event> takeTrace(uint64_t* dropped) { return recorder_.take(dropped); }
 
  private:
-  // A queued operation: a collective, run to completion on the worker, or a
-  // point-to-point transfer, posted there and left in flight.
+  // A queued collective, run to completion on the worker (or inline by its caller).
   struct Collective {
     WireHeader header;
     std::function<void(Context&)> run;
@@ -244,46 +248,45 @@ class Communicator {
     // Makes its Work from its description (staged calls': StagedWork); unset: a plain Work.
     std::function<std::shared_ptr<Work>(std::string what)> makeWork;
   };
-  using Op = std::variant<Collective, std::unique_ptr<PendingP2P>>;
-  static WireHeader& headerOf(Op& op);
-  static std::shared_ptr<Work>& workOf(Op& op);
   // What the flight recorder keeps of a call being issued (numbered).
-  static flight::Call flightCall(Op& op);
+  static flight::Call flightCall(const WireHeader& h);
 
-  // Numbers the op, gives it its Work and queues it (or runs it inline, see
+  // (under mu_) Throws unless a call may be issued: the group failed, was destroyed or is
+  // not connected yet.
+  void checkIssuable() const;
+  // Numbers the collective, gives it its Work and queues it (or runs it inline, see
   // InlineScope); throws if the group failed.
-  std::shared_ptr<Work> enqueue(Op op);
+  std::shared_ptr<Work> enqueue(Collective c);
   // Runs one collective on the thread that drives the links (the worker, or an inline
-  // caller) and finishes its Work; on failure fails the group.
+  // caller) and finishes its Work; on failure fails the group. Messages keep moving in its
+  // waits (messages_); the hooks of those it completes run once it ended.
   void runCollective(Collective& c);
-  // Runs an op taken from the queue on the thread that now drives the links (the worker,
-  // or a waiting caller): a collective to its end, a send/recv posted (p2p_ carries it on).
-  void runTaken(Op& op);
   // Runs `ops` in order on this thread, which drives the group: a call issued by a completion
   // hook (last), after what was queued before it (worker.cc, [Note: calls from a completion]).
-  void runHere(std::deque<Op>& ops);
+  void runHere(std::deque<Collective>& ops);
   void failRunning(const std::shared_ptr<Work>& work, const std::exception& e);
   std::shared_ptr<Work> enqueue(const WireHeader& header, std::function<void(Context&)> run) {
     return enqueue(Collective{header, std::move(run), nullptr, -1, false, {}});
   }
-  // Numbers a recv (per peer) and queues the transfer on its link.
-  void postP2P(PendingP2P& p);
-  // A blocking send/recv run inline (see InlineScope): post, then drive the links until it
-  // completes; on failure fails the group.
-  void runP2P(PendingP2P& p);
-  // An asynchronous send/recv posted by its caller when the links are free: post, one
-  // pass over the links; true once it is finished (done, or failed the group), false
-  // when the worker must carry it on (p2p_).
-  bool postInline(PendingP2P& p);
-  std::shared_ptr<Work> enqueueP2P(bool isSend, void* data, size_t count, DType dtype, int peer,
-                                   int tag);
-  // Completes finished point-to-point transfers; throws on a mismatch or timeout.
-  void reapP2P();
-  // Idle with transfers in flight: wait for the links, a wake-up or `limit`, then reap.
-  // A mismatch found in an arrived header wins over a peer that has since left.
+  // Gives a send or receive its Work and hands it to the point-to-point engine: posted here
+  // if no other thread drives the links (a blocking one, with nothing queued, driven to its
+  // end here), else left in submitted_ for the driving thread.
+  std::shared_ptr<Work> issueP2P(std::unique_ptr<P2POp> op);
+  // The driving thread: posts what other threads submitted, in their order.
+  void takeSubmitted();
+  // The driving thread: drives the links (point-to-point messages, and collectives queued
+  // meanwhile when `runQueued`) until `work` completes or `limit` passes, spinning first
+  // for tunables.spinUs; the program's signal handlers are asked between slices.
+  void driveUntil(const std::shared_ptr<Work>& work, Clock::time_point limit, bool runQueued);
+  // Runs the completion hooks of the messages completed during a collective (deferred).
+  void runDeferredHooks();
+  // Idle with messages in flight: wait for the links, a wake-up, the nearest message
+  // deadline or `limit`, then progress them.
   void progressIdle(Clock::time_point limit);
-  // One pass: move bytes on every link, then complete what finished (reapP2P).
+  // One pass: take what was submitted, move bytes on every link, move the messages on.
   void progressP2P();
+  // (under mu_, nobody driving) Nothing for a driver to do on the point-to-point side.
+  bool p2pIdle() const { return submitted_.empty() && !p2p_.busy(); }
   Clock::time_point deadlineFromNow(double timeoutSec = -1) const;
   // The header of a call by this rank; refuses an (op, dtype) the kernels lack.
   WireHeader makeHeader(OpKind kind, DType dtype, ReduceOp op, size_t count, int root);
@@ -311,7 +314,7 @@ class Communicator {
   void failWith(const std::string& message);
   // Finishes every dropped op ("was not run: <reason>") and posted p2p ("did not complete:
   // <reason>") with a GroupFailedError; the one drain of failWith and shutdown (worker.cc).
-  void failPending(std::deque<Op> dropped, const std::string& reason);
+  void failPending(std::deque<Collective> dropped, const std::string& reason);
   // The staging of device calls, made on first use for `device` (see *Staged).
   Staging& staging(int device);
   // Records the start event on the caller's stream and queues a staged call whose
@@ -337,15 +340,15 @@ class Communicator {
   std::unique_ptr<HostDeviceOptions> hostDevice_;  // set: stage through a HostDevice
   bool stagingClosed_ = false;           // shutdown released the staging: no new one
   std::atomic<uint64_t> stagedPieces_{0};
-  std::vector<Link*> links_;  // indexed by rank, nullptr at self; owned by transport_
-  HeaderInbox inbox_;          // headers prefetched by a recv from any source (the driving thread)
+  std::vector<Link*> links_;     // the collectives', indexed by rank, nullptr at self; owned by transport_
+  std::vector<Link*> p2pLinks_;  // the point-to-point messages', likewise
   std::vector<char> scratch_;            // the driving thread only (worker.cc: the driving rule)
   std::atomic<size_t> scratchBytes_{0};  // its capacity, for any thread to read
   std::atomic<uint64_t> bytesSent_{0};    // refreshed by the driving thread after each op
 
   std::mutex mu_;
   std::condition_variable cv_;
-  std::deque<Op> queue_;
+  std::deque<Collective> queue_;
   bool stopping_ = false;
   bool connected_ = false;
   std::string failure_;
@@ -359,12 +362,18 @@ class Communicator {
   // callers to drive. When nothing is left nobody is woken: on a busy host a wake-up costs
   // more than a small call (it takes a core from a rank that computes).
   bool othersNeedWaking() const;
-  std::deque<std::unique_ptr<PendingP2P>> p2p_;  // the driving thread's (or under mu_ with nobody driving)
+  PointToPoint p2p_;  // the driving thread's (or under mu_ with nobody driving)
+  std::vector<std::unique_ptr<P2POp>> submitted_;  // (under mu_) sends and receives for the driver to post
+  std::atomic<bool> anySubmitted_{false};          // !submitted_.empty(), read without the lock
+  // What a collective's waits poll besides its links: the messages (p2p_), by the driving thread.
+  struct Messages final : Background {
+    explicit Messages(Communicator& c) : comm(c) {}
+    void poll() override;
+    Communicator& comm;
+    std::string failure;  // a message's failure found inside a collective, raised after it
+  } messages_{*this};
 
   uint64_t seq_ = 0;                 // collective calls issued (under mu_)
-  std::vector<uint64_t> sendSeq_;    // p2p messages issued to each peer
-  std::vector<uint64_t> recvSeq_;    // p2p messages expected from each peer (the driving thread:
-                                     // numbered when posted, after any recv-from-any before)
   std::map<std::string, uint64_t> calls_;
   std::atomic<bool> tracing_{false};
   trace::Recorder recorder_;

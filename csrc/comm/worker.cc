@@ -1,14 +1,16 @@
 // The communicator's queue and worker (communicator.h): how a call runs, and how a group
 // fails or ends.
 //
-// A call is an Op, numbered at enqueue (collectives in one sequence per group, sends per
-// pair and direction). A blocking caller with nothing queued ahead of it runs its call
-// inline, on its own thread (driving_: the worker stands aside meanwhile), which saves
-// two thread hand-offs per small call; otherwise the op is queued and the worker runs the
-// queue in order. An asynchronous send or recv with nothing ahead of it is posted by its
-// caller, who also makes one pass over the links (postInline): a small send is gone
-// before the call returns. A posted send or recv that is not done moves on to p2p_,
-// which the worker progresses while idle (progressIdle) until it completes (reapP2P).
+// A collective is numbered at enqueue (one sequence per group). A blocking caller with
+// nothing queued ahead of it runs its collective inline, on its own thread (driving_: the
+// worker stands aside meanwhile), which saves two thread hand-offs per small call;
+// otherwise it is queued and the worker runs the queue in order. Sends and receives never
+// queue behind collectives: they go to the point-to-point engine (p2p_, comm/p2p.h),
+// posted at once by their caller when no other thread drives the links (issueP2P; a
+// blocking one with nothing queued is driven to its end there), else handed to the driving
+// thread (submitted_), which takes them at its next look: between collectives, or inside a
+// collective's waits, which poll the messages too (messages_). Messages still in flight
+// are progressed by the worker while idle (progressIdle), or by a caller that waits on one.
 //
 // Failure. A call that fails fails the group (failRunning -> failWith): its message is
 // kept, every link is aborted so the neighbours fail within milliseconds, and every
@@ -18,30 +20,35 @@
 // the worker, which then fails the rest.
 //
 // [Note: the driving rule] Several threads may run the engine: the worker, a caller that
-// runs its blocking call inline (enqueue), a caller that posts its send or recv (enqueue ->
-// postInline), and a waiter that runs its queued call or drives the links while it waits
-// (waitDriving: runTaken, then the drive loop). At most one of them drives at a time: the
-// thread that set driving_ (under mu_) when it was false. The driving thread, and no
-// other, may touch
+// runs its blocking call inline (enqueue), a caller that posts its send or recv (issueP2P),
+// and a waiter that runs its queued call or drives the links while it waits (waitDriving:
+// runCollective, then the drive loop). At most one of them drives at a time: the thread that
+// set driving_ (under mu_) when it was false. The driving thread, and no other, may touch
 //   - the links and the transport's progress (progress, waitReady; wake() and a link's
 //     interrupt() are the exceptions: any thread),
-//   - p2p_ (post, reap, and failPending's drain),
-//   - scratch_, stage_, inbox_ and recvSeq_ (the algorithms' memory and numbering),
+//   - p2p_ (post, poll, and failPending's drain),
+//   - scratch_ and stage_ (the algorithms' memory),
 // until it clears driving_ (under mu_). So a failure found while driving is handed on
 // (failWith, failPending) before driving_ is cleared, never after. Everything else that
-// threads share is read or written under mu_: queue_, failure_, stopping_, drivers_ and
-// driving_ itself; a thread that does not drive reads p2p_ and the scratch only while
-// driving_ is false (othersNeedWaking). shutdown() takes driving_ for good once the worker
-// has joined and the last driver has let go, then drains what is left.
+// threads share is read or written under mu_: queue_, submitted_, failure_, stopping_,
+// drivers_ and driving_ itself; a thread that does not drive reads p2p_ and the scratch
+// only while driving_ is false (othersNeedWaking). A thread that submits while another
+// drives wakes the transport, so that the driver's wait returns and takes it; a driver
+// that lets go with something submitted wakes the worker. shutdown() takes driving_ for
+// good once the worker has joined and the last driver has let go, then drains what is left.
 //
 // [Note: calls from a completion] A Work's completion hooks (Work::whenDone: the torch
 // backend completes torch's Futures there, whose callbacks may issue more calls, as DDP's
 // PowerSGD hook does, and wait for them) run on the thread that finished the op, which
-// still drives the group (DriverMark says so). A call issued there cannot be left to the
-// worker, which may be this very thread: enqueue runs it on the spot (runHere), after
-// whatever was queued before it (run as the worker runs it), and drives its own send or
-// recv to its end. Works are finished outside any iteration over p2p_ (reapP2P), so such
-// a call may post transfers.
+// still drives the group (DriverMark says so), between calls: a collective's when it
+// ended, a message's when the engine found it complete outside a collective. A message
+// completed inside a collective's wait (where no call may start) keeps its hooks until
+// the collective ended (runDeferredHooks), unless a thread waiting for it runs them first
+// (Work::wait). A call issued from a hook on the driving thread cannot be left to the
+// worker, which may be this very thread: enqueue runs a collective on the spot (runHere),
+// after whatever was queued before it; a send or recv is posted on the spot; and a wait
+// for either drives the group right there (waitDriving -> driveUntil). The engine finishes
+// Works after it is done with its own lists (PointToPoint::poll), so a hook may post more.
 #include <unistd.h>
 
 #include <algorithm>
@@ -49,6 +56,7 @@
 
 #include "comm/communicator.h"
 #include "common/error.h"
+#include "common/interrupt.h"
 #include "transport/wait.h"
 
 namespace pycollect {
@@ -70,18 +78,7 @@ struct DriverMark {
 InlineScope::InlineScope(bool on) : saved_(tInline) { tInline = on; }
 InlineScope::~InlineScope() { tInline = saved_; }
 
-WireHeader& Communicator::headerOf(Op& op) {
-  if (auto* p2p = std::get_if<std::unique_ptr<PendingP2P>>(&op)) return (*p2p)->header;
-  return std::get<Collective>(op).header;
-}
-
-std::shared_ptr<Work>& Communicator::workOf(Op& op) {
-  if (auto* p2p = std::get_if<std::unique_ptr<PendingP2P>>(&op)) return (*p2p)->work;
-  return std::get<Collective>(op).work;
-}
-
-flight::Call Communicator::flightCall(Op& op) {
-  const WireHeader& h = headerOf(op);
+flight::Call Communicator::flightCall(const WireHeader& h) {
   flight::Call c;
   c.seq = h.seq;
   c.kind = h.kind;
@@ -89,56 +86,40 @@ flight::Call Communicator::flightCall(Op& op) {
   c.algo = h.algo;
   c.root = h.root;
   c.count = h.count;
-  if (auto* p2p = std::get_if<std::unique_ptr<PendingP2P>>(&op)) {
-    c.peer = (*p2p)->peer;
-    c.send = (*p2p)->isSend;
-  } else if (h.kind == static_cast<uint8_t>(OpKind::kSend)) {
-    c.peer = flight::kAnyPeer;  // a recv from any source
-  }
   return c;
 }
 
-std::shared_ptr<Work> Communicator::enqueue(Op op) {
-  checkNotForked();
-  std::unique_lock<std::mutex> lock(mu_);
+void Communicator::checkIssuable() const {
   if (!failure_.empty()) {
     throw GroupFailedError("process group failed earlier; no further calls are possible: " + failure_);
   }
   if (stopping_) throw GroupFailedError("process group was destroyed");
   if (!connected_) throw InvalidArgument("communicator is not connected");
-  WireHeader& header = headerOf(op);
-  auto* p2p = std::get_if<std::unique_ptr<PendingP2P>>(&op);
-  if (p2p != nullptr) {
-    // p2p messages are numbered per pair and direction; a recv when it is posted (a
-    // recv from any source before it may take a message from the same peer).
-    if ((*p2p)->isSend) header.seq = sendSeq_[(*p2p)->peer]++;
-  } else if (header.kind != static_cast<uint8_t>(OpKind::kSend)) {
-    header.seq = seq_++;  // a recv from any source is this rank's own: not numbered
-  }
-  std::string what = "rank " + std::to_string(rank_) + " " + describeCall(header);
-  auto* collective = std::get_if<Collective>(&op);
-  auto work = collective != nullptr && collective->makeWork ? collective->makeWork(std::move(what))
-                                                            : std::make_shared<Work>(std::move(what));
-  workOf(op) = work;
-  work->setFlight(flight_.issued(flightCall(op)));
-  ++calls_[opKindName(static_cast<OpKind>(header.kind))];  // send and recv both count as "send/recv"
-  if (collective != nullptr) collective->trace = tracing_.load(std::memory_order_relaxed);
+}
+
+std::shared_ptr<Work> Communicator::enqueue(Collective c) {
+  checkNotForked();
+  std::unique_lock<std::mutex> lock(mu_);
+  checkIssuable();
+  c.header.seq = seq_++;
+  std::string what = "rank " + std::to_string(rank_) + " " + describeCall(c.header);
+  auto work = c.makeWork ? c.makeWork(std::move(what)) : std::make_shared<Work>(std::move(what));
+  c.work = work;
+  work->setFlight(flight_.issued(flightCall(c.header)));
+  ++calls_[opKindName(static_cast<OpKind>(c.header.kind))];
+  c.trace = tracing_.load(std::memory_order_relaxed);
   if (tDriver == this) {  // issued by a completion hook on the driving thread
-    std::deque<Op> ahead;
+    std::deque<Collective> ahead;
     ahead.swap(queue_);
-    ahead.push_back(std::move(op));
+    ahead.push_back(std::move(c));
     lock.unlock();
     runHere(ahead);
     return work;
   }
-  if (tInline && queue_.empty() && !driving_ && p2p_.empty()) {
+  if (tInline && queue_.empty() && !driving_) {
     driving_ = true;  // the worker waits for us; nobody else touches the links meanwhile
     lock.unlock();
-    if (collective != nullptr) {
-      runCollective(*collective);
-    } else {
-      runP2P(**p2p);
-    }
+    runCollective(c);
     lock.lock();
     driving_ = false;
     const bool wake = othersNeedWaking();
@@ -146,24 +127,7 @@ std::shared_ptr<Work> Communicator::enqueue(Op op) {
     if (wake) cv_.notify_all();
     return work;
   }
-  if (p2p != nullptr && queue_.empty() && !driving_) {
-    // An asynchronous send or recv with nothing ahead of it: post it here, so a small
-    // send's bytes leave now and a recv takes what already came, without waking the
-    // worker first; the worker carries on with what is left (postInline).
-    driving_ = true;
-    lock.unlock();
-    bool done = postInline(**p2p);
-    lock.lock();
-    driving_ = false;
-    if (!done) p2p_.push_back(std::move(*p2p));
-    // The worker progresses what is left (it may have gone to sleep while we drove) or
-    // runs what queued meanwhile.
-    const bool wake = othersNeedWaking();
-    lock.unlock();
-    if (wake) cv_.notify_all();
-    return work;
-  }
-  queue_.push_back(std::move(op));
+  queue_.push_back(std::move(c));
   if (drivers_ > 0) {
     cv_.notify_all();  // callers wait on cv_ too (waitDriving): the worker must hear it
   } else {
@@ -173,18 +137,139 @@ std::shared_ptr<Work> Communicator::enqueue(Op op) {
   return work;
 }
 
+std::shared_ptr<Work> Communicator::issueP2P(std::unique_ptr<P2POp> op) {
+  checkNotForked();
+  std::unique_lock<std::mutex> lock(mu_);
+  checkIssuable();
+  std::string what = "rank " + std::to_string(rank_) + " " + describeCall(op->call);
+  std::shared_ptr<Work> work;
+  if (op->send) {
+    work = std::make_shared<Work>(std::move(what));
+  } else {
+    work = std::make_shared<RecvWork>(std::move(what));
+  }
+  op->work = work;
+  flight::Call call = flightCall(op->call);
+  call.peer = op->peer == kAnySource ? flight::kAnyPeer : op->peer;
+  call.send = op->send;
+  work->setFlight(flight_.issued(call));
+  ++calls_[opKindName(OpKind::kSend)];  // send and recv both count as "send/recv"
+  op->posted = Clock::now();
+  op->deadline = deadlineFromNow();
+  if (tDriver == this) {  // issued by a completion hook on the driving thread: post it here
+    lock.unlock();
+    try {
+      takeSubmitted();
+      p2p_.post(std::move(op));
+      progressP2P();
+    } catch (const std::exception& e) {
+      failWith(e.what());
+    }
+    return work;
+  }
+  if (driving_) {  // another thread drives: its next look takes it (its wait is woken for that)
+    submitted_.push_back(std::move(op));
+    anySubmitted_.store(true, std::memory_order_release);
+    lock.unlock();
+    transport_->wake();
+    return work;
+  }
+  // Posted here, so that a small send's bytes leave now and a receive takes what already
+  // came, without waking the worker first. A blocking call with nothing queued is driven
+  // to its end here (the caller waits for it anyway); the worker carries on the others.
+  const bool toTheEnd = tInline && queue_.empty();
+  const auto backstop = op->deadline + std::chrono::seconds(1);  // its own timeout (naming it) comes first
+  driving_ = true;
+  lock.unlock();
+  {
+    DriverMark mark(this);
+    try {
+      takeSubmitted();
+      p2p_.post(std::move(op));
+      progressP2P();
+      if (toTheEnd && !work->isCompleted()) driveUntil(work, backstop, false);
+    } catch (const std::exception& e) {
+      if (toTheEnd) {
+        failRunning(work, e);  // the caller's call gets the cause itself (a lost peer, an interrupt)
+      } else {
+        failWith(e.what());
+      }
+    }
+  }
+  lock.lock();
+  driving_ = false;
+  const bool wake = othersNeedWaking();
+  lock.unlock();
+  if (wake) cv_.notify_all();
+  return work;
+}
+
+void Communicator::takeSubmitted() {
+  if (!anySubmitted_.load(std::memory_order_acquire)) return;
+  std::vector<std::unique_ptr<P2POp>> ops;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    ops.swap(submitted_);
+    anySubmitted_.store(false, std::memory_order_relaxed);
+  }
+  for (size_t i = 0; i < ops.size(); ++i) {
+    try {
+      p2p_.post(std::move(ops[i]));
+    } catch (...) {
+      // The group fails: what was not posted goes back, for failPending to finish.
+      std::lock_guard<std::mutex> lock(mu_);
+      submitted_.insert(submitted_.begin(), std::make_move_iterator(ops.begin() + i + 1),
+                        std::make_move_iterator(ops.end()));
+      anySubmitted_.store(!submitted_.empty(), std::memory_order_relaxed);
+      throw;
+    }
+  }
+}
+
+void Communicator::Messages::poll() {
+  // A message's failure found here (a receive too small for its message) is the group's,
+  // not the running collective's: kept, and the group fails once the collective ended.
+  // Deadlines are checked between calls (progressP2P), for the same reason.
+  if (!failure.empty()) return;
+  try {
+    comm.takeSubmitted();
+    comm.p2p_.poll(Clock::now(), false);
+  } catch (const std::exception& e) {
+    failure = e.what();
+  }
+}
+
 bool Communicator::waitDriving(const std::shared_ptr<Work>& work, double timeoutSec) {
   checkNotForked();
   const bool limited = timeoutSec >= 0;
   const auto deadline = limited ? deadlineFromNow(timeoutSec) : Clock::time_point::max();
-  if (!work->isCompleted()) {
+  if (tDriver == this) {
+    // A completion hook waits, on the thread that drives the group, for a call it issued:
+    // nobody else may drive now, so this thread does (collectives queued meanwhile too,
+    // which enqueue wakes it for, as it wakes an idle worker).
+    if (!work->isCompleted()) {
+      bool wasPolling;
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        wasPolling = idlePolling_;
+        idlePolling_ = true;
+      }
+      try {
+        driveUntil(work, deadline, true);
+      } catch (const std::exception& e) {
+        failWith(e.what());
+      }
+      std::lock_guard<std::mutex> lock(mu_);
+      idlePolling_ = wasPolling;
+    }
+  } else if (!work->isCompleted()) {
     std::unique_lock<std::mutex> lock(mu_);
-    if (tInline && !driving_ && !stopping_ && failure_.empty() && !queue_.empty() && workOf(queue_.front()) == work) {
-      Op op = std::move(queue_.front());
+    if (tInline && !driving_ && !stopping_ && failure_.empty() && !queue_.empty() && queue_.front().work == work) {
+      Collective c = std::move(queue_.front());
       queue_.pop_front();
       driving_ = true;
       lock.unlock();
-      runTaken(op);
+      runCollective(c);
       lock.lock();
       driving_ = false;
     }
@@ -198,12 +283,13 @@ bool Communicator::waitDriving(const std::shared_ptr<Work>& work, double timeout
       } else {
         cv_.wait(lock, ready);
       }
-      const bool drive = !driving_ && !work->isCompleted() && !others() && !p2p_.empty();
+      const bool drive = !driving_ && !work->isCompleted() && !others() && !p2pIdle();
       if (drive) idlePolling_ = driving_ = true;  // enqueue wakes us for what it queues
       while (drive) {
         lock.unlock();
         std::string error;
         try {
+          DriverMark mark(this);
           // Busy-poll first, as an inline call does (PYCOLLECT_SPIN_US): a peer that
           // answers within microseconds is seen within microseconds; then sleep.
           const auto spinEnd = Clock::now() + std::chrono::microseconds(options_.tunables.spinUs);
@@ -219,7 +305,7 @@ bool Communicator::waitDriving(const std::shared_ptr<Work>& work, double timeout
         if (!error.empty()) failWith(error);  // still driving: failPending drains p2p_
         lock.lock();
         if (drivers_ > 1) cv_.notify_all();  // another waiter's call may have completed
-        if (work->isCompleted() || others() || p2p_.empty() || Clock::now() >= deadline) break;
+        if (work->isCompleted() || others() || p2pIdle() || Clock::now() >= deadline) break;
       }
       if (drive) idlePolling_ = driving_ = false;
       --drivers_;
@@ -234,10 +320,44 @@ bool Communicator::waitDriving(const std::shared_ptr<Work>& work, double timeout
   return work->wait(left > 0 ? left : 0);
 }
 
-void Communicator::runHere(std::deque<Op>& ops) {
-  // What was queued ahead runs as the worker would run it (runTaken: a send or recv posted,
-  // p2p_ carries it on); the hook's own call, last, to its end: the hook waits for it, and
-  // no other thread drives while this one does.
+void Communicator::driveUntil(const std::shared_ptr<Work>& work, Clock::time_point limit, bool runQueued) {
+  DriverMark mark(this);
+  const auto spinEnd = std::min(limit, Clock::now() + std::chrono::microseconds(options_.tunables.spinUs));
+  do {
+    progressP2P();
+    if (work->isCompleted()) return;
+  } while (Clock::now() < spinEnd);
+  // On a thread that runs the host program too, sleep in slices and ask it between them.
+  const bool checks = interrupt::installed();
+  auto nextCheck = Clock::now() + interrupt::kCheckEvery;
+  for (;;) {
+    if (runQueued) {
+      std::deque<Collective> queued;
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        if (!failure_.empty() || stopping_) return;  // wait() reports it
+        queued.swap(queue_);
+      }
+      runHere(queued);
+    }
+    progressP2P();
+    if (work->isCompleted()) return;
+    const auto now = Clock::now();
+    if (now >= limit) return;
+    if (checks && now >= nextCheck) {
+      if (interrupt::requested()) {
+        throw Interrupted("interrupted by the program's signal handler (e.g. Ctrl-C, KeyboardInterrupt) "
+                          "while waiting: " + work->what());
+      }
+      nextCheck = now + interrupt::kCheckEvery;
+    }
+    progressIdle(checks ? std::min(limit, nextCheck) : limit);
+    if (work->isCompleted()) return;
+  }
+}
+
+void Communicator::runHere(std::deque<Collective>& ops) {
+  // What was queued ahead runs as the worker would run it; the hook's own call, last.
   while (!ops.empty()) {
     std::string failure;
     {
@@ -248,87 +368,73 @@ void Communicator::runHere(std::deque<Op>& ops) {
       failPending(std::move(ops), "the process group failed: " + failure);
       return;
     }
-    Op op = std::move(ops.front());
+    Collective c = std::move(ops.front());
     ops.pop_front();
-    if (!ops.empty()) {
-      runTaken(op);
-    } else if (auto* c = std::get_if<Collective>(&op)) {
-      runCollective(*c);
-    } else {
-      runP2P(*std::get<std::unique_ptr<PendingP2P>>(op));
-    }
+    runCollective(c);
   }
-}
-
-bool Communicator::postInline(PendingP2P& p) {
-  DriverMark mark(this);
-  try {
-    postP2P(p);
-    // The pass may complete transfers posted before (p2p_): they are reaped here too,
-    // else their waiters would wait for a wake-up that never comes (nothing is left
-    // to move on the links, so the worker's wait does not end).
-    progressP2P();
-    if (!p.poll()) return false;
-    countBytesSent();
-    p.work->finish(nullptr);
-  } catch (const std::exception& e) {
-    failRunning(p.work, e);
-  }
-  return true;
 }
 
 void Communicator::runCollective(Collective& c) {
   DriverMark mark(this);
   trace::Recorder::Scope traced(c.trace ? &recorder_ : nullptr, c.header.kind, c.header.seq);
-  try {
-    c.work->flight().started();
-    Context ctx(rank_, size_, *transport_, links_, inbox_, c.header, deadlineFromNow(c.timeoutSec),
-                options_.tunables, scratch_);
-    ctx.setFlight(&c.work->flight());
-    ctx.setHierarchy(&hierarchy_, &stage_);
-    c.run(ctx);
-    ctx.drainSends();  // header sends of early-returning algorithms
-    scratchBytes_.store(heldScratch());
-    countBytesSent();
-    c.work->finish(nullptr);
-  } catch (const std::exception& e) {
-    failRunning(c.work, e);
-  }
-}
-
-void Communicator::postP2P(PendingP2P& p) {
-  if (!p.isSend) {
-    p.header.seq = recvSeq_[p.peer]++;
-    p.work->flight().numbered(p.header.seq);
-  }
-  p.work->flight().started();
-  p.post(links_[p.peer], inbox_, deadlineFromNow());
-}
-
-void Communicator::runP2P(PendingP2P& p) {
-  DriverMark mark(this);
-  try {
-    postP2P(p);
-    // The transfer's own deadline (poll() names the call) comes first; the wait's is a backstop.
+  // Messages completed by this call's waits keep their hooks until it ended: a hook may
+  // issue calls, and none may start inside this one.
+  struct Deferring {
+    explicit Deferring(PointToPoint& p) : p2p(p), saved(p.deferringHooks()) { p2p.deferHooks(true); }
+    ~Deferring() { p2p.deferHooks(saved); }
+    PointToPoint& p2p;
+    bool saved;
+  };
+  std::exception_ptr error;
+  {
+    Deferring deferring(p2p_);
+    messages_.failure.clear();
     try {
-      waitUntil(*transport_, [&p] { return p.poll(); }, p.deadline + std::chrono::seconds(1),
-                [&p] { return p.work->what(); }, std::chrono::microseconds(options_.tunables.spinUs));
-    } catch (const PeerLostError&) {
-      p.poll();  // as in progressIdle: a mismatch in a header that arrived wins over a peer that left
-      throw;
+      c.work->flight().started();
+      Context ctx(rank_, size_, *transport_, links_, &messages_, c.header, deadlineFromNow(c.timeoutSec),
+                  options_.tunables, scratch_);
+      ctx.setFlight(&c.work->flight());
+      ctx.setHierarchy(&hierarchy_, &stage_);
+      c.run(ctx);
+      ctx.drainSends();  // header sends of early-returning algorithms
+      scratchBytes_.store(heldScratch());
+      countBytesSent();
+    } catch (...) {
+      error = std::current_exception();
     }
-    countBytesSent();
-    p.work->finish(nullptr);
-  } catch (const std::exception& e) {
-    failRunning(p.work, e);
   }
+  // Finished once its waits are over: its hooks may issue calls of their own.
+  if (!error) {
+    try {
+      c.work->finish(nullptr);
+    } catch (const std::exception& e) {
+      failWith(e.what());  // a hook's own failure
+    }
+  } else {
+    try {
+      std::rethrow_exception(error);
+    } catch (const std::exception& e) {
+      failRunning(c.work, e);
+    }
+  }
+  if (!messages_.failure.empty()) {
+    std::string failure;
+    failure.swap(messages_.failure);
+    failWith(failure);
+  }
+  runDeferredHooks();
+}
+
+void Communicator::runDeferredHooks() {
+  if (p2p_.deferringHooks()) return;  // still inside a collective: at its end
+  for (auto& w : p2p_.takeDeferred()) w->runHooks();
 }
 
 void Communicator::failRunning(const std::shared_ptr<Work>& work, const std::exception& e) {
   bool stopping;
   std::string earlier;  // abort() failed the group first: what broke this op is its doing
   std::string reason;   // what the group failed of
-  bool own = !work->isCompleted();  // a p2p failure found by reapP2P finished its own work
+  bool own = !work->isCompleted();  // a message's failure found by the engine finished its own work
   {
     std::lock_guard<std::mutex> lock(mu_);
     stopping = stopping_;
@@ -353,74 +459,52 @@ void Communicator::failRunning(const std::shared_ptr<Work>& work, const std::exc
   failWith(reason);
 }
 
-void Communicator::reapP2P() {
-  // Finished after the loop: a completion hook may post more (runHere).
-  std::vector<std::unique_ptr<PendingP2P>> done;
-  for (auto it = p2p_.begin(); it != p2p_.end();) {
-    bool complete;
-    try {
-      complete = (*it)->poll();
-    } catch (const std::exception& e) {
-      std::unique_ptr<PendingP2P> failed = std::move(*it);
-      p2p_.erase(it);
-      for (auto& d : done) d->work->finish(nullptr);
-      failed->work->finish(std::current_exception());
-      throw GroupFailedError(failed->work->what() + ": " + e.what());
-    }
-    if (complete) {
-      done.push_back(std::move(*it));
-      it = p2p_.erase(it);
-    } else {
-      ++it;
-    }
-  }
-  for (auto& d : done) d->work->finish(nullptr);
-}
-
 void Communicator::progressIdle(Clock::time_point limit) {
-  // Sleep until the links have something, a wake() (a new op, a waiter that drives), the
-  // nearest transfer deadline or `limit` (a waiter's own): no periodic re-check. Every way
-  // a posted transfer can complete passes through reapP2P (progressP2P), so nothing
-  // completes unseen; the 10 ms re-check that stood here hid one that did not
-  // (postInline's pass).
-  auto until = limit;
-  for (auto& p : p2p_) until = std::min(until, p->deadline);
-  transport_->waitReady(until);
+  // Sleep until the links have something, a wake() (a new call, a message submitted, a
+  // waiter that drives), the nearest message deadline or `limit` (a waiter's own): no
+  // periodic re-check. Every way a message can complete passes through progressP2P.
+  const auto until = std::min(limit, p2p_.nextDeadline());
+  if (!anySubmitted_.load(std::memory_order_acquire)) transport_->waitReady(until);
   progressP2P();
 }
 
 void Communicator::progressP2P() {
   DriverMark mark(this);
-  try {
-    transport_->progress();
-  } catch (const PeerLostError&) {
-    // A peer that finished and left is not the cause if a header that already
-    // arrived shows a mismatch: reapP2P throws that instead.
-    reapP2P();
-    throw;
+  takeSubmitted();
+  // A few passes while frames arrive: the payload behind a frame is often there already.
+  for (int pass = 0; pass < 4; ++pass) {
+    try {
+      transport_->progress();
+    } catch (const PeerLostError&) {
+      // What a peer sent before it left is delivered (and a message that could not fit is
+      // named) before its leaving fails the group.
+      p2p_.poll(Clock::now(), false);
+      throw;
+    }
+    if (!p2p_.poll(Clock::now(), true)) break;
   }
-  reapP2P();
+  runDeferredHooks();
 }
 
 bool Communicator::othersNeedWaking() const {
   if (!queue_.empty() || drivers_ > 0 || stopping_ || !failure_.empty()) return true;
   // p2p_ and the scratch are the driving thread's: while another thread drives, it decides
   // this itself when it stops.
-  return !driving_ && (!p2p_.empty() || heldScratch() > kScratchKeepBytes);
+  return !driving_ && (!p2pIdle() || heldScratch() > kScratchKeepBytes);
 }
 
 void Communicator::workerLoop() {
   for (;;) {
-    Op op;
+    Collective c;
     {
       std::unique_lock<std::mutex> lock(mu_);
       while ((queue_.empty() || driving_) && !stopping_) {
-        if (driving_ || drivers_ > 0 || p2p_.empty()) {
+        if (driving_ || drivers_ > 0 || p2pIdle()) {
           if (driving_ || heldScratch() <= kScratchKeepBytes) {
             cv_.wait(lock);
           } else if (!cv_.wait_for(lock, kScratchIdle, [this] {
-                       // also sends and receives a waiting caller left to it (waitDriving)
-                       return !queue_.empty() || stopping_ || (!driving_ && drivers_ == 0 && !p2p_.empty());
+                       // also messages a waiting caller left to it (waitDriving)
+                       return !queue_.empty() || stopping_ || (!driving_ && drivers_ == 0 && !p2pIdle());
                      }) && !driving_) {
             // Idle for a while after a large op: give the scratch back (it is kept
             // across back-to-back large ops, where reallocating would cost page faults).
@@ -448,11 +532,11 @@ void Communicator::workerLoop() {
       }
       cv_.wait(lock, [this] { return !driving_; });  // stopping while an inline caller drives
       if (queue_.empty()) return;  // stopping, nothing left
-      op = std::move(queue_.front());
+      c = std::move(queue_.front());
       queue_.pop_front();
       driving_ = true;
     }
-    runTaken(op);
+    runCollective(c);
     std::unique_lock<std::mutex> lock(mu_);
     driving_ = false;
     const bool wake = drivers_ > 0;  // a caller waits for the links (waitDriving)
@@ -461,47 +545,38 @@ void Communicator::workerLoop() {
   }
 }
 
-void Communicator::runTaken(Op& op) {
-  DriverMark mark(this);
-  // A posted p2p op moves on to p2p_, so keep its Work at hand for the catch.
-  std::shared_ptr<Work> work = workOf(op);
-  if (auto* c = std::get_if<Collective>(&op)) runCollective(*c);
-  try {
-    if (auto* p2p = std::get_if<std::unique_ptr<PendingP2P>>(&op)) {
-      postP2P(**p2p);
-      p2p_.push_back(std::move(*p2p));
-    }
-    reapP2P();
-    countBytesSent();
-  } catch (const std::exception& e) {
-    failRunning(work, e);
-  }
-}
-
 void Communicator::failWith(const std::string& message) {
-  std::deque<Op> dropped;
+  std::deque<Collective> dropped;
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (failure_.empty()) failure_ = message;
     dropped.swap(queue_);
   }
   // Aborting every link makes the neighbours fail at once, and theirs in turn.
-  for (Link* l : links_) {
-    if (l != nullptr) l->abort();
+  for (auto* links : {&links_, &p2pLinks_}) {
+    for (Link* l : *links) {
+      if (l != nullptr) l->abort();
+    }
   }
   failPending(std::move(dropped), "the process group failed: " + message);
 }
 
-void Communicator::failPending(std::deque<Op> dropped, const std::string& reason) {
+void Communicator::failPending(std::deque<Collective> dropped, const std::string& reason) {
   DriverMark mark(this);
-  for (auto& op : dropped) {
-    Work& work = *workOf(op);
-    work.finish(std::make_exception_ptr(GroupFailedError(work.what() + " was not run: " + reason)));
+  for (auto& c : dropped) {
+    c.work->finish(std::make_exception_ptr(GroupFailedError(c.work->what() + " was not run: " + reason)));
   }
-  for (auto& p : p2p_) {
-    p->work->finish(std::make_exception_ptr(GroupFailedError(p->work->what() + " did not complete: " + reason)));
+  std::vector<std::unique_ptr<P2POp>> submitted;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    submitted.swap(submitted_);
+    anySubmitted_.store(false, std::memory_order_relaxed);
   }
-  p2p_.clear();
+  for (auto& op : submitted) {
+    op->work->finish(std::make_exception_ptr(GroupFailedError(op->work->what() + " was not run: " + reason)));
+  }
+  p2p_.failAll(reason);
+  runDeferredHooks();
 }
 
 void Communicator::abort(const std::string& reason) {
@@ -515,8 +590,10 @@ void Communicator::abort(const std::string& reason) {
   transport_->cancelConnect();  // a link being made gives up; peers that dial us are refused
   // Thread-safe: shutdown(2) only; the running op fails on the worker, which then
   // fails what is queued, and the peers see the links close.
-  for (Link* l : links_) {
-    if (l != nullptr) l->interrupt();
+  for (auto* links : {&links_, &p2pLinks_}) {
+    for (Link* l : *links) {
+      if (l != nullptr) l->interrupt();
+    }
   }
 }
 
@@ -537,11 +614,13 @@ void Communicator::shutdown() {
   transport_->wake();
   transport_->cancelConnect();  // a worker making a link gives up at once
   // Wakes a worker blocked on a link; the link's own state is left to the worker.
-  for (Link* l : links_) {
-    if (l != nullptr) l->interrupt();
+  for (auto* links : {&links_, &p2pLinks_}) {
+    for (Link* l : *links) {
+      if (l != nullptr) l->interrupt();
+    }
   }
   if (worker_.joinable()) worker_.join();
-  std::deque<Op> dropped;
+  std::deque<Collective> dropped;
   {
     std::unique_lock<std::mutex> lock(mu_);
     cv_.wait(lock, [this] { return !driving_; });  // an inline caller ends: its links are shut down

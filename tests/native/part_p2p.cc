@@ -1,9 +1,11 @@
 // The native driver's p2p part, on 2 and 3 ranks over TCP: storms of isend/irecv between
 // every pair (mostly small messages, some empty, now and then 1 MiB) waited on in a
-// scrambled order, a token passed around the ring with blocking send and recv, recvAny
-// from every peer followed by named receives, and the waits from several threads and
-// against late senders of p2p_waits.cc; then a receiver thread per peer on 4 and 5 ranks.
-// Every message's elements are checked (values.h). p2pSuite is also part_shm.cc's.
+// scrambled order, a storm that mixes tags received out of the order sent, receives from
+// any source, buffers larger than their messages and all-reduces between the posts, a
+// token passed around the ring with blocking send and recv, recvAny from every peer
+// followed by named receives, and the waits from several threads and against late
+// senders of p2p_waits.cc; then a receiver thread per peer on 4 and 5 ranks. Every
+// message's elements are checked (values.h). p2pSuite is also part_shm.cc's.
 #include <deque>
 #include <map>
 
@@ -48,6 +50,87 @@ void p2pStorm(Communicator& c, int messages) {
   }
 }
 
+// Every rank sends each peer `messages` messages, message k with tag k % 4 (sizes as the
+// storm's, so some go eagerly and some by rendezvous), and receives each peer's by tag,
+// highest tag first, each into a buffer a few elements larger than its message; plus one
+// message per peer with a tag of the round's, received from any source. All-reduces run
+// between the posts, one asynchronous across them all. Each receive must get the message
+// the rules name: the j-th receive for tag t from q gets q's j-th message with tag t.
+void mixedStorm(Communicator& c, int messages, int round) {
+  const int rank = c.rank(), n = c.size();
+  constexpr int kTags = 4;
+  const int anyTag = 100 + round;
+  struct In {
+    std::vector<int64_t> data;
+    std::shared_ptr<pycollect::RecvWork> work;
+    int from, k;
+  };
+  std::deque<In> ins;
+  std::deque<std::vector<int64_t>> outs;
+  std::vector<std::shared_ptr<Work>> sends;
+  std::vector<float> sum(1000, 1.0f);
+  auto async = c.allReduce(sum.data(), sum.size(), DType::kFloat32, ReduceOp::kSum, Algo::kAuto);
+  for (int t = kTags - 1; t >= 0; --t) {
+    for (int d = 1; d < n; ++d) {
+      const int from = (rank + n - d) % n;
+      for (int k = t; k < messages; k += kTags) {
+        const size_t len = stormLength(k, from, rank);
+        In& in = ins.emplace_back(In{std::vector<int64_t>(len + 3, -1), nullptr, from, k});
+        in.work = c.recv(in.data.data(), in.data.size(), DType::kInt64, from, t);
+      }
+    }
+    if (t == 2) {  // half the receives posted: a blocking all-reduce between them
+      std::vector<float> x(16, 1.0f);
+      blocking(c, [&] { return c.allReduce(x.data(), x.size(), DType::kFloat32, ReduceOp::kSum, Algo::kAuto); });
+      EXPECT(x[0] == static_cast<float>(n), "mixed storm: blocking all-reduce gave " << x[0]);
+    }
+  }
+  std::vector<std::vector<int64_t>> anyIn(n - 1, std::vector<int64_t>(8, -1));
+  std::vector<int32_t> anySource(n - 1, -1);
+  std::vector<std::shared_ptr<Work>> anyWorks;
+  for (int j = 0; j < n - 1; ++j) {
+    anyWorks.push_back(c.recvAny(anyIn[j].data(), anyIn[j].size(), DType::kInt64, anyTag, &anySource[j]));
+  }
+  for (int d = 1; d < n; ++d) {
+    const int to = (rank + d) % n;
+    for (int k = 0; k < messages; ++k) {
+      auto& out = outs.emplace_back(stormLength(k, rank, to));
+      for (size_t i = 0; i < out.size(); ++i) out[i] = payload(rank, to, k, i);
+      sends.push_back(c.send(out.data(), out.size(), DType::kInt64, to, k % kTags));
+    }
+    auto& one = outs.emplace_back(5);
+    for (size_t i = 0; i < one.size(); ++i) one[i] = payload(rank, to, 1000 + round, i);
+    sends.push_back(c.send(one.data(), one.size(), DType::kInt64, to, anyTag));
+  }
+  const size_t total = ins.size();
+  for (size_t j = 0; j < total; ++j) {
+    In& in = ins[(j * 7919) % total];
+    awaitWork(c, in.work, static_cast<WaitMode>((j + rank) % kWaitModes));
+  }
+  for (auto& w : anyWorks) awaitWork(c, w, WaitMode::kSlices);
+  for (auto& w : sends) awaitWork(c, w, WaitMode::kDriving);
+  awaitWork(c, async, WaitMode::kSlices);
+  EXPECT(sum[0] == static_cast<float>(n), "mixed storm: asynchronous all-reduce gave " << sum[0]);
+  for (const In& in : ins) {
+    const size_t len = stormLength(in.k, in.from, rank);
+    EXPECT(in.work->source() == in.from && in.work->bytes() == len * sizeof(int64_t),
+           "mixed storm: message " << in.k << " from " << in.from << " came from " << in.work->source()
+                                   << " with " << in.work->bytes() << " bytes");
+    EXPECT_EACH(in.data.data(), len, [&](size_t i) { return payload(in.from, rank, in.k, i); },
+                "rank " << rank << "/" << n << " mixed storm: message " << in.k << " from " << in.from);
+    EXPECT_EACH(in.data.data() + len, size_t{3}, [](size_t) { return int64_t{-1}; },
+                "mixed storm: the rest of a larger buffer, message " << in.k << " from " << in.from);
+  }
+  std::vector<int32_t> seen(anySource);
+  std::sort(seen.begin(), seen.end());
+  for (int j = 0; j < n - 1; ++j) {
+    const int s = anySource[j];
+    EXPECT(seen[j] == (j < rank ? j : j + 1), "mixed storm: any-source receives came from ranks " << seen[j]);
+    EXPECT_EACH(anyIn[j].data(), size_t{5}, [&](size_t i) { return payload(s, rank, 1000 + round, i); },
+                "mixed storm: any-source receive " << j << " (from " << s << ")");
+  }
+}
+
 // A token passed around the ring with blocking send and recv (run inline, InlineScope).
 void blockingRing(Communicator& c, int rounds) {
   const int rank = c.rank(), n = c.size();
@@ -74,8 +157,8 @@ void blockingRing(Communicator& c, int rounds) {
   }
 }
 
-// Rank 0 receives from any source; every other rank sends it `each` messages. Then one
-// named receive per peer, which waits until the recvAny calls before it matched.
+// Rank 0 receives from any source; every other rank sends it `each` messages, then one with
+// another tag, which a named receive per peer, posted after them all, takes.
 void recvAnyCase(Communicator& c, int each) {
   const int rank = c.rank(), n = c.size();
   constexpr size_t kLen = 16;
@@ -130,6 +213,8 @@ void recvAnyCase(Communicator& c, int each) {
 void p2pSuite(Communicator& c, Barrier& barrier, int stormMessages) {
   stage() = "p2p storm";
   p2pStorm(c, stormMessages);
+  stage() = "mixed storm";
+  for (int round = 0; round < 3; ++round) mixedStorm(c, stormMessages / 3, round);
   stage() = "blocking ring";
   blockingRing(c, 20);
   stage() = "recvAny";
