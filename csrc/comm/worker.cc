@@ -233,7 +233,7 @@ void Communicator::Messages::poll() {
   if (!failure.empty()) return;
   try {
     comm.takeSubmitted();
-    comm.p2p_.poll(Clock::now(), false);
+    comm.p2p_.poll(Clock::time_point(), false);  // the time is only for deadlines
   } catch (const std::exception& e) {
     failure = e.what();
   }
@@ -331,15 +331,14 @@ void Communicator::driveUntil(const std::shared_ptr<Work>& work, Clock::time_poi
   const bool checks = interrupt::installed();
   auto nextCheck = Clock::now() + interrupt::kCheckEvery;
   for (;;) {
-    if (runQueued) {
-      std::deque<Collective> queued;
-      {
-        std::lock_guard<std::mutex> lock(mu_);
-        if (!failure_.empty() || stopping_) return;  // wait() reports it
-        queued.swap(queue_);
-      }
-      runHere(queued);
+    std::deque<Collective> queued;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      // Failed or ending: whoever drives next fails what is left, and wait() reports it.
+      if (!failure_.empty() || stopping_) return;
+      if (runQueued) queued.swap(queue_);
     }
+    runHere(queued);
     progressP2P();
     if (work->isCompleted()) return;
     const auto now = Clock::now();
