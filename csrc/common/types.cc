@@ -56,6 +56,9 @@ const char* reduceOpName(ReduceOp op) {
     case ReduceOp::kMin: return "MIN";
     case ReduceOp::kMax: return "MAX";
     case ReduceOp::kAvg: return "AVG";
+    case ReduceOp::kBand: return "BAND";
+    case ReduceOp::kBor: return "BOR";
+    case ReduceOp::kBxor: return "BXOR";
   }
   return "?";
 }

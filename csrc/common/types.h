@@ -27,8 +27,11 @@ enum class ReduceOp : uint8_t {
   kMin = 2,
   kMax = 3,
   kAvg = 4,
+  kBand = 5,  // bitwise, integer and bool dtypes only (as Gloo's)
+  kBor = 6,
+  kBxor = 7,
 };
-constexpr int kNumReduceOps = 5;
+constexpr int kNumReduceOps = 8;
 
 enum class OpKind : uint8_t {
   kAllReduce = 0,

@@ -92,6 +92,9 @@ Reduction reduction(const c10d::ReduceOp& op, const char* method) {
     case c10d::ReduceOp::PRODUCT: r.op = ReduceOp::kProd; return r;
     case c10d::ReduceOp::MIN: r.op = ReduceOp::kMin; return r;
     case c10d::ReduceOp::MAX: r.op = ReduceOp::kMax; return r;
+    case c10d::ReduceOp::BAND: r.op = ReduceOp::kBand; return r;
+    case c10d::ReduceOp::BOR: r.op = ReduceOp::kBor; return r;
+    case c10d::ReduceOp::BXOR: r.op = ReduceOp::kBxor; return r;
     case c10d::ReduceOp::PREMUL_SUM: {
       auto* s = dynamic_cast<c10d::NCCLPreMulSumSupplement*>(op.supplement_.get());
       if (s == nullptr) {
@@ -107,12 +110,9 @@ Reduction reduction(const c10d::ReduceOp& op, const char* method) {
     }
     default: break;
   }
-  const char* name = op.op_ == c10d::ReduceOp::BAND ? "BAND"
-                     : op.op_ == c10d::ReduceOp::BOR ? "BOR"
-                     : op.op_ == c10d::ReduceOp::BXOR ? "BXOR"
-                                                      : "UNUSED";
-  C10_THROW_ERROR(ValueError, c10::str("pycollect backend: ", method, " does not support ReduceOp.", name,
-                                       "; supported: SUM, AVG, PRODUCT, MIN, MAX, PREMUL_SUM"));
+  C10_THROW_ERROR(ValueError, c10::str("pycollect backend: ", method, " does not support ReduceOp ",
+                                       static_cast<int>(op.op_), "; supported: SUM, AVG, PRODUCT, MIN, MAX, ",
+                                       "BAND, BOR, BXOR, PREMUL_SUM"));
 }
 
 at::Tensor premultiply(const Reduction& r, const at::Tensor& t, bool inPlace, const char* method) {

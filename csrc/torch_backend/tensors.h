@@ -37,8 +37,8 @@ void checkSameDType(const std::vector<at::Tensor>& tensors, const at::Tensor& li
 // Element count `n` expected of `t`, else ValueError.
 void checkNumel(const at::Tensor& t, int64_t n, const char* method, const char* what);
 
-// torch's reduce op in the engine's terms: SUM, AVG, PRODUCT, MIN, MAX; PREMUL_SUM is SUM
-// with `factor` set (its double or 0-d tensor). The bitwise ops raise ValueError.
+// torch's reduce op in the engine's terms: SUM, AVG, PRODUCT, MIN, MAX, BAND, BOR, BXOR;
+// PREMUL_SUM is SUM with `factor` set (its double or 0-d tensor). Another raises ValueError.
 struct Reduction {
   ReduceOp op = ReduceOp::kSum;
   std::optional<at::Tensor> factorTensor;
