@@ -353,7 +353,7 @@ std::shared_ptr<Work> Communicator::recv(void* data, size_t count, DType dtype, 
 }
 
 Clock::time_point Communicator::deadlineFromNow(double timeoutSec) const {
-  double seconds = timeoutSec >= 0 ? timeoutSec : options_.timeoutSec;
+  double seconds = timeoutSec >= 0 ? timeoutSec : timeout();
   return Clock::now() + std::chrono::duration_cast<Clock::duration>(
                             std::chrono::duration<double>(seconds));
 }

@@ -77,6 +77,7 @@ const char* opKindName(OpKind k) {
     case OpKind::kAllToAll: return "all_to_all";
     case OpKind::kAllReduceCoalesced: return "all_reduce_coalesced";
     case OpKind::kAllGatherCoalesced: return "all_gather_coalesced";
+    case OpKind::kAllGatherVaried: return "all_gather_varied";
   }
   return "?";
 }

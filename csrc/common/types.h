@@ -46,6 +46,7 @@ enum class OpKind : uint8_t {
   kAllToAll = 9,               // list form: a count per peer
   kAllReduceCoalesced = 10,    // many tensors, one header: root carries the tensor count
   kAllGatherCoalesced = 11,
+  kAllGatherVaried = 12,       // counts differ by rank: the header carries 0
 };
 
 // All-reduce algorithms. kAuto lets the communicator choose by size; the header
