@@ -21,6 +21,34 @@ bool pythonAlive() {
 #endif
 }
 
+// The profiler's name for a Work of `type`: Gloo's "gloo:<call>" names with our prefix
+// (the coalesced and base forms share their call's name, as on Gloo).
+const char* profilingTitle(OpType type) {
+  switch (type) {
+    case OpType::BROADCAST: return "pycollect:broadcast";
+    case OpType::ALLREDUCE:
+    case OpType::ALLREDUCE_COALESCED: return "pycollect:all_reduce";
+    case OpType::_ALLREDUCE_SPARSE: return "pycollect:sparse_all_reduce";
+    case OpType::REDUCE: return "pycollect:reduce";
+    case OpType::ALLGATHER:
+    case OpType::_ALLGATHER_BASE:
+    case OpType::ALLGATHER_COALESCED: return "pycollect:all_gather";
+    case OpType::GATHER: return "pycollect:gather";
+    case OpType::SCATTER: return "pycollect:scatter";
+    case OpType::REDUCE_SCATTER:
+    case OpType::_REDUCE_SCATTER_BASE:
+    case OpType::REDUCE_SCATTER_TENSOR_COALESCED: return "pycollect:reduce_scatter";
+    case OpType::ALLTOALL:
+    case OpType::ALLTOALL_BASE: return "pycollect:all_to_all";
+    case OpType::SEND: return "pycollect:send";
+    case OpType::RECV: return "pycollect:recv";
+    case OpType::RECVANYSOURCE: return "pycollect:recvAnySource";
+    case OpType::BARRIER: return "pycollect:barrier";
+    case OpType::COALESCED: return "pycollect:coalesced";
+    default: return "pycollect:call";
+  }
+}
+
 }  // namespace
 
 Backend::Backend(c10::intrusive_ptr<c10d::Store> store, int rank, int size, std::shared_ptr<Communicator> comm,
@@ -43,7 +71,8 @@ Backend::~Backend() {
 }
 
 c10::intrusive_ptr<TorchWork> Backend::make(OpType type, const char* method, std::vector<at::Tensor> outputs) {
-  return c10::make_intrusive<TorchWork>(rank_, type, method, std::move(outputs), comm_, settings_.blockingWait);
+  return c10::make_intrusive<TorchWork>(rank_, type, method, std::move(outputs), comm_, settings_.blockingWait,
+                                        profilingTitle(type));
 }
 
 WorkPtr Backend::launch(c10::intrusive_ptr<TorchWork> work) {
@@ -82,7 +111,7 @@ at::Tensor Backend::hostOutput(c10::intrusive_ptr<TorchWork>& work, const at::Te
 void Backend::copyBackWhenDone(c10::intrusive_ptr<TorchWork>& work,
                                std::vector<std::pair<at::Tensor, at::Tensor>> back) {
   if (back.empty()) return;
-  work->setFinish([back = std::move(back)] {
+  work->addFinish([back = std::move(back)] {
     for (const auto& [device, host] : back) {
       c10::DeviceGuard guard(device.device());
       device.copy_(host);  // pageable host memory: the copy has ended when it returns

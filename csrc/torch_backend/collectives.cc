@@ -207,8 +207,8 @@ WorkPtr Backend::allgather(std::vector<std::vector<at::Tensor>>& outputs, std::v
   at::Tensor flat = at::empty({input.numel() * size_}, input.options());
   const Buffer f = check(flat, method, "output");
   auto work = make(OpType::ALLGATHER, method, outs);
-  work->setFinish([flat, outs] { unflatten(flat, outs); });
   ++seq_;
+  work->addFinish([flat, outs] { unflatten(flat, outs); });
   return run(work, !opts.asyncOp, [&](TorchWork& w) {
     w.keep(input);
     w.keep(flat);
