@@ -150,11 +150,17 @@ WorkPtr Backend::endCoalescing() {
 }
 
 WorkPtr Backend::barrier(const c10d::BarrierOptions& opts) {
-  InlineScope runs(!opts.asyncOp && !coalescing_);
-  auto work = make(OpType::BARRIER, "barrier", {});
-  work->add(comm_->barrier(timeoutSec(opts.timeout)));
-  ++seq_;
-  return launch(work);
+  return run(make(OpType::BARRIER, "barrier", {}), !opts.asyncOp,
+             [&](TorchWork& w) { w.add(comm_->barrier(timeoutSec(opts.timeout))); });
+}
+
+void Backend::setTimeout(std::chrono::milliseconds timeout) {
+  if (timeout <= std::chrono::milliseconds(0)) {
+    C10_THROW_ERROR(ValueError, c10::str("pycollect backend: setTimeout: the timeout must be positive, got ",
+                                         timeout.count(), " ms"));
+  }
+  settings_.timeout = timeout;
+  comm_->setTimeout(std::chrono::duration<double>(timeout).count());
 }
 
 namespace {
@@ -206,9 +212,9 @@ void Backend::monitoredBarrier(const c10d::BarrierOptions& opts, bool waitAllRan
   store_->set(key + "/released", std::vector<uint8_t>{'1'});
 }
 
-void Backend::setSequenceNumberForGroup() { seq_ = 0; }  // every rank starts the group at 0
+void Backend::setSequenceNumberForGroup() { seq_.store(0); }  // every rank starts the group at 0
 
-uint64_t Backend::getSequenceNumberForGroup() { return seq_; }
+uint64_t Backend::getSequenceNumberForGroup() { return seq_.load(); }
 
 void Backend::release() {
   PyObject* callback = onShutdown_;
