@@ -143,9 +143,10 @@ class Backend : public c10d::Backend {
   // `rootRank` as a rank of the group, checked (ValueError naming `method`).
   int rootOf(int64_t rootRank, const char* method) const;
   // The one list of a per-rank list argument (`lists[0]`): a tensor per rank of the group,
-  // each checked, all of `like`'s dtype.
+  // each checked, all of `like`'s dtype. `copiedInto`: the call only copies into them
+  // (checkKind: any strides).
   std::vector<at::Tensor> groupList(std::vector<std::vector<at::Tensor>>& lists, const at::Tensor& like,
-                                    const char* method, const char* what);
+                                    const char* method, const char* what, bool copiedInto = false);
   // One flat all-gather / reduce-scatter into `w`: staged when `out` is device memory (or the
   // tests' host device), else on host memory.
   void addAllGather(TorchWork& w, const Buffer& in, const Buffer& out, const char* method);

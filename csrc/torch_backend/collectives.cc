@@ -49,14 +49,14 @@ int Backend::rootOf(int64_t rootRank, const char* method) const {
 }
 
 std::vector<at::Tensor> Backend::groupList(std::vector<std::vector<at::Tensor>>& lists, const at::Tensor& like,
-                                           const char* method, const char* what) {
+                                           const char* method, const char* what, bool copiedInto) {
   checkOneList(lists.size(), method, what);
   std::vector<at::Tensor>& list = lists[0];
   if (static_cast<int>(list.size()) != size_) {
     C10_THROW_ERROR(ValueError, c10::str("pycollect backend: ", method, "(", what, "): list has ", list.size(),
                                          " entries, the group has ", size_, " ranks"));
   }
-  for (const auto& t : list) check(t, method, what);
+  for (const auto& t : list) copiedInto ? (void)checkKind(t, method, what) : (void)check(t, method, what);
   checkSameDType(list, like, method);
   return list;
 }
@@ -200,7 +200,8 @@ WorkPtr Backend::allgather(std::vector<std::vector<at::Tensor>>& outputs, std::v
   const char* method = "allgather";
   at::Tensor& input = single(inputs, method, "input_tensors");
   const Buffer i = check(input, method, "input");
-  const std::vector<at::Tensor> outs = groupList(outputs, input, method, "output_tensors");
+  // Any strides (a view such as big.unbind(1)): the finish step copies into them.
+  const std::vector<at::Tensor> outs = groupList(outputs, input, method, "output_tensors", true);
   for (const auto& o : outs) checkNumel(o, input.numel(), method, "output_tensors");
   std::vector<at::Tensor> all(outs);
   all.push_back(input);
@@ -340,7 +341,9 @@ WorkPtr Backend::reduce_scatter(std::vector<at::Tensor>& outputs, std::vector<st
   at::Tensor& output = single(outputs, method, "output_tensors");
   const Buffer o = check(output, method, "output");
   const std::vector<at::Tensor> ins = groupList(inputs, output, method, "input_tensors");
-  for (const auto& t : ins) checkNumel(t, output.numel(), method, "input_tensors");
+  checkNumel(ins[rank_], output.numel(), method, "input_tensors");  // this rank's own part
+  bool even = true;
+  for (const auto& t : ins) even = even && t.numel() == output.numel();
   std::vector<at::Tensor> all(ins);
   all.push_back(output);
   const bool cuda = onCuda(all, method);
@@ -354,10 +357,28 @@ WorkPtr Backend::reduce_scatter(std::vector<at::Tensor>& outputs, std::vector<st
   std::vector<std::pair<at::Tensor, at::Tensor>> back;
   at::Tensor out = cuda ? hostOutput(work, output, back) : output;
   copyBackWhenDone(work, std::move(back));
+  if (even) {
+    return run(work, !opts.asyncOp, [&](TorchWork& w) {
+      w.keep(flat);
+      w.keep(out);
+      w.add(comm_->reduceScatter(flat.data_ptr(), out.data_ptr(), o.count, o.dtype, r.op, Algo::kAuto));
+    });
+  }
+  // Parts of different sizes (torch's test_reduce_scatter gives rank r r elements, as Gloo
+  // allows): one reduce per rank, of its part, to it; this rank's own part reduced in
+  // `out`. Every reduce's header carries its part's size, so ranks whose lists disagree
+  // raise a mismatch instead of mixing parts.
+  std::vector<int64_t> sizes;
+  for (const auto& t : ins) sizes.push_back(t.numel());
+  const std::vector<at::Tensor> parts = flat.split_with_sizes(sizes);
+  out.copy_(parts[rank_].view(out.sizes()));
   return run(work, !opts.asyncOp, [&](TorchWork& w) {
     w.keep(flat);
     w.keep(out);
-    w.add(comm_->reduceScatter(flat.data_ptr(), out.data_ptr(), o.count, o.dtype, r.op, Algo::kAuto));
+    for (int root = 0; root < size_; ++root) {
+      void* data = root == rank_ ? out.data_ptr() : parts[root].data_ptr();
+      w.add(comm_->reduce(data, parts[root].numel(), o.dtype, r.op, root));
+    }
   });
 }
 

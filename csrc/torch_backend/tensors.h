@@ -28,6 +28,10 @@ struct Buffer {
 
 // Checks `t` (argument `what` of call `method`) and returns its Buffer.
 Buffer check(const at::Tensor& t, const char* method, const char* what);
+// What check() asks of every tensor but contiguity and alignment: defined, on the host or a
+// CUDA device, dense, of an engine dtype. Enough for a tensor the backend only copies into
+// (the list all-gather's outputs, any strides); returns its engine dtype.
+DType checkKind(const at::Tensor& t, const char* method, const char* what);
 // The one tensor of torch's per-device list (pycollect drives one device per rank).
 at::Tensor& single(std::vector<at::Tensor>& tensors, const char* method, const char* what = "tensors");
 // A list argument of torch's per-device form has one entry (`n`), else ValueError.
