@@ -62,12 +62,11 @@ Backend::Backend(c10::intrusive_ptr<c10d::Store> store, int rank, int size, std:
 }
 
 Backend::~Backend() {
-  // Dropped without shutdown(): let the callback go, if Python is still there to take it.
-  if (onShutdown_ != nullptr && pythonAlive()) {
-    PyGILState_STATE gil = PyGILState_Ensure();
-    Py_DECREF(onShutdown_);
-    PyGILState_Release(gil);
-  }
+  // Dropped without shutdown() (torch failed to set up another device of its group, as
+  // "cpu:pycollect,cuda:nccl" without NCCL; or a group never destroyed): the engine group
+  // goes with it, as a Gloo backend's connections do, instead of staying formed and
+  // registered with nobody to use it.
+  release();
 }
 
 c10::intrusive_ptr<TorchWork> Backend::make(OpType type, const char* method, std::vector<at::Tensor> outputs) {
@@ -221,10 +220,13 @@ void Backend::release() {
   onShutdown_ = nullptr;
   if (callback != nullptr && pythonAlive()) {
     PyGILState_STATE gil = PyGILState_Ensure();
+    PyObject *type, *value, *trace;
+    PyErr_Fetch(&type, &value, &trace);  // a destructor may run while an exception unwinds
     PyObject* result = PyObject_CallNoArgs(callback);
     if (result == nullptr) PyErr_Clear();  // teardown goes on: the links close below regardless
     Py_XDECREF(result);
     Py_DECREF(callback);
+    PyErr_Restore(type, value, trace);
     PyGILState_Release(gil);
   }
   comm_->shutdown();

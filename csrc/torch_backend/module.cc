@@ -4,14 +4,9 @@
 //   Backend(store, rank, size, communicator_capsule, timeout_s, blocking_wait, on_shutdown)
 //       the "pycollect" backend over a formed engine group (pycollect._C.Communicator's
 //       capsule(): both modules share one engine library, hence one Communicator type)
-//   ProcessGroup(store, rank, size, backend)
-//       the torch group for it: torch's ProcessGroup with the backend for CPU and CUDA,
-//       named "pycollect" where torch asks a group its backend's name (DDP's logging, pg.name())
 //   NullBackend(rank, size)   the benchmarks' floor (null_backend.h)
 //   TORCH_VERSION             the torch this module was built against
 #include <torch/csrc/utils/pybind.h>
-
-#include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
 
 #include "torch_backend/backend.h"
 #include "torch_backend/null_backend.h"
@@ -21,21 +16,6 @@ namespace py = pybind11;
 namespace pycollect::torchb {
 
 namespace {
-
-// torch's ProcessGroup, named for its backend. A creator that returns a ProcessGroup has it
-// used as the group as it is (torch's rule for backends written as groups), so torch's
-// own would name a plugin's group "custom".
-class NamedGroup : public c10d::ProcessGroup {
- public:
-  NamedGroup(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size, c10::intrusive_ptr<Backend> backend)
-      : c10d::ProcessGroup(store, rank, size) {
-    for (auto device : {c10::DeviceType::CPU, c10::DeviceType::CUDA}) {
-      setBackend(device, BackendType::CUSTOM, backend);
-    }
-    setDefaultBackend(BackendType::CUSTOM);
-  }
-  const std::string getBackendName() const override { return "pycollect"; }
-};
 
 std::shared_ptr<Communicator> fromCapsule(const py::capsule& capsule) {
   void* p = PyCapsule_GetPointer(capsule.ptr(), kCommunicatorCapsule);
@@ -71,9 +51,6 @@ PYBIND11_MODULE(_torch, m) {
              b.monitoredBarrier(opts, waitAllRanks);
            },
            py::arg("timeout"), py::arg("wait_all_ranks") = false, py::call_guard<py::gil_scoped_release>());
-  py::class_<NamedGroup, c10d::ProcessGroup, c10::intrusive_ptr<NamedGroup>>(m, "ProcessGroup")
-      .def(py::init<const c10::intrusive_ptr<c10d::Store>&, int, int, c10::intrusive_ptr<Backend>>(), py::arg("store"),
-           py::arg("rank"), py::arg("size"), py::arg("backend"));
   py::class_<NullBackend, c10d::Backend, c10::intrusive_ptr<NullBackend>>(m, "NullBackend")
       .def(py::init<int, int>(), py::arg("rank"), py::arg("size"));
 }

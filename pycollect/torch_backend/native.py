@@ -58,8 +58,14 @@ def load():
 
 
 def create(options, backend_options=None):
-    """torch's creator hook (extended API: one _DistributedBackendOptions): the group, a torch
-    ProcessGroup whose backend for CPU and CUDA tensors is the native one."""
+    """torch's creator hook (extended API: one _DistributedBackendOptions): the native backend
+    for the device(s) torch creates it for.
+
+    It returns a c10d Backend, not a ProcessGroup: torch registers a Backend on its own group
+    for the devices the backend string maps to it, and goes on to the other devices of a
+    device map ("cpu:gloo,cuda:pycollect"), and under TORCH_DISTRIBUTED_DEBUG=DETAIL wraps it
+    in its ProcessGroupWrapper. A ProcessGroup returned here would end torch's setup: it
+    becomes the group as it is, for every device, unwrapped."""
     native = load()
     store, rank, size, timeout = options.store, options.group_rank, options.group_size, options.timeout
     host = listen_address(os.environ.get("MASTER_ADDR") or _store_host(store))
@@ -80,7 +86,7 @@ def create(options, backend_options=None):
                              engine.options.blocking_wait, forget)
     key.append(backend.engine_key)
     _engines[backend.engine_key] = engine
-    return native.ProcessGroup(store, rank, size, backend)
+    return backend
 
 
 def engine_of(backend) -> EngineGroup:
