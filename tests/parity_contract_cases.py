@@ -114,8 +114,7 @@ def _callbacks_before_wait(g):
 def _sequence_numbers(g):
     """The backend's sequence number after each call of a program with collectives,
     sends and receives, calls both backends refuse and an async call; and what the
-    group-level accessor says (Gloo: the same numbers; a third-party backend: torch's
-    ProcessGroup refuses it, see docs/torch_backend.md)."""
+    group-level accessor says at the end."""
     me, n = g.rank(), g.size()
     backend = _native(g)
     seen = [backend._get_sequence_number_for_group()]
@@ -426,7 +425,8 @@ def case_device_maps(size):
                 t = torch.full((3,), float(g.rank() + 1))
                 dist.all_reduce(t, group=g)
                 out[spec] = dict(devices={d: g._get_backend(torch.device(d)).name() for d in ("cpu", "cuda")},
-                                 sum=t.tolist(), engine_calls=dict(_calls(g) - before) if ours else None)
+                                 sum=t.tolist(), engine_calls=dict(_calls(g) - before) if ours else None,
+                                 name=g.name())
             dist.destroy_process_group(g)
             del g
         gc.collect()  # the failed creation's frames, and the backends they held

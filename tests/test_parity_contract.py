@@ -64,16 +64,14 @@ def test_wait_returns_after_the_futures_callbacks_ran(contract, size):
 @pytest.mark.parametrize("size", SIZES)
 def test_sequence_numbers_count_as_gloo_does(contract, size):
     """One per call, sends and receives included; a call refused for its arguments not, one
-    refused for its op and dtype yes: the same numbers as Gloo's after every call. torch's ProcessGroup accessor answers only for its own backend
-    types (Gloo, NCCL, UCC, XCCL) and refuses a third-party one; the backend's own
-    (pg._get_backend(device)._get_sequence_number_for_group()) is the documented way."""
+    refused for its op and dtype yes: the same numbers as Gloo's after every call, from the
+    backend and from the group (pg._get_sequence_number_for_group(), which raised)."""
     for run in _program(contract, size, "sequence_numbers"):
         ours, theirs = run["pycollect"], run["gloo"]
         assert ours[0] == theirs[0]
         assert ours[1] == theirs[1]  # the ring's receive got the same
         assert theirs[0][-1] > 0
-        assert theirs[2] == theirs[3]  # Gloo's group-level accessor: the same count
-        assert ours[2][0] == "RuntimeError" and "does not yet support sequence numbers" in ours[2][1], ours[2]
+        assert theirs[2] == theirs[3] and ours[2] == ours[3]  # the group-level accessor: the same count
 
 
 @pytest.mark.parametrize("size", SIZES)
@@ -223,6 +221,7 @@ def test_device_maps_give_each_device_the_backend_named(pool3, size):
         ours = out["cpu:pycollect,cuda:gloo"]
         assert ours["devices"] == {"cpu": "pycollect", "cuda": "gloo"}
         assert ours["sum"] == gloo["sum"] and ours["engine_calls"] == {"all_reduce": 1}
+        assert ours["name"] == out["cpu:gloo,cuda:pycollect"]["name"] == gloo["name"]  # torch's, for any map
         # The CPU backend is made first, then NCCL's creation raises; a rank that raises
         # first drops its CPU backend while the other may still be connecting it, which
         # then fails on a closed link instead (Gloo's "Connection closed by peer"; the

@@ -621,10 +621,8 @@ def case_abort_while_blocked(method: str):
 
 def test_registration(pool3):
     for r in pool3.run(case_registration):
-        assert r["in_list"] and r["backend"] == "pycollect" and r["name_native"] == "pycollect", r
-        # torch names a group by its backend type, "custom" for every plugin's Backend (the
-        # creator returns one, so that device maps and DETAIL's wrapper work: native.py)
-        assert r["name_backend"] == "custom", r
+        assert r["in_list"] and r["backend"] == "pycollect" and r["name_backend"] == "pycollect"
+        assert r["name_native"] == "pycollect", r
         assert r["resolves"], "torch cannot resolve the group by its name (DeviceMesh/FSDP2 need it)"
         assert r["cpu_default"] == "gloo", "registering must not change the default CPU backend"
         assert r["engine_size"] == WORLD
