@@ -337,21 +337,24 @@ def case_bitwise(size, counts=(0, 1, 13, 4099)):
 
 def case_async_sparse_behind_a_late_peer(size):
     """The last rank of the group joins 1 s late; the others time the return of an async
-    sparse all-reduce on each backend, then wait for it: {backend: (seconds, result)}."""
-
-    def program(g):
-        me, n = g.rank(), g.size()
-        dist.barrier(group=g)
-        if me == n - 1:
-            time.sleep(1.0)
+    sparse all-reduce on each backend (one after the other, while it is late), then wait
+    for both: {backend: (seconds, result)}."""
+    pair = _pair(size)
+    if pair is None:
+        return None
+    me, n = pair[0].rank(), pair[0].size()
+    dist.barrier(group=pair[1])
+    if me == n - 1:
+        time.sleep(1.0)
+    out, works = {}, []
+    for name, g in zip(BACKENDS, pair):
         sp = torch.sparse_coo_tensor([[me, n]], [1.0 + me, 2.0], (n + 1,))
         t0 = time.monotonic()
-        w = dist.all_reduce(sp, group=g, async_op=True)
-        returned = time.monotonic() - t0
+        works.append(dist.all_reduce(sp, group=g, async_op=True))
+        out[name] = (time.monotonic() - t0, sp)
+    for w in works:
         w.wait()
-        return returned, sp.to_dense().tolist()
-
-    return _both(size, program)
+    return {name: (returned, sp.to_dense().tolist()) for name, (returned, sp) in out.items()}
 
 
 def _new_pair(size, timeout_s=60.0):
