@@ -25,13 +25,17 @@ DTYPE_SIZES = {"float32": 4, "float64": 8, "float16": 2, "bfloat16": 2, "int8": 
 
 
 class ReduceOp(enum.IntEnum):
-    """Reduction operators, named as in torch.distributed.ReduceOp."""
+    """Reduction operators, named as in torch.distributed.ReduceOp. AVG takes floating
+    dtypes only; the bitwise BAND, BOR and BXOR integer and bool dtypes only (as Gloo)."""
 
     SUM = 0
     PRODUCT = 1
     MIN = 2
     MAX = 3
     AVG = 4
+    BAND = 5
+    BOR = 6
+    BXOR = 7
     PROD = 1  # alias of PRODUCT (NCCL's and numpy's spelling)
 
 
@@ -130,7 +134,7 @@ def to_reduce_op(op) -> ReduceOp:
     if name == "PREMUL_SUM":
         raise ValueError("ReduceOp.PREMUL_SUM is only accepted through the torch.distributed backend")
     if name not in ReduceOp.__members__:
-        raise ValueError(f"unknown reduce op {op!r}; use one of SUM, PRODUCT, MIN, MAX, AVG")
+        raise ValueError(f"unknown reduce op {op!r}; use one of SUM, PRODUCT, MIN, MAX, AVG, BAND, BOR, BXOR")
     return ReduceOp[name]
 
 

@@ -56,7 +56,8 @@ def make_input(dtype, count: int, rank: int, seed: int, op: str) -> torch.Tensor
 def reduce_ref(inputs, op: str, dtype) -> np.ndarray:
     wide = np.stack([x.to(torch.float64 if dtype.is_floating_point else torch.int64).numpy()
                      for x in inputs])
-    fn = {"SUM": np.sum, "PRODUCT": np.prod, "MIN": np.min, "MAX": np.max, "AVG": np.mean}[op]
+    fn = {"SUM": np.sum, "PRODUCT": np.prod, "MIN": np.min, "MAX": np.max, "AVG": np.mean,
+          "BAND": np.bitwise_and.reduce, "BOR": np.bitwise_or.reduce, "BXOR": np.bitwise_xor.reduce}[op]
     return fn(wide, axis=0)
 
 

@@ -477,7 +477,8 @@ def case_unsupported():
     pg, _ = _pair(WORLD)
     before = tb.engine_group(pg).counters()
     calls = {
-        "BAND": lambda: dist.all_reduce(torch.ones(6, dtype=torch.int32), op=R.BAND, group=pg),
+        "BAND is not supported for floating dtype float32": lambda: dist.all_reduce(torch.ones(6), op=R.BAND,
+                                                                                    group=pg),
         "PREMUL_SUM needs a floating": lambda: dist.all_reduce(torch.ones(6, dtype=torch.int32),
                                                                op=R.PREMUL_SUM(0.5), group=pg),
         "not contiguous": lambda: dist.all_reduce(torch.ones(6, 2).t(), group=pg),
@@ -771,7 +772,6 @@ def test_unsupported_calls_raise_naming_the_method(pool3):
         for key, message in errors.items():
             assert message is not None, f"{key} did not raise"
             assert key in message, message
-        assert "SUM, AVG" in errors["BAND"]
         assert unchanged, "a refused call reached the engine"
         assert after == [float(WORLD)] * 6
 

@@ -363,7 +363,7 @@ std::shared_ptr<Work> Communicator::recvAny(void* data, size_t count, DType dtyp
 }
 
 Clock::time_point Communicator::deadlineFromNow(double timeoutSec) const {
-  double seconds = timeoutSec >= 0 ? timeoutSec : options_.timeoutSec;
+  double seconds = timeoutSec >= 0 ? timeoutSec : timeout();
   return Clock::now() + std::chrono::duration_cast<Clock::duration>(
                             std::chrono::duration<double>(seconds));
 }

@@ -237,6 +237,25 @@ class Communicator {
   bool tracing() const { return tracing_.load(); }
   std::vector<trace::Event> takeTrace(uint64_t* dropped) { return recorder_.take(dropped); }
 
+  // ---- For the torch backend (csrc/torch_backend/) ------------------------------------------
+  // An all-gather whose count differs by rank (torch's sparse all-reduce gathers every rank's
+  // indices and values): one queued call that gathers the counts, then the elements
+  // (comm/communicator_varied.cc). When its Work completes, `out` holds counts[r] elements of
+  // rank r, packed in rank order in `data`.
+  struct VariedGather {
+    std::vector<uint64_t> counts;
+    std::vector<char> data;
+  };
+  std::shared_ptr<Work> allGatherVaried(const void* in, size_t count, DType dtype, std::shared_ptr<VariedGather> out);
+  // The group's timeout (CommOptions::timeoutSec until set) for the operations that start
+  // from now on; any thread (torch's Backend::setTimeout).
+  void setTimeout(double seconds) { timeoutSec_.store(seconds); }
+  double timeout() const {
+    const double set = timeoutSec_.load();
+    return set > 0 ? set : options_.timeoutSec;
+  }
+  // ---- end of the torch backend's block ------------------------------------------------------
+
  private:
   // A queued collective, run to completion on the worker (or inline by its caller).
   struct Collective {
@@ -380,6 +399,7 @@ class Communicator {
   flight::Recorder flight_;
   Hierarchy hierarchy_;     // the group's hosts (setTopology; before: each rank alone)
   std::vector<char> stage_;  // the hierarchical algorithms' partial results (the driving thread)
+  std::atomic<double> timeoutSec_{0};  // setTimeout's; 0: options_.timeoutSec
 };
 
 }  // namespace pycollect

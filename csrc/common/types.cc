@@ -56,6 +56,9 @@ const char* reduceOpName(ReduceOp op) {
     case ReduceOp::kMin: return "MIN";
     case ReduceOp::kMax: return "MAX";
     case ReduceOp::kAvg: return "AVG";
+    case ReduceOp::kBand: return "BAND";
+    case ReduceOp::kBor: return "BOR";
+    case ReduceOp::kBxor: return "BXOR";
   }
   return "?";
 }
@@ -74,6 +77,7 @@ const char* opKindName(OpKind k) {
     case OpKind::kAllToAll: return "all_to_all";
     case OpKind::kAllReduceCoalesced: return "all_reduce_coalesced";
     case OpKind::kAllGatherCoalesced: return "all_gather_coalesced";
+    case OpKind::kAllGatherVaried: return "all_gather_varied";
   }
   return "?";
 }

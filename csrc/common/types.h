@@ -27,8 +27,11 @@ enum class ReduceOp : uint8_t {
   kMin = 2,
   kMax = 3,
   kAvg = 4,
+  kBand = 5,  // bitwise, integer and bool dtypes only (as Gloo's)
+  kBor = 6,
+  kBxor = 7,
 };
-constexpr int kNumReduceOps = 5;
+constexpr int kNumReduceOps = 8;
 
 enum class OpKind : uint8_t {
   kAllReduce = 0,
@@ -43,6 +46,7 @@ enum class OpKind : uint8_t {
   kAllToAll = 9,               // list form: a count per peer
   kAllReduceCoalesced = 10,    // many tensors, one header: root carries the tensor count
   kAllGatherCoalesced = 11,
+  kAllGatherVaried = 12,       // counts differ by rank: the header carries 0
 };
 
 // All-reduce algorithms. kAuto lets the communicator choose by size; the header

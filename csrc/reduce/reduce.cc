@@ -20,10 +20,18 @@
 
 namespace pycollect {
 
+namespace {
+bool isBitwise(ReduceOp op) { return op == ReduceOp::kBand || op == ReduceOp::kBor || op == ReduceOp::kBxor; }
+}  // namespace
+
 void checkReduction(ReduceOp op, DType dtype) {
   if (op == ReduceOp::kAvg && !isFloating(dtype)) {
     throw InvalidArgument(std::string("ReduceOp.AVG is not supported for integer dtype ") +
                           dtypeName(dtype) + " (as in NCCL); use SUM and divide");
+  }
+  if (isBitwise(op) && isFloating(dtype)) {
+    throw InvalidArgument(std::string("ReduceOp.") + reduceOpName(op) + " is not supported for floating dtype " +
+                          dtypeName(dtype) + " (bitwise ops take integer and bool dtypes, as in Gloo)");
   }
 }
 
@@ -113,6 +121,19 @@ struct Max {
   template <typename T>
   static T apply(T a, T b) { return a < b ? b : a; }
 };
+// Bitwise: integer and bool dtypes only (dispatchIntegral).
+struct Band {
+  template <typename T>
+  static T apply(T a, T b) { return a & b; }
+};
+struct Bor {
+  template <typename T>
+  static T apply(T a, T b) { return a | b; }
+};
+struct Bxor {
+  template <typename T>
+  static T apply(T a, T b) { return a ^ b; }
+};
 
 template <typename T, typename Op>
 PYCOLLECT_CLONES void loop(T* out, const T* a, const T* b, size_t n) {
@@ -125,21 +146,32 @@ void loop16(uint16_t* out, const uint16_t* a, const uint16_t* b, size_t n) {
   for (size_t i = 0; i < n; ++i) out[i] = Narrow(Op::apply(Widen(a[i]), Widen(b[i])));
 }
 
+// The integer and bool dtypes: every op's, and all the bitwise ops take (checkReduction
+// refused floating dtypes for those before the call was queued).
 template <typename Op>
-void dispatchType(void* out, const void* a, const void* b, size_t n, DType t) {
+void dispatchIntegral(void* out, const void* a, const void* b, size_t n, DType t) {
   switch (t) {
-    case DType::kFloat32: return loop<float, Op>((float*)out, (const float*)a, (const float*)b, n);
-    case DType::kFloat64: return loop<double, Op>((double*)out, (const double*)a, (const double*)b, n);
     case DType::kInt8: return loop<int8_t, Op>((int8_t*)out, (const int8_t*)a, (const int8_t*)b, n);
     case DType::kUInt8: return loop<uint8_t, Op>((uint8_t*)out, (const uint8_t*)a, (const uint8_t*)b, n);
     case DType::kInt32: return loop<int32_t, Op>((int32_t*)out, (const int32_t*)a, (const int32_t*)b, n);
     case DType::kInt64: return loop<int64_t, Op>((int64_t*)out, (const int64_t*)a, (const int64_t*)b, n);
     case DType::kInt16: return loop<int16_t, Op>((int16_t*)out, (const int16_t*)a, (const int16_t*)b, n);
     case DType::kBool: return loop<bool, Op>((bool*)out, (const bool*)a, (const bool*)b, n);
+    default: throw Error(std::string("internal error: an integer reduction of floating dtype ") + dtypeName(t));
+  }
+}
+
+// Every dtype: the arithmetic ops.
+template <typename Op>
+void dispatchType(void* out, const void* a, const void* b, size_t n, DType t) {
+  switch (t) {
+    case DType::kFloat32: return loop<float, Op>((float*)out, (const float*)a, (const float*)b, n);
+    case DType::kFloat64: return loop<double, Op>((double*)out, (const double*)a, (const double*)b, n);
     case DType::kFloat16:
       return loop16<halfToFloat, floatToHalf, Op>((uint16_t*)out, (const uint16_t*)a, (const uint16_t*)b, n);
     case DType::kBFloat16:
       return loop16<bfloat16ToFloat, floatToBFloat16, Op>((uint16_t*)out, (const uint16_t*)a, (const uint16_t*)b, n);
+    default: return dispatchIntegral<Op>(out, a, b, n, t);
   }
 }
 
@@ -158,6 +190,9 @@ void reduce(void* out, const void* a, const void* b, size_t count, DType dtype, 
     case ReduceOp::kProd: return dispatchType<Prod>(out, a, b, count, dtype);
     case ReduceOp::kMin: return dispatchType<Min>(out, a, b, count, dtype);
     case ReduceOp::kMax: return dispatchType<Max>(out, a, b, count, dtype);
+    case ReduceOp::kBand: return dispatchIntegral<Band>(out, a, b, count, dtype);
+    case ReduceOp::kBor: return dispatchIntegral<Bor>(out, a, b, count, dtype);
+    case ReduceOp::kBxor: return dispatchIntegral<Bxor>(out, a, b, count, dtype);
   }
 }
 

@@ -1,4 +1,5 @@
-// Typed reduction kernels: out[i] = a[i] op b[i] for every (dtype, op) pair.
+// Typed reduction kernels: out[i] = a[i] op b[i] for every (dtype, op) pair the ops
+// define (the bitwise ones: integer and bool dtypes).
 // float16 and bfloat16 are widened to float, combined, and rounded back to
 // nearest-even, one pair at a time (as Gloo and NCCL do for these types).
 #pragma once
@@ -10,8 +11,8 @@
 namespace pycollect {
 
 // Throws InvalidArgument if the kernels do not define `op` for `dtype`: AVG on an
-// integer dtype (as in NCCL). The communicator calls it once per call, before
-// anything is queued.
+// integer dtype (as in NCCL), the bitwise BAND, BOR and BXOR on a floating one (as in
+// Gloo). The communicator calls it once per call, before anything is queued.
 void checkReduction(ReduceOp op, DType dtype);
 
 // `out` may alias `a` (the in-place case); `b` must not overlap `out` otherwise.

@@ -21,6 +21,34 @@ bool pythonAlive() {
 #endif
 }
 
+// The profiler's name for a Work of `type`: Gloo's "gloo:<call>" names with our prefix
+// (the coalesced and base forms share their call's name, as on Gloo).
+const char* profilingTitle(OpType type) {
+  switch (type) {
+    case OpType::BROADCAST: return "pycollect:broadcast";
+    case OpType::ALLREDUCE:
+    case OpType::ALLREDUCE_COALESCED: return "pycollect:all_reduce";
+    case OpType::_ALLREDUCE_SPARSE: return "pycollect:sparse_all_reduce";
+    case OpType::REDUCE: return "pycollect:reduce";
+    case OpType::ALLGATHER:
+    case OpType::_ALLGATHER_BASE:
+    case OpType::ALLGATHER_COALESCED: return "pycollect:all_gather";
+    case OpType::GATHER: return "pycollect:gather";
+    case OpType::SCATTER: return "pycollect:scatter";
+    case OpType::REDUCE_SCATTER:
+    case OpType::_REDUCE_SCATTER_BASE:
+    case OpType::REDUCE_SCATTER_TENSOR_COALESCED: return "pycollect:reduce_scatter";
+    case OpType::ALLTOALL:
+    case OpType::ALLTOALL_BASE: return "pycollect:all_to_all";
+    case OpType::SEND: return "pycollect:send";
+    case OpType::RECV: return "pycollect:recv";
+    case OpType::RECVANYSOURCE: return "pycollect:recvAnySource";
+    case OpType::BARRIER: return "pycollect:barrier";
+    case OpType::COALESCED: return "pycollect:coalesced";
+    default: return "pycollect:call";
+  }
+}
+
 }  // namespace
 
 Backend::Backend(c10::intrusive_ptr<c10d::Store> store, int rank, int size, std::shared_ptr<Communicator> comm,
@@ -34,16 +62,16 @@ Backend::Backend(c10::intrusive_ptr<c10d::Store> store, int rank, int size, std:
 }
 
 Backend::~Backend() {
-  // Dropped without shutdown(): let the callback go, if Python is still there to take it.
-  if (onShutdown_ != nullptr && pythonAlive()) {
-    PyGILState_STATE gil = PyGILState_Ensure();
-    Py_DECREF(onShutdown_);
-    PyGILState_Release(gil);
-  }
+  // Dropped without shutdown() (torch failed to set up another device of its group, as
+  // "cpu:pycollect,cuda:nccl" without NCCL; or a group never destroyed): the engine group
+  // goes with it, as a Gloo backend's connections do, instead of staying formed and
+  // registered with nobody to use it.
+  release();
 }
 
 c10::intrusive_ptr<TorchWork> Backend::make(OpType type, const char* method, std::vector<at::Tensor> outputs) {
-  return c10::make_intrusive<TorchWork>(rank_, type, method, std::move(outputs), comm_, settings_.blockingWait);
+  return c10::make_intrusive<TorchWork>(rank_, type, method, std::move(outputs), comm_, settings_.blockingWait,
+                                        profilingTitle(type));
 }
 
 WorkPtr Backend::launch(c10::intrusive_ptr<TorchWork> work) {
@@ -82,7 +110,7 @@ at::Tensor Backend::hostOutput(c10::intrusive_ptr<TorchWork>& work, const at::Te
 void Backend::copyBackWhenDone(c10::intrusive_ptr<TorchWork>& work,
                                std::vector<std::pair<at::Tensor, at::Tensor>> back) {
   if (back.empty()) return;
-  work->setFinish([back = std::move(back)] {
+  work->addFinish([back = std::move(back)] {
     for (const auto& [device, host] : back) {
       c10::DeviceGuard guard(device.device());
       device.copy_(host);  // pageable host memory: the copy has ended when it returns
@@ -121,11 +149,17 @@ WorkPtr Backend::endCoalescing() {
 }
 
 WorkPtr Backend::barrier(const c10d::BarrierOptions& opts) {
-  InlineScope runs(!opts.asyncOp && !coalescing_);
-  auto work = make(OpType::BARRIER, "barrier", {});
-  work->add(comm_->barrier(timeoutSec(opts.timeout)));
-  ++seq_;
-  return launch(work);
+  return run(make(OpType::BARRIER, "barrier", {}), !opts.asyncOp,
+             [&](TorchWork& w) { w.add(comm_->barrier(timeoutSec(opts.timeout))); });
+}
+
+void Backend::setTimeout(std::chrono::milliseconds timeout) {
+  if (timeout <= std::chrono::milliseconds(0)) {
+    C10_THROW_ERROR(ValueError, c10::str("pycollect backend: setTimeout: the timeout must be positive, got ",
+                                         timeout.count(), " ms"));
+  }
+  settings_.timeout = timeout;
+  comm_->setTimeout(std::chrono::duration<double>(timeout).count());
 }
 
 namespace {
@@ -177,19 +211,22 @@ void Backend::monitoredBarrier(const c10d::BarrierOptions& opts, bool waitAllRan
   store_->set(key + "/released", std::vector<uint8_t>{'1'});
 }
 
-void Backend::setSequenceNumberForGroup() { seq_ = 0; }  // every rank starts the group at 0
+void Backend::setSequenceNumberForGroup() { seq_.store(0); }  // every rank starts the group at 0
 
-uint64_t Backend::getSequenceNumberForGroup() { return seq_; }
+uint64_t Backend::getSequenceNumberForGroup() { return seq_.load(); }
 
 void Backend::release() {
   PyObject* callback = onShutdown_;
   onShutdown_ = nullptr;
   if (callback != nullptr && pythonAlive()) {
     PyGILState_STATE gil = PyGILState_Ensure();
+    PyObject *type, *value, *trace;
+    PyErr_Fetch(&type, &value, &trace);  // a destructor may run while an exception unwinds
     PyObject* result = PyObject_CallNoArgs(callback);
     if (result == nullptr) PyErr_Clear();  // teardown goes on: the links close below regardless
     Py_XDECREF(result);
     Py_DECREF(callback);
+    PyErr_Restore(type, value, trace);
     PyGILState_Release(gil);
   }
   comm_->shutdown();

@@ -24,6 +24,7 @@
 
 #include <Python.h>
 
+#include <atomic>
 #include <chrono>
 #include <memory>
 #include <string>
@@ -88,8 +89,11 @@ class Backend : public c10d::Backend {
   // Gloo's monitored barrier, met in the group's store (so a rank that never arrives is
   // named, and the links stay usable): rank 0 waits for each rank, then releases them.
   void monitoredBarrier(const c10d::BarrierOptions& opts, bool waitAllRanks) override;
+  // The calls issued on the group so far (Backend::run), the same on every rank.
   void setSequenceNumberForGroup() override;
   uint64_t getSequenceNumberForGroup() override;
+  // The group's timeout for the calls that start from now on (ProcessGroup.set_timeout).
+  void setTimeout(std::chrono::milliseconds timeout) override;
   void abort() override;
   void shutdown() override;
 
@@ -101,11 +105,17 @@ class Backend : public c10d::Backend {
   // Starts `work` (its engine operations were added); kept for endCoalescing if coalescing.
   WorkPtr launch(c10::intrusive_ptr<TorchWork> work);
   // Issues a call's engine operations (`issue` adds them to the Work), on this thread when
-  // `blocking` and nothing is queued (InlineScope), then launches the Work. Arguments the
-  // engine refuses raise ValueError here; an engine error at issue (the group failed
-  // earlier, or was destroyed) is the Work's, as a failure while running would be.
+  // `blocking` and nothing is queued (InlineScope), then launches the Work. Every call
+  // passes here once. Arguments the engine refuses raise ValueError here; an engine error
+  // at issue (the group failed earlier, or was destroyed) is the Work's, as a failure while
+  // running would be (DistBackendError).
+  //
+  // The group's sequence number counts the calls that got here, as Gloo's counts those
+  // that passed its argument checks (tensors, sizes, ranks: ours come before this), whether
+  // the op is then refused for the dtype (a bitwise op on floats), fails or runs.
   template <typename F>
   WorkPtr run(c10::intrusive_ptr<TorchWork> work, bool blocking, F&& issue) {
+    ++seq_;
     try {
       InlineScope runs(blocking && !coalescing_);
       issue(*work);
@@ -130,10 +140,13 @@ class Backend : public c10d::Backend {
   std::vector<at::Tensor> hostInputs(const std::vector<at::Tensor>& tensors, bool cuda);
   std::vector<at::Tensor> hostOutputs(c10::intrusive_ptr<TorchWork>& work, const std::vector<at::Tensor>& tensors,
                                       bool cuda, std::vector<std::pair<at::Tensor, at::Tensor>>& back);
+  // `rootRank` as a rank of the group, checked (ValueError naming `method`).
+  int rootOf(int64_t rootRank, const char* method) const;
   // The one list of a per-rank list argument (`lists[0]`): a tensor per rank of the group,
-  // each checked, all of `like`'s dtype.
+  // each checked, all of `like`'s dtype. `copiedInto`: the call only copies into them
+  // (checkKind: any strides).
   std::vector<at::Tensor> groupList(std::vector<std::vector<at::Tensor>>& lists, const at::Tensor& like,
-                                    const char* method, const char* what);
+                                    const char* method, const char* what, bool copiedInto = false);
   // One flat all-gather / reduce-scatter into `w`: staged when `out` is device memory (or the
   // tests' host device), else on host memory.
   void addAllGather(TorchWork& w, const Buffer& in, const Buffer& out, const char* method);
@@ -164,7 +177,7 @@ class Backend : public c10d::Backend {
   int cudaDevice_ = -1;   // the device of the group's CUDA calls (its first one's)
   bool coalescing_ = false;
   std::vector<c10::intrusive_ptr<TorchWork>> coalesced_;
-  uint64_t seq_ = 0;        // collectives issued (the group's sequence number)
+  std::atomic<uint64_t> seq_{0};  // calls issued (the group's sequence number); any thread
   uint64_t monitored_ = 0;  // monitored barriers so far (each meets under its own keys)
 };
 

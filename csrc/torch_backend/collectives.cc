@@ -40,15 +40,23 @@ void unflatten(const at::Tensor& flat, const std::vector<at::Tensor>& outs) {
 
 }  // namespace
 
+int Backend::rootOf(int64_t rootRank, const char* method) const {
+  if (rootRank < 0 || rootRank >= size_) {
+    C10_THROW_ERROR(ValueError, c10::str("pycollect backend: ", method, ": root rank ", rootRank,
+                                         " is outside the group [0, ", size_, ")"));
+  }
+  return static_cast<int>(rootRank);
+}
+
 std::vector<at::Tensor> Backend::groupList(std::vector<std::vector<at::Tensor>>& lists, const at::Tensor& like,
-                                           const char* method, const char* what) {
+                                           const char* method, const char* what, bool copiedInto) {
   checkOneList(lists.size(), method, what);
   std::vector<at::Tensor>& list = lists[0];
   if (static_cast<int>(list.size()) != size_) {
     C10_THROW_ERROR(ValueError, c10::str("pycollect backend: ", method, "(", what, "): list has ", list.size(),
                                          " entries, the group has ", size_, " ranks"));
   }
-  for (const auto& t : list) check(t, method, what);
+  for (const auto& t : list) copiedInto ? (void)checkKind(t, method, what) : (void)check(t, method, what);
   checkSameDType(list, like, method);
   return list;
 }
@@ -103,7 +111,6 @@ WorkPtr Backend::allreduce(std::vector<at::Tensor>& tensors, const c10d::Allredu
   const Buffer b = check(t, "allreduce", "tensor");
   const Reduction r = reduction(opts.reduceOp, "allreduce");
   if (r.premul()) premultiply(r, t, true, "allreduce");
-  ++seq_;
   return run(make(OpType::ALLREDUCE, "allreduce", {t}), !opts.asyncOp, [&](TorchWork& w) {
     if (b.device >= 0 || hostStaged()) {
       w.setStaged(b.device);
@@ -127,7 +134,6 @@ WorkPtr Backend::allreduce_coalesced(std::vector<at::Tensor>& tensors, const c10
   std::vector<std::pair<at::Tensor, at::Tensor>> back;
   std::vector<at::Tensor> host = hostOutputs(work, tensors, cuda, back);
   copyBackWhenDone(work, std::move(back));
-  ++seq_;
   // One engine call (one header, one pass) per dtype among the tensors.
   return run(work, !opts.asyncOp, [&](TorchWork& w) {
     std::vector<bool> taken(host.size(), false);
@@ -149,8 +155,7 @@ WorkPtr Backend::allreduce_coalesced(std::vector<at::Tensor>& tensors, const c10
 WorkPtr Backend::broadcast(std::vector<at::Tensor>& tensors, const c10d::BroadcastOptions& opts) {
   at::Tensor& t = single(tensors, "broadcast");
   const Buffer b = check(t, "broadcast", "tensor");
-  const int root = static_cast<int>(opts.rootRank);
-  ++seq_;
+  const int root = rootOf(opts.rootRank, "broadcast");
   return run(make(OpType::BROADCAST, "broadcast", {t}), !opts.asyncOp, [&](TorchWork& w) {
     if (b.device >= 0 || hostStaged()) {
       w.setStaged(b.device);
@@ -165,9 +170,8 @@ WorkPtr Backend::reduce(std::vector<at::Tensor>& tensors, const c10d::ReduceOpti
   at::Tensor& t = single(tensors, "reduce");
   const Buffer b = check(t, "reduce", "tensor");
   const Reduction r = reduction(opts.reduceOp, "reduce");
-  const int root = static_cast<int>(opts.rootRank);
+  const int root = rootOf(opts.rootRank, "reduce");
   if (r.premul()) premultiply(r, t, true, "reduce");
-  ++seq_;
   return run(make(OpType::REDUCE, "reduce", {t}), !opts.asyncOp, [&](TorchWork& w) {
     if (b.device >= 0 || hostStaged()) {
       w.setStaged(b.device);
@@ -185,7 +189,6 @@ WorkPtr Backend::_allgather_base(at::Tensor& output, at::Tensor& input, const c1
   checkSameDType({output}, input, method);
   checkNumel(output, input.numel() * size_, method, "output");
   onCuda({input, output}, method);
-  ++seq_;
   return run(make(OpType::_ALLGATHER_BASE, method, {output}), !opts.asyncOp, [&](TorchWork& w) {
     w.keep(input);
     addAllGather(w, i, o, method);
@@ -197,7 +200,8 @@ WorkPtr Backend::allgather(std::vector<std::vector<at::Tensor>>& outputs, std::v
   const char* method = "allgather";
   at::Tensor& input = single(inputs, method, "input_tensors");
   const Buffer i = check(input, method, "input");
-  const std::vector<at::Tensor> outs = groupList(outputs, input, method, "output_tensors");
+  // Any strides (a view such as big.unbind(1)): the finish step copies into them.
+  const std::vector<at::Tensor> outs = groupList(outputs, input, method, "output_tensors", true);
   for (const auto& o : outs) checkNumel(o, input.numel(), method, "output_tensors");
   std::vector<at::Tensor> all(outs);
   all.push_back(input);
@@ -207,8 +211,7 @@ WorkPtr Backend::allgather(std::vector<std::vector<at::Tensor>>& outputs, std::v
   at::Tensor flat = at::empty({input.numel() * size_}, input.options());
   const Buffer f = check(flat, method, "output");
   auto work = make(OpType::ALLGATHER, method, outs);
-  work->setFinish([flat, outs] { unflatten(flat, outs); });
-  ++seq_;
+  work->addFinish([flat, outs] { unflatten(flat, outs); });
   return run(work, !opts.asyncOp, [&](TorchWork& w) {
     w.keep(input);
     w.keep(flat);
@@ -242,7 +245,6 @@ WorkPtr Backend::allgather_coalesced(std::vector<std::vector<at::Tensor>>& outpu
   auto work = make(OpType::ALLGATHER_COALESCED, method, all);
   const HostLists host = hostLists(work, inputs, all, method);
   const DType dtype = check(inputs[0], method, "input_tensors").dtype;
-  ++seq_;
   return run(work, !opts.asyncOp, [&](TorchWork& w) {
     w.add(comm_->allGatherCoalesced(spansOf(host.ins), spansOf(host.outs), dtype, Algo::kAuto));
   });
@@ -265,7 +267,6 @@ WorkPtr Backend::allgather_into_tensor_coalesced(std::vector<at::Tensor>& output
   std::vector<at::Tensor> all(outputs);
   all.insert(all.end(), inputs.begin(), inputs.end());
   onCuda(all, method);
-  seq_ += inputs.size();
   return run(make(OpType::ALLGATHER_COALESCED, method, outputs), !opts.asyncOp, [&](TorchWork& w) {
     for (auto& t : inputs) w.keep(t);
     for (size_t k = 0; k < ins.size(); ++k) addAllGather(w, ins[k], outs[k], method);
@@ -277,7 +278,7 @@ WorkPtr Backend::gather(std::vector<std::vector<at::Tensor>>& outputs, std::vect
   const char* method = "gather";
   at::Tensor& input = single(inputs, method, "input_tensors");
   const Buffer i = check(input, method, "input");
-  const int root = static_cast<int>(opts.rootRank);
+  const int root = rootOf(opts.rootRank, method);
   std::vector<at::Tensor> outs;
   if (rank_ == root) outs = groupList(outputs, input, method, "output_tensors");
   std::vector<at::Tensor> all(outs);
@@ -288,7 +289,6 @@ WorkPtr Backend::gather(std::vector<std::vector<at::Tensor>>& outputs, std::vect
   at::Tensor in = cuda ? hostInput(input) : input;
   std::vector<at::Tensor> hostOuts = hostOutputs(work, outs, cuda, back);
   copyBackWhenDone(work, std::move(back));
-  ++seq_;
   return run(work, !opts.asyncOp, [&](TorchWork& w) {
     w.keep(in);
     for (auto& t : hostOuts) w.keep(t);
@@ -301,7 +301,7 @@ WorkPtr Backend::scatter(std::vector<at::Tensor>& outputs, std::vector<std::vect
   const char* method = "scatter";
   at::Tensor& output = single(outputs, method, "output_tensors");
   const Buffer o = check(output, method, "output");
-  const int root = static_cast<int>(opts.rootRank);
+  const int root = rootOf(opts.rootRank, method);
   std::vector<at::Tensor> ins;
   if (rank_ == root) ins = groupList(inputs, output, method, "input_tensors");
   std::vector<at::Tensor> all(ins);
@@ -312,7 +312,6 @@ WorkPtr Backend::scatter(std::vector<at::Tensor>& outputs, std::vector<std::vect
   at::Tensor out = cuda ? hostOutput(work, output, back) : output;
   std::vector<at::Tensor> hostIns = hostInputs(ins, cuda);
   copyBackWhenDone(work, std::move(back));
-  ++seq_;
   return run(work, !opts.asyncOp, [&](TorchWork& w) {
     w.keep(out);
     for (auto& t : hostIns) w.keep(t);
@@ -330,7 +329,6 @@ WorkPtr Backend::_reduce_scatter_base(at::Tensor& output, at::Tensor& input, con
   const Reduction r = reduction(opts.reduceOp, method);
   at::Tensor in = r.premul() ? premultiply(r, input, false, method) : input;  // the caller's input stays as it was
   const Buffer i = check(in, method, "input");
-  ++seq_;
   return run(make(OpType::_REDUCE_SCATTER_BASE, method, {output}), !opts.asyncOp, [&](TorchWork& w) {
     w.keep(in);
     addReduceScatter(w, i, o, r.op, method);
@@ -343,7 +341,9 @@ WorkPtr Backend::reduce_scatter(std::vector<at::Tensor>& outputs, std::vector<st
   at::Tensor& output = single(outputs, method, "output_tensors");
   const Buffer o = check(output, method, "output");
   const std::vector<at::Tensor> ins = groupList(inputs, output, method, "input_tensors");
-  for (const auto& t : ins) checkNumel(t, output.numel(), method, "input_tensors");
+  checkNumel(ins[rank_], output.numel(), method, "input_tensors");  // this rank's own part
+  bool even = true;
+  for (const auto& t : ins) even = even && t.numel() == output.numel();
   std::vector<at::Tensor> all(ins);
   all.push_back(output);
   const bool cuda = onCuda(all, method);
@@ -357,11 +357,28 @@ WorkPtr Backend::reduce_scatter(std::vector<at::Tensor>& outputs, std::vector<st
   std::vector<std::pair<at::Tensor, at::Tensor>> back;
   at::Tensor out = cuda ? hostOutput(work, output, back) : output;
   copyBackWhenDone(work, std::move(back));
-  ++seq_;
+  if (even) {
+    return run(work, !opts.asyncOp, [&](TorchWork& w) {
+      w.keep(flat);
+      w.keep(out);
+      w.add(comm_->reduceScatter(flat.data_ptr(), out.data_ptr(), o.count, o.dtype, r.op, Algo::kAuto));
+    });
+  }
+  // Parts of different sizes (torch's test_reduce_scatter gives rank r r elements, as Gloo
+  // allows): one reduce per rank, of its part, to it; this rank's own part reduced in
+  // `out`. Every reduce's header carries its part's size, so ranks whose lists disagree
+  // raise a mismatch instead of mixing parts.
+  std::vector<int64_t> sizes;
+  for (const auto& t : ins) sizes.push_back(t.numel());
+  const std::vector<at::Tensor> parts = flat.split_with_sizes(sizes);
+  out.copy_(parts[rank_].view(out.sizes()));
   return run(work, !opts.asyncOp, [&](TorchWork& w) {
     w.keep(flat);
     w.keep(out);
-    w.add(comm_->reduceScatter(flat.data_ptr(), out.data_ptr(), o.count, o.dtype, r.op, Algo::kAuto));
+    for (int root = 0; root < size_; ++root) {
+      void* data = root == rank_ ? out.data_ptr() : parts[root].data_ptr();
+      w.add(comm_->reduce(data, parts[root].numel(), o.dtype, r.op, root));
+    }
   });
 }
 
@@ -388,7 +405,6 @@ WorkPtr Backend::reduce_scatter_tensor_coalesced(std::vector<at::Tensor>& output
     ins.push_back(r.premul() ? premultiply(r, t, false, method) : t);
     inBufs.push_back(check(ins.back(), method, "inputs"));
   }
-  seq_ += inputs.size();
   return run(make(OpType::REDUCE_SCATTER_TENSOR_COALESCED, method, outputs), !opts.asyncOp, [&](TorchWork& w) {
     for (auto& t : ins) w.keep(t);
     for (size_t k = 0; k < ins.size(); ++k) addReduceScatter(w, inBufs[k], outBufs[k], r.op, method);
@@ -449,7 +465,6 @@ WorkPtr Backend::alltoall_base(at::Tensor& output, at::Tensor& input, std::vecto
   std::vector<Span> ins = rowSpans(in, inputSplits, size_, method, "input");
   std::vector<Span> outs = rowSpans(out, outputSplits, size_, method, "output");
   copyBackWhenDone(work, std::move(back));
-  ++seq_;
   return run(work, !opts.asyncOp, [&](TorchWork& w) {
     w.keep(in);
     w.keep(out);
@@ -472,7 +487,6 @@ WorkPtr Backend::alltoall(std::vector<at::Tensor>& outputs, std::vector<at::Tens
   auto work = make(OpType::ALLTOALL, method, outputs);
   const HostLists host = hostLists(work, inputs, outputs, method);
   const DType dtype = check(inputs[0], method, "input_tensors").dtype;
-  ++seq_;
   return run(work, !opts.asyncOp, [&](TorchWork& w) {
     w.add(comm_->allToAll(spansOf(host.ins), spansOf(host.outs), dtype));
   });

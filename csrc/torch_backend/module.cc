@@ -4,9 +4,11 @@
 //   Backend(store, rank, size, communicator_capsule, timeout_s, blocking_wait, on_shutdown)
 //       the "pycollect" backend over a formed engine group (pycollect._C.Communicator's
 //       capsule(): both modules share one engine library, hence one Communicator type)
-//   ProcessGroup(store, rank, size, backend)
-//       the torch group for it: torch's ProcessGroup with the backend for CPU and CUDA,
-//       named "pycollect" where torch asks a group its backend's name (DDP's logging, pg.name())
+//   ProcessGroup(store, rank, size, backend, devices)
+//       the torch group for it when it serves every device of its group (native.py says
+//       when): torch's ProcessGroup with the backend for `devices`, named "pycollect" where
+//       torch asks a group its backend's name (DDP's logging, pg.name()), and answering the
+//       group's sequence number from the backend
 //   NullBackend(rank, size)   the benchmarks' floor (null_backend.h)
 //   TORCH_VERSION             the torch this module was built against
 #include <torch/csrc/utils/pybind.h>
@@ -23,18 +25,23 @@ namespace pycollect::torchb {
 namespace {
 
 // torch's ProcessGroup, named for its backend. A creator that returns a ProcessGroup has it
-// used as the group as it is (torch's rule for backends written as groups), so torch's
-// own would name a plugin's group "custom".
+// used as the group as it is, for every device (torch's rule for backends written as
+// groups); torch's own would be named "custom" and refuse the sequence number, which its
+// ProcessGroup answers only for its own backend types.
 class NamedGroup : public c10d::ProcessGroup {
  public:
-  NamedGroup(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size, c10::intrusive_ptr<Backend> backend)
-      : c10d::ProcessGroup(store, rank, size) {
-    for (auto device : {c10::DeviceType::CPU, c10::DeviceType::CUDA}) {
-      setBackend(device, BackendType::CUSTOM, backend);
-    }
+  NamedGroup(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size, c10::intrusive_ptr<Backend> backend,
+             const std::vector<std::string>& devices)
+      : c10d::ProcessGroup(store, rank, size), backend_(backend) {
+    for (const auto& device : devices) setBackend(c10::Device(device).type(), BackendType::CUSTOM, backend);
     setDefaultBackend(BackendType::CUSTOM);
   }
   const std::string getBackendName() const override { return "pycollect"; }
+  void setSequenceNumberForGroup() override { backend_->setSequenceNumberForGroup(); }
+  uint64_t getSequenceNumberForGroup() override { return backend_->getSequenceNumberForGroup(); }
+
+ private:
+  c10::intrusive_ptr<Backend> backend_;
 };
 
 std::shared_ptr<Communicator> fromCapsule(const py::capsule& capsule) {
@@ -72,8 +79,9 @@ PYBIND11_MODULE(_torch, m) {
            },
            py::arg("timeout"), py::arg("wait_all_ranks") = false, py::call_guard<py::gil_scoped_release>());
   py::class_<NamedGroup, c10d::ProcessGroup, c10::intrusive_ptr<NamedGroup>>(m, "ProcessGroup")
-      .def(py::init<const c10::intrusive_ptr<c10d::Store>&, int, int, c10::intrusive_ptr<Backend>>(), py::arg("store"),
-           py::arg("rank"), py::arg("size"), py::arg("backend"));
+      .def(py::init<const c10::intrusive_ptr<c10d::Store>&, int, int, c10::intrusive_ptr<Backend>,
+                    const std::vector<std::string>&>(),
+           py::arg("store"), py::arg("rank"), py::arg("size"), py::arg("backend"), py::arg("devices"));
   py::class_<NullBackend, c10d::Backend, c10::intrusive_ptr<NullBackend>>(m, "NullBackend")
       .def(py::init<int, int>(), py::arg("rank"), py::arg("size"));
 }

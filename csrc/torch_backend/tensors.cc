@@ -28,7 +28,7 @@ constexpr const char* kSupported = "float32, float64, float16, bfloat16, int8, u
 
 }  // namespace
 
-Buffer check(const at::Tensor& t, const char* method, const char* what) {
+DType checkKind(const at::Tensor& t, const char* method, const char* what) {
   if (!t.defined()) C10_THROW_ERROR(ValueError, c10::str("pycollect backend: ", method, "(", what, "): undefined tensor"));
   const auto type = t.device().type();
   if (type != c10::DeviceType::CPU && type != c10::DeviceType::CUDA) {
@@ -44,6 +44,11 @@ Buffer check(const at::Tensor& t, const char* method, const char* what) {
     C10_THROW_ERROR(TypeError, c10::str("pycollect backend: ", method, "(", what, "): dtype ", t.scalar_type(),
                                         " is not supported; use one of ", kSupported));
   }
+  return *dtype;
+}
+
+Buffer check(const at::Tensor& t, const char* method, const char* what) {
+  const DType dtype = checkKind(t, method, what);
   if (!t.is_contiguous()) {
     C10_THROW_ERROR(ValueError, c10::str("pycollect backend: ", method, "(", what, "): tensor is not contiguous (shape ",
                                          t.sizes(), ", stride ", t.strides(), "); call .contiguous()"));
@@ -53,7 +58,7 @@ Buffer check(const at::Tensor& t, const char* method, const char* what) {
     C10_THROW_ERROR(ValueError, c10::str("pycollect backend: ", method, "(", what, "): data is not aligned to its ",
                                          t.element_size(), "-byte elements; pass an aligned copy (.clone())"));
   }
-  return Buffer{data, static_cast<size_t>(t.numel()), *dtype, type == c10::DeviceType::CUDA ? t.device().index() : -1};
+  return Buffer{data, static_cast<size_t>(t.numel()), dtype, t.is_cuda() ? t.device().index() : -1};
 }
 
 void checkOneList(size_t n, const char* method, const char* what) {
@@ -92,6 +97,9 @@ Reduction reduction(const c10d::ReduceOp& op, const char* method) {
     case c10d::ReduceOp::PRODUCT: r.op = ReduceOp::kProd; return r;
     case c10d::ReduceOp::MIN: r.op = ReduceOp::kMin; return r;
     case c10d::ReduceOp::MAX: r.op = ReduceOp::kMax; return r;
+    case c10d::ReduceOp::BAND: r.op = ReduceOp::kBand; return r;
+    case c10d::ReduceOp::BOR: r.op = ReduceOp::kBor; return r;
+    case c10d::ReduceOp::BXOR: r.op = ReduceOp::kBxor; return r;
     case c10d::ReduceOp::PREMUL_SUM: {
       auto* s = dynamic_cast<c10d::NCCLPreMulSumSupplement*>(op.supplement_.get());
       if (s == nullptr) {
@@ -107,12 +115,9 @@ Reduction reduction(const c10d::ReduceOp& op, const char* method) {
     }
     default: break;
   }
-  const char* name = op.op_ == c10d::ReduceOp::BAND ? "BAND"
-                     : op.op_ == c10d::ReduceOp::BOR ? "BOR"
-                     : op.op_ == c10d::ReduceOp::BXOR ? "BXOR"
-                                                      : "UNUSED";
-  C10_THROW_ERROR(ValueError, c10::str("pycollect backend: ", method, " does not support ReduceOp.", name,
-                                       "; supported: SUM, AVG, PRODUCT, MIN, MAX, PREMUL_SUM"));
+  C10_THROW_ERROR(ValueError, c10::str("pycollect backend: ", method, " does not support ReduceOp ",
+                                       static_cast<int>(op.op_), "; supported: SUM, AVG, PRODUCT, MIN, MAX, ",
+                                       "BAND, BOR, BXOR, PREMUL_SUM"));
 }
 
 at::Tensor premultiply(const Reduction& r, const at::Tensor& t, bool inPlace, const char* method) {

@@ -28,6 +28,10 @@ struct Buffer {
 
 // Checks `t` (argument `what` of call `method`) and returns its Buffer.
 Buffer check(const at::Tensor& t, const char* method, const char* what);
+// What check() asks of every tensor but contiguity and alignment: defined, on the host or a
+// CUDA device, dense, of an engine dtype. Enough for a tensor the backend only copies into
+// (the list all-gather's outputs, any strides); returns its engine dtype.
+DType checkKind(const at::Tensor& t, const char* method, const char* what);
 // The one tensor of torch's per-device list (pycollect drives one device per rank).
 at::Tensor& single(std::vector<at::Tensor>& tensors, const char* method, const char* what = "tensors");
 // A list argument of torch's per-device form has one entry (`n`), else ValueError.
@@ -37,8 +41,8 @@ void checkSameDType(const std::vector<at::Tensor>& tensors, const at::Tensor& li
 // Element count `n` expected of `t`, else ValueError.
 void checkNumel(const at::Tensor& t, int64_t n, const char* method, const char* what);
 
-// torch's reduce op in the engine's terms: SUM, AVG, PRODUCT, MIN, MAX; PREMUL_SUM is SUM
-// with `factor` set (its double or 0-d tensor). The bitwise ops raise ValueError.
+// torch's reduce op in the engine's terms: SUM, AVG, PRODUCT, MIN, MAX, BAND, BOR, BXOR;
+// PREMUL_SUM is SUM with `factor` set (its double or 0-d tensor). Another raises ValueError.
 struct Reduction {
   ReduceOp op = ReduceOp::kSum;
   std::optional<at::Tensor> factorTensor;

@@ -42,8 +42,8 @@ std::exception_ptr torchError(const char* method, std::exception_ptr error) {
 }
 
 TorchWork::TorchWork(int rank, c10d::OpType type, const char* method, std::vector<at::Tensor> outputs,
-                     std::shared_ptr<Communicator> comm, bool blockingWait)
-    : c10d::Work(rank, type),
+                     std::shared_ptr<Communicator> comm, bool blockingWait, const char* profilingTitle)
+    : c10d::Work(rank, type, profilingTitle),
       method_(method),
       outputs_(std::move(outputs)),
       comm_(std::move(comm)),
@@ -104,11 +104,12 @@ void TorchWork::settle() {
       error = std::current_exception();
     }
   }
-  if (!error && finish_) {
+  if (!error && !finish_.empty()) {
     try {
+      at::ThreadLocalStateGuard callers(tls_);
       c10::OptionalDeviceGuard guard;
       if (device_ >= 0) guard.reset_device(c10::Device(c10::DeviceType::CUDA, static_cast<c10::DeviceIndex>(device_)));
-      finish_();
+      for (auto& step : finish_) step();
       if (device_ >= 0 && staged_) {
         // Its copies were queued on this thread's stream; the caller's wait() returns on the
         // host, so they end first.
@@ -121,12 +122,14 @@ void TorchWork::settle() {
     }
   }
   if (error) error = torchError(method_, error);
-  c10d::Work::finish(error);  // completed_, exception_, waiters woken
+  // The Future first (its callbacks run here), then the Work: wait() and isCompleted() see
+  // the callbacks' effects, as on Gloo.
   if (error) {
     future_->setError(error);
   } else {
     future_->markCompleted(c10::IValue(outputs_));
   }
+  c10d::Work::finish(error);  // completed_, exception_, waiters woken, the profiler's event ended
   std::lock_guard<std::mutex> lock(mutex_);
   engine_.clear();  // wait() reads it under the lock
 }
@@ -162,7 +165,7 @@ std::vector<at::Tensor> TorchWork::result() {
 void TorchWork::synchronize() { wait(); }
 
 bool TorchWork::streamWait() {
-  if (!staged_ || blockingWait_ || finish_) return false;
+  if (!staged_ || blockingWait_ || !finish_.empty()) return false;
   if (device_ < 0 && !comm_->hostStreamWait()) return false;  // the host device: tests read on the host
   std::vector<std::shared_ptr<pycollect::Work>> engine;
   {

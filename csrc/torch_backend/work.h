@@ -4,11 +4,22 @@
 // Completion comes from the engine itself: each engine Work runs a hook when it finishes
 // (comm/work.h, whenDone), on the thread that finished it; the last one settles this Work
 // there: it runs the call's finish step if any (copying a flat result into a list, or host
-// copies back into CUDA tensors), marks the Work complete, and completes torch's Future,
-// whose callbacks (DDP's, a comm hook's) run on that thread. A callback may issue further
-// calls on the same group and wait for them (PowerSGD does): the engine runs such calls
-// where they are issued (worker.cc, [Note: calls from a completion]). No thread stands
-// between the engine and torch.
+// copies back into CUDA tensors), completes torch's Future, whose callbacks (DDP's, a comm
+// hook's) run on that thread, and then marks the Work complete, so that a wait() that
+// returns has seen the callbacks run (Gloo's order). A callback may issue further calls
+// on the same group and wait for them (PowerSGD does): the engine runs such calls where
+// they are issued (worker.cc, [Note: calls from a completion]). No thread stands between
+// the engine and torch.
+//
+// That thread may be the caller's, the engine's worker or another thread waiting on the
+// group: never assume which. So the finish step runs under the caller's thread-local state
+// (grad mode, inference mode, dispatch keys: at::ThreadLocalState), taken when the call was
+// made, as torch's own backends carry it into their completion: an output list made under
+// torch.inference_mode() or no_grad() is written as the caller could have written it.
+//
+// The Work records "pycollect:<call>" in torch's profiler from the call until it completes
+// (c10d::Work's profiling title), beside the c10d::<call> event of the issuing, as Gloo's
+// "gloo:<call>".
 //
 // wait() drives the links itself while it waits (Communicator::waitDriving), so a blocking
 // wait ends when the bytes arrive. For CUDA tensors staged through pinned memory, wait()
@@ -17,6 +28,7 @@
 #pragma once
 
 #include <ATen/ATen.h>
+#include <ATen/ThreadLocalState.h>
 #include <ATen/core/ivalue.h>
 #include <torch/csrc/distributed/c10d/Work.hpp>
 
@@ -33,19 +45,20 @@ namespace pycollect::torchb {
 
 class TorchWork : public c10d::Work {
  public:
+  // `profilingTitle`: the profiler's name for it (a literal, or nullptr for none).
   TorchWork(int rank, c10d::OpType type, const char* method, std::vector<at::Tensor> outputs,
-            std::shared_ptr<Communicator> comm, bool blockingWait);
+            std::shared_ptr<Communicator> comm, bool blockingWait, const char* profilingTitle = nullptr);
   ~TorchWork() override;
 
   // Building the Work (before start): the engine operations, in issue order; tensors to
-  // keep alive until it completes; the finish step, run once every engine operation
-  // succeeded, before the Work completes.
+  // keep alive until it completes; finish steps, run in the order added once every engine
+  // operation succeeded, under the caller's thread-local state, before the Work completes.
   void add(std::shared_ptr<pycollect::Work> work) { engine_.push_back(std::move(work)); }
   // The call failed before the engine ran it (`error`): an engine operation already ended
   // with it, which settles the Work as any other failure does.
   void addFailed(std::exception_ptr error);
   void keep(at::Tensor t) { keep_.push_back(std::move(t)); }
-  void setFinish(std::function<void()> fn) { finish_ = std::move(fn); }
+  void addFinish(std::function<void()> fn) { finish_.push_back(std::move(fn)); }
   // Staged (device) calls: the device whose stream the caller's wait() may order (-1: the
   // engine's host device in tests, whose stream is 0).
   void setStaged(int device) { staged_ = true; device_ = device; }
@@ -80,12 +93,13 @@ class TorchWork : public c10d::Work {
   std::shared_ptr<Communicator> comm_;
   bool blockingWait_;
   std::vector<std::shared_ptr<pycollect::Work>> engine_;
-  std::function<void()> finish_;
+  std::vector<std::function<void()>> finish_;
   std::atomic<size_t> pending_{0};
   bool staged_ = false;
   int device_ = -1;
   int32_t source_ = -1;
   c10::intrusive_ptr<c10::ivalue::Future> future_;
+  const at::ThreadLocalState tls_;  // the calling thread's, taken at the call
 };
 
 // An engine error as torch's exception type, with the engine's message (which names the

@@ -49,30 +49,42 @@ def autoload() -> None:
 
 def monitored_barrier(group=None, timeout=None, wait_all_ranks: bool = False) -> None:
     """dist.monitored_barrier for a "pycollect" group: torch's own refuses every backend
-    but Gloo by name before it asks the group, so call this one (same arguments; see
-    docs/torch_backend.md for what it reports)."""
+    but Gloo by name before it asks the group (torch 2.13: `get_backend(group) !=
+    Backend.GLOO`, no hook), so call this one, or the group's own `pg.monitored_barrier(timeout)`
+    (same arguments; see docs/torch_backend.md for what it reports). `timeout` None: the
+    group's (as set at creation or by `pg.set_timeout`)."""
     import torch.distributed as dist
     from torch.distributed.distributed_c10d import _get_default_group, _rank_not_in_group
 
     if _rank_not_in_group(group):
         return None
     pg = _get_default_group() if group is None else group
-    if dist.get_backend(pg) != BACKEND:
+    try:
+        backend = _backend(pg)
+    except TypeError:
         raise ValueError(f"pycollect.torch_backend.monitored_barrier: the group's backend is "
-                         f"{dist.get_backend(pg)!r}; use dist.monitored_barrier")
-    seconds = (timeout.total_seconds() if hasattr(timeout, "total_seconds")
-               else engine_group(pg).timeout.total_seconds() if timeout is None else float(timeout))
-    return _backend(pg).monitored_barrier(seconds, wait_all_ranks=wait_all_ranks)
+                         f"{dist.get_backend(pg)!r}; use dist.monitored_barrier") from None
+    seconds = (-1.0 if timeout is None else timeout.total_seconds() if hasattr(timeout, "total_seconds")
+               else float(timeout))
+    return backend.monitored_barrier(seconds, wait_all_ranks=wait_all_ranks)
 
 
 def _backend(pg):
-    """The native backend object of torch group `pg` (TypeError if it is not this backend's)."""
-    import torch
+    """The native backend of torch group `pg`: that of the device it serves (a device map
+    such as "cpu:gloo,cuda:pycollect" gives the other devices other backends), unwrapped
+    from torch's ProcessGroupWrapper under TORCH_DISTRIBUTED_DEBUG=DETAIL. TypeError if no
+    device of `pg` has it."""
     import torch.distributed as dist
 
-    if dist.get_backend(pg) != BACKEND:
-        raise TypeError(f"{pg!r} is not a group of the {BACKEND!r} backend (its backend is {dist.get_backend(pg)!r})")
-    return pg._get_backend(torch.device("cpu"))
+    from .native import load
+
+    native = load()
+    for device in pg._device_types:
+        backend = pg._get_backend(device)
+        backend = getattr(backend, "wrapped_pg", backend)  # DETAIL's ProcessGroupWrapper
+        if isinstance(backend, native.Backend):
+            return backend
+    raise TypeError(f"{pg!r} is not a group of the {BACKEND!r} backend (its backend is {dist.get_backend(pg)!r})")
 
 
 def engine_group(group=None):
@@ -87,11 +99,16 @@ def engine_group(group=None):
 
 
 def is_backend(obj) -> bool:
-    """Whether `obj` is a torch group of this backend, or this backend's native object."""
+    """Whether `obj` is a torch group with this backend (for one of its devices at least), or
+    this backend's native object."""
     import torch.distributed as dist
 
     from .native import load
 
     if isinstance(obj, dist.ProcessGroup):
-        return dist.get_backend(obj) == BACKEND
+        try:
+            _backend(obj)
+        except TypeError:
+            return False
+        return True
     return isinstance(obj, load().Backend)

@@ -15,6 +15,7 @@ import os
 from .. import api
 from ..group import ProcessGroup as EngineGroup
 from ..rendezvous import _store_host, listen_address
+from . import BACKEND
 
 BUILD_FILE = "torch_build.txt"  # written by the build beside the module (cmake/torch_backend.cmake)
 REBUILD = "pip install --no-build-isolation --force-reinstall --no-deps <pycollect's source directory>"
@@ -58,8 +59,18 @@ def load():
 
 
 def create(options, backend_options=None):
-    """torch's creator hook (extended API: one _DistributedBackendOptions): the group, a torch
-    ProcessGroup whose backend for CPU and CUDA tensors is the native one."""
+    """torch's creator hook (extended API: one _DistributedBackendOptions): the native
+    backend, or, when it serves every device of its group, torch's ProcessGroup with it.
+
+    torch 2.13's _new_process_group_helper takes what the creator returns in one of two
+    ways. A c10d Backend it registers on its own ProcessGroup for the devices the backend
+    string gives it, then goes on to the other devices of a device map
+    ("cpu:gloo,cuda:pycollect"), and under TORCH_DISTRIBUTED_DEBUG=DETAIL wraps it in its
+    ProcessGroupWrapper; but its group is then named "custom" (pg.name(), DDP's logging
+    data) and refuses pg._get_sequence_number_for_group(). A ProcessGroup it takes as the
+    group, for every device, unwrapped, and stops there. So the group is returned only where
+    that loses nothing: pycollect serves every device torch sets up and DETAIL is off
+    (_serves_whole_group); anywhere else, the Backend."""
     native = load()
     store, rank, size, timeout = options.store, options.group_rank, options.group_size, options.timeout
     host = listen_address(os.environ.get("MASTER_ADDR") or _store_host(store))
@@ -80,7 +91,33 @@ def create(options, backend_options=None):
                              engine.options.blocking_wait, forget)
     key.append(backend.engine_key)
     _engines[backend.engine_key] = engine
-    return native.ProcessGroup(store, rank, size, backend)
+    devices = _serves_whole_group()
+    return backend if devices is None else native.ProcessGroup(store, rank, size, backend, devices)
+
+
+def _serves_whole_group():
+    """The devices of the group torch is making, when this backend serves all of them and
+    torch will not wrap it (DETAIL off); else None. torch passes the creator neither, so
+    they are read from its caller, _new_process_group_helper: its `backend_config`, the
+    device -> backend map of the backend string. Where torch keeps them otherwise, None: the
+    Backend is returned, right for every device map, named "custom"."""
+    import sys
+
+    import torch.distributed as dist
+
+    if dist.get_debug_level() == dist.DebugLevel.DETAIL:
+        return None
+    frame = sys._getframe(1)
+    while frame is not None and frame.f_code.co_name != "_new_process_group_helper":
+        frame = frame.f_back
+    config = frame.f_locals.get("backend_config") if frame is not None else None
+    try:
+        devices = dict(config.get_device_backend_map())
+    except AttributeError:
+        return None
+    if not devices or any(str(b).lower() != BACKEND for b in devices.values()):
+        return None
+    return [str(d) for d in devices]
 
 
 def engine_of(backend) -> EngineGroup:

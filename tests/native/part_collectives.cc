@@ -1,7 +1,9 @@
 // The native driver's collectives part: every collective on 3 and 4 ranks over TCP. The
-// four all-reduce algorithms on float32 and int64 (0 .. 1M elements, sum, max, min, avg),
+// four all-reduce algorithms on float32 and int64 (0 .. 1M elements, sum, max, min, avg, the
+// bitwise and and xor),
 // all-gather (ring, Bruck, in place), reduce-scatter, broadcast from every root, barrier,
-// reduce, gather and scatter (uneven shares, one empty), all-to-all, coalesced all-reduce
+// reduce, gather and scatter (uneven shares, one empty), the all-gather of counts that differ
+// by rank, all-to-all, coalesced all-reduce
 // and all-gather, calls issued from completion hooks; each call issued blocking under InlineScope or async and waited on in
 // another way, and rounds of async calls queued back to back and waited on in reverse.
 // Every rank's result is checked against values.h. collectiveSweep is also part_shm.cc's.
@@ -74,6 +76,25 @@ void scatterCase(Communicator& c, size_t base, int root, int style) {
 
 // All-to-all's pair sizes: symmetric (a's to b is as long as b expects), some empty.
 size_t pairLength(int a, int b, size_t scale) { return static_cast<size_t>(((a + 1) * (b + 1)) % 4) * scale; }
+
+// allGatherVaried: rank r gives shareOf(r, base) elements (rank 1's none); every rank gets
+// every share, in rank order, and the counts.
+void variedGatherCase(Communicator& c, size_t base, int style) {
+  const int rank = c.rank(), n = c.size();
+  std::vector<int64_t> in(shareOf(rank, base));
+  for (size_t i = 0; i < in.size(); ++i) in[i] = value<int64_t>(rank, i);
+  auto out = std::make_shared<Communicator::VariedGather>();
+  runCall(c, style, [&] { return c.allGatherVaried(in.data(), in.size(), DType::kInt64, out); });
+  const auto* got = reinterpret_cast<const int64_t*>(out->data.data());
+  size_t at = 0;
+  for (int r = 0; r < n; ++r) {
+    EXPECT_EACH(&out->counts[r], 1, [&](size_t) { return static_cast<uint64_t>(shareOf(r, base)); },
+                "varied all-gather of " << n << " on rank " << rank << ": rank " << r << "'s count");
+    EXPECT_EACH(got + at, shareOf(r, base), [&](size_t i) { return value<int64_t>(r, i); },
+                "varied all-gather of " << n << " on rank " << rank << ": rank " << r << "'s share");
+    at += shareOf(r, base);
+  }
+}
 
 void allToAllCase(Communicator& c, size_t scale, int style) {
   const int rank = c.rank(), n = c.size();
@@ -210,6 +231,7 @@ void collectiveSweep(Communicator& c, const Sweep& sweep) {
       if (sweep.int64) allReduceCase<int64_t>(c, algo, count, ReduceOp::kSum, style++);
     }
     allReduceCase<int64_t>(c, algo, 7, ReduceOp::kMax, style++);
+    allReduceCase<int64_t>(c, algo, 1000, algo == Algo::kRing ? ReduceOp::kBxor : ReduceOp::kBand, style++);
     allReduceCase<float>(c, algo, 1000, ReduceOp::kMin, style++);
     allReduceCase<float>(c, algo, 1001, ReduceOp::kAvg, style++);
   }
@@ -243,6 +265,9 @@ void collectiveSweep(Communicator& c, const Sweep& sweep) {
     scatterCase(c, 3, root, style++);
     scatterCase(c, 4000, root, style++);
   }
+  stage() = "all-gather of counts that differ by rank";
+  variedGatherCase(c, 3, style++);
+  variedGatherCase(c, 20000, style++);
   stage() = "all-to-all";
   allToAllCase(c, 5, style++);
   allToAllCase(c, 20000, style++);

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <algorithm>
+#include <type_traits>
 
 #include "harness.h"
 
@@ -37,6 +38,13 @@ T reduced(ReduceOp op, int n, size_t i) {
     switch (op) {
       case ReduceOp::kMax: acc = std::max(acc, v); break;
       case ReduceOp::kMin: acc = std::min(acc, v); break;
+      case ReduceOp::kBand:
+      case ReduceOp::kBor:
+      case ReduceOp::kBxor:
+        if constexpr (std::is_integral_v<T>) {
+          acc = op == ReduceOp::kBand ? (acc & v) : op == ReduceOp::kBor ? (acc | v) : (acc ^ v);
+        }
+        break;
       default: acc += v; break;
     }
   }
