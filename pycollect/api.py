@@ -362,18 +362,24 @@ def _recv(tensor, src: Optional[int], group, tag: int, async_op: bool):
     if src is None and g.size == 1:
         raise ValueError("recv(src=None): the group has no other rank to receive from")
     peer = _C.ANY_SOURCE if src is None else g.group_rank(src, "recv(src)")
-    received = []  # the engine's RecvWork: who sent the message, and its size
+    if async_op:
+        work = _run(g, lambda c, blk: c.recv(b.address, b.numel, b.code, peer, tag, blk), (b,), True)
+        # work._cwork: the engine's RecvWork, which knows the sender and the message's size
+        work.source_rank = (lambda: src) if src is not None else \
+            (lambda: g.ranks[work._cwork.source] if work.wait() else None)
+        work.received_bytes = lambda: work._cwork.bytes if work.wait() else None
+        return work
+    if src is not None:
+        _run(g, lambda c, blk: c.recv(b.address, b.numel, b.code, peer, tag, blk), (b,), False)
+        return src
+    received = []  # a blocking call's engine Work: whoever's message matched
 
     def launch(c, blocking):
         received.append(c.recv(b.address, b.numel, b.code, peer, tag, blocking))
         return received[0]
 
-    work = _run(g, launch, (b,), async_op)
-    if not async_op:
-        return g.ranks[received[0].source]
-    work.source_rank = lambda: g.ranks[received[0].source] if work.wait() else None
-    work.received_bytes = lambda: received[0].bytes if work.wait() else None
-    return work
+    _run(g, launch, (b,), False)
+    return g.ranks[received[0].source]
 
 
 def _settled(work, async_op: bool, result=lambda: None):

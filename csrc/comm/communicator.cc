@@ -69,7 +69,7 @@ void Communicator::setAutoTables(std::vector<AutoRow> allreduce, std::vector<Aut
 
 Communicator::Communicator(int rank, int size, CommOptions options)
     : owner_(), rank_(rank), size_(size), options_(options), p2p_(rank, size > 0 ? size : 1, options.p2p),
-      tracing_(options.trace), recorder_(size), flight_(options.flightEntries), hierarchy_(eachAlone(size), rank) {
+      sendSeq_(size > 0 ? size : 1, 0), tracing_(options.trace), recorder_(size), flight_(options.flightEntries), hierarchy_(eachAlone(size), rank) {
   if (size < 1) throw InvalidArgument("world size must be >= 1, got " + std::to_string(size));
   if (rank < 0 || rank >= size) {
     throw InvalidArgument("rank " + std::to_string(rank) + " is outside [0, " +

@@ -393,6 +393,7 @@ class Communicator {
   } messages_{*this};
 
   uint64_t seq_ = 0;                 // collective calls issued (under mu_)
+  std::vector<uint64_t> sendSeq_;    // messages issued to each peer (under mu_)
   std::map<std::string, uint64_t> calls_;
   std::atomic<bool> tracing_{false};
   trace::Recorder recorder_;

@@ -42,12 +42,11 @@ void PointToPoint::setLinks(std::vector<Link*> links) {
 
 void PointToPoint::post(std::unique_ptr<P2POp> owned) {
   P2POp* op = owned.get();
-  ops_.emplace(op, std::move(owned));
+  op->slot = ops_.size();
+  ops_.push_back(std::move(owned));
   nextDeadline_ = std::min(nextDeadline_, op->deadline);
   op->work->flight().started();
   if (op->send) {
-    op->id = peers_[op->peer].nextId++;
-    op->work->flight().numbered(op->id);
     op->work->flight().waiting(op->peer);
     sendMessage(*op);
     return;
@@ -223,7 +222,7 @@ void PointToPoint::handle(int from) {
                       ", message #" + std::to_string(f.id) + "): the two ranks are out of step");
 }
 
-std::list<P2POp*>::iterator PointToPoint::findPosted(int from, int tag) {
+std::vector<P2POp*>::iterator PointToPoint::findPosted(int from, int tag) {
   return std::find_if(posted_.begin(), posted_.end(), [&](const P2POp* r) {
     return (r->peer == from || r->peer == kAnySource) && r->tag == tag;
   });
@@ -235,7 +234,7 @@ PointToPoint::UnexpectedIt PointToPoint::findUnexpected(const P2POp& r) {
   });
 }
 
-void PointToPoint::unpost(std::list<P2POp*>::iterator it) {
+void PointToPoint::unpost(std::vector<P2POp*>::iterator it) {
   const int peer = (*it)->peer;
   posted_.erase(it);
   if (peer != kAnySource) {
@@ -326,9 +325,13 @@ void PointToPoint::activate(int peer) {
 }
 
 void PointToPoint::done(P2POp* op, std::exception_ptr error) {
-  auto it = ops_.find(op);
-  completed_.emplace_back(std::move(it->second), error);
-  ops_.erase(it);
+  const size_t slot = op->slot;
+  completed_.emplace_back(std::move(ops_[slot]), error);
+  if (slot + 1 != ops_.size()) {  // the last one takes its place
+    ops_[slot] = std::move(ops_.back());
+    ops_[slot]->slot = slot;
+  }
+  ops_.pop_back();
 }
 
 void PointToPoint::failOp(P2POp* op, std::exception_ptr error) {
@@ -338,10 +341,13 @@ void PointToPoint::failOp(P2POp* op, std::exception_ptr error) {
 }
 
 void PointToPoint::finishCompleted() {
-  // Moved out first: a hook may post more (Communicator::enqueue, from a completion).
-  auto completed = std::move(completed_);
-  completed_.clear();
-  for (auto& [op, error] : completed) {
+  // Taken out of completed_ first: a hook may post more (Communicator::enqueue, from a
+  // completion), which completes into completed_ and is finished by that post's own call.
+  if (completed_.empty()) return;
+  Completed batch;
+  batch.swap(finishing_);  // its spare capacity goes to completed_ below
+  batch.swap(completed_);
+  for (auto& [op, error] : batch) {
     if (!op->send && !error) {
       static_cast<RecvWork&>(*op->work).setReceived(op->from, op->got);
       if (op->sourceOut != nullptr) *op->sourceOut = op->from;
@@ -353,6 +359,8 @@ void PointToPoint::finishCompleted() {
       op->work->finish(error);
     }
   }
+  batch.clear();
+  if (finishing_.capacity() < batch.capacity()) finishing_.swap(batch);
 }
 
 std::vector<std::shared_ptr<Work>> PointToPoint::takeDeferred() {
@@ -365,7 +373,7 @@ Clock::time_point PointToPoint::nextDeadline() const { return nextDeadline_; }
 
 void PointToPoint::checkDeadlines(Clock::time_point now) {
   nextDeadline_ = Clock::time_point::max();
-  for (auto& [ptr, op] : ops_) {
+  for (auto& op : ops_) {
     if (now <= op->deadline) {
       nextDeadline_ = std::min(nextDeadline_, op->deadline);
       continue;
@@ -381,7 +389,7 @@ void PointToPoint::checkDeadlines(Clock::time_point now) {
     } else {
       why = "the rest of rank " + std::to_string(op->from) + "'s message #" + std::to_string(op->id);
     }
-    failOp(ptr, std::make_exception_ptr(TimeoutError(
+    failOp(op.get(), std::make_exception_ptr(TimeoutError(
                     describe(*op, rank_) + " timed out after " + seconds(now - op->posted) + " s waiting for " + why)));
   }
 }
@@ -413,7 +421,7 @@ void PointToPoint::failAll(const std::string& reason) {
     p.credit = options_.creditBytes;
   }
   nextDeadline_ = Clock::time_point::max();
-  for (auto& [ptr, op] : ops) {
+  for (auto& op : ops) {
     auto error = std::make_exception_ptr(GroupFailedError(op->work->what() + " did not complete: " + reason));
     if (deferHooks_) {
       op->work->finishDeferred(error);

@@ -76,12 +76,14 @@ struct P2POp {
   int32_t* sourceOut = nullptr;  // a receive: the sender's rank is also written here, if set
   Clock::time_point posted;
   Clock::time_point deadline;
-  // Set as it goes: the message's number (a send's when posted, a receive's when matched),
-  // the sender and the message's size (a receive), and a send's frame (until it is sent).
+  // The message's number: a send's, given when issued (per pair, in the order posted); a
+  // receive's, its message's once matched. Then, set as it goes, the sender and the
+  // message's size (a receive), and a send's frame (until it is sent).
   uint64_t id = 0;
   int from = -1;
   size_t got = 0;
   Frame frame;
+  size_t slot = 0;  // where the engine keeps it among the ops in flight (PointToPoint::ops_)
 };
 
 struct P2POptions {
@@ -152,7 +154,6 @@ class PointToPoint {
     std::deque<Frame> answers;  // Go and Credit frames until sent (stable: deque ends only)
     std::unordered_map<uint64_t, P2POp*> awaitingGo;    // sends announced by Ready
     std::unordered_map<uint64_t, P2POp*> awaitingData;  // receives that answered Go
-    uint64_t nextId = 0;  // messages sent to the peer
     size_t credit = 0;    // eager bytes this rank may still send the peer
     size_t owed = 0;      // eager bytes received from the peer and matched, not given back
     int postedFrom = 0;   // posted receives naming the peer
@@ -160,10 +161,10 @@ class PointToPoint {
   };
 
   // The receive among posted_ that a message from `from` with `tag` matches, or end().
-  std::list<P2POp*>::iterator findPosted(int from, int tag);
+  std::vector<P2POp*>::iterator findPosted(int from, int tag);
   // The oldest unexpected message that receive `op` matches, or end().
   UnexpectedIt findUnexpected(const P2POp& op);
-  void unpost(std::list<P2POp*>::iterator it);
+  void unpost(std::vector<P2POp*>::iterator it);
   // `r` matched message `id` of `bytes` from `from`: its sizes checked, its fields set.
   void matched(P2POp& r, int from, uint64_t id, size_t bytes);
   void takeUnexpected(P2POp& r, UnexpectedIt u);
@@ -189,11 +190,13 @@ class PointToPoint {
   const P2POptions options_;
   std::vector<Peer> peers_;
   std::vector<int> active_;  // the peers poll() looks at: something of theirs is in flight
-  std::unordered_map<P2POp*, std::unique_ptr<P2POp>> ops_;  // everything in flight
-  std::list<P2POp*> posted_;           // receives not yet matched, oldest first
+  // Vectors, not lists or maps: after the first few calls a message allocates nothing here.
+  std::vector<std::unique_ptr<P2POp>> ops_;  // everything in flight, in no order (P2POp::slot)
+  std::vector<P2POp*> posted_;         // receives not yet matched, oldest first
   int postedAny_ = 0;                  // ... of which from any source
   std::list<Unexpected> unexpected_;   // in arrival order
-  std::vector<std::pair<std::unique_ptr<P2POp>, std::exception_ptr>> completed_;
+  using Completed = std::vector<std::pair<std::unique_ptr<P2POp>, std::exception_ptr>>;
+  Completed completed_, finishing_;    // to finish at the end of a poll; its spare (capacity kept)
   Clock::time_point nextDeadline_ = Clock::time_point::max();
   bool deferHooks_ = false;
   std::vector<std::shared_ptr<Work>> deferred_;

@@ -149,6 +149,9 @@ std::shared_ptr<Work> Communicator::issueP2P(std::unique_ptr<P2POp> op) {
     work = std::make_shared<RecvWork>(std::move(what));
   }
   op->work = work;
+  // Numbered now, under the lock: sends are posted in the order issued (whoever posts takes
+  // what was submitted before it first), so the numbers follow each pair's order on the wire.
+  if (op->send) op->id = op->call.seq = sendSeq_[op->peer]++;
   flight::Call call = flightCall(op->call);
   call.peer = op->peer == kAnySource ? flight::kAnyPeer : op->peer;
   call.send = op->send;

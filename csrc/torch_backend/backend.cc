@@ -70,8 +70,10 @@ Backend::~Backend() {
 }
 
 c10::intrusive_ptr<TorchWork> Backend::make(OpType type, const char* method, std::vector<at::Tensor> outputs) {
+  // c10d::Work makes a RecordFunction for a title whether or not anything records: only
+  // while a profiler (any RecordFunction callback) is on.
   return c10::make_intrusive<TorchWork>(rank_, type, method, std::move(outputs), comm_, settings_.blockingWait,
-                                        profilingTitle(type));
+                                        at::hasCallbacks() ? profilingTitle(type) : nullptr);
 }
 
 WorkPtr Backend::launch(c10::intrusive_ptr<TorchWork> work) {

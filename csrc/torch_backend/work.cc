@@ -106,7 +106,7 @@ void TorchWork::settle() {
   }
   if (!error && !finish_.empty()) {
     try {
-      at::ThreadLocalStateGuard callers(tls_);
+      at::ThreadLocalStateGuard callers(*tls_);
       c10::OptionalDeviceGuard guard;
       if (device_ >= 0) guard.reset_device(c10::Device(c10::DeviceType::CUDA, static_cast<c10::DeviceIndex>(device_)));
       for (auto& step : finish_) step();

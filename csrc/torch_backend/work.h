@@ -35,6 +35,7 @@
 #include <atomic>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -58,7 +59,10 @@ class TorchWork : public c10d::Work {
   // with it, which settles the Work as any other failure does.
   void addFailed(std::exception_ptr error);
   void keep(at::Tensor t) { keep_.push_back(std::move(t)); }
-  void addFinish(std::function<void()> fn) { finish_.push_back(std::move(fn)); }
+  void addFinish(std::function<void()> fn) {
+    if (!tls_) tls_.emplace();  // the caller's (a step is added as the call is made); only for a Work with one
+    finish_.push_back(std::move(fn));
+  }
   // Staged (device) calls: the device whose stream the caller's wait() may order (-1: the
   // engine's host device in tests, whose stream is 0).
   void setStaged(int device) { staged_ = true; device_ = device; }
@@ -99,7 +103,7 @@ class TorchWork : public c10d::Work {
   int device_ = -1;
   int32_t source_ = -1;
   c10::intrusive_ptr<c10::ivalue::Future> future_;
-  const at::ThreadLocalState tls_;  // the calling thread's, taken at the call
+  std::optional<at::ThreadLocalState> tls_;  // the calling thread's, taken with the first finish step
 };
 
 // An engine error as torch's exception type, with the engine's message (which names the
