@@ -83,6 +83,26 @@ def new_group(ranks: Optional[Sequence[int]] = None, timeout=None, backend: Opti
     return g
 
 
+def shrink_group(ranks_to_exclude: Sequence[int], group=None, abort: bool = True) -> ProcessGroup:
+    """The group (None: the default one) without `ranks_to_exclude` (ranks of that group),
+    as torch's shrink_group: typically after a call raised PeerLostError naming a lost rank,
+    every survivor calls it with that rank, and goes on with the group it returns (the
+    survivors renumbered in order). The group shrunk is destroyed; with `abort` first, so
+    that a call still blocked on it ends at once. Shrinking the default group makes the new
+    one the default and destroys every other group (their ranks are renumbered), as torch
+    does. Ranks that disagree about whom to exclude raise MismatchError naming both views;
+    a survivor that never calls it, CollectiveTimeoutError naming it (docs/architecture.md)."""
+    g = _group(group)
+    new = g.shrunk(ranks_to_exclude, abort=abort)
+    if g is world.default_group:
+        for other in [o for o in world.groups if o is not g]:
+            destroy_process_group(other)
+        world.default_group, world.global_rank = new, new.rank
+    destroy_process_group(g)
+    world.groups.append(new)
+    return new
+
+
 def register_group(group: ProcessGroup) -> ProcessGroup:
     """Let a group made outside new_group (the torch backend makes one per torch group) be
     passed as group= to every call here, and be destroyed with the others."""

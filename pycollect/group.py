@@ -18,6 +18,7 @@ from .errors import PyCollectError
 from .failures import Failures
 from .formation import Formation
 from .options import WIRE_SETTINGS, Options, default_single_copy_bytes, default_spin_us
+from .shrink import agree, checked_exclusion, shrunk_name
 from .topology import Topology
 from .tuning import Params
 from .types import TraceEvent
@@ -76,6 +77,7 @@ class ProcessGroup:
         self._comm = _C.Communicator(self.rank, self.size, comm_options)
         formed = Formation(name, store, self.ranks, self.rank, timeout, self.options, self._comm, wire)
         formed.connect(host)
+        self._store, self._host, self._keys = store, host, formed.keys  # where it formed (shrunk)
         self.topology: Topology = formed.topology  # which ranks share a host
         self.model: Optional[Params] = formed.model  # the cost model behind "auto" (None: thresholds)
         # What "auto" runs: {CommOptions field: [(max_bytes, algo code), ...]}; {} keeps the thresholds.
@@ -233,6 +235,20 @@ class ProcessGroup:
             raise RuntimeError(f"the trace buffer of {self!r} was full: {dropped} events were dropped; "
                                "take_trace() more often or trace fewer calls")
         return [TraceEvent(self.rank, *e) for e in events]
+
+    def shrunk(self, excluded: Sequence[int], abort: bool = True) -> "ProcessGroup":
+        """A new group of this one's ranks but `excluded` (ranks of this group), this rank
+        renumbered among the rest as torch does; the survivors must all call it with the same
+        ranks (shrink.py: how they agree, and why they form anew). With `abort`, this group
+        fails first ("shrunk"), so that a call still blocked on it ends at once; without, its
+        calls in flight go on until it is destroyed."""
+        excluded = checked_exclusion(excluded, self.size, self.rank)
+        if abort:
+            self.abort(f"shrunk: rank(s) {excluded} excluded")
+        agree(self._store, self._keys, self.rank, self.size, excluded, self.timeout.total_seconds())
+        members = [r for i, r in enumerate(self.ranks) if i not in excluded]
+        return ProcessGroup(shrunk_name(self.name, excluded), self._store, members, self.ranks[self.rank],
+                            self.timeout, self._host, self.options)
 
     def abort(self, reason: str) -> None:
         """Fail the group from any thread: later calls raise GroupFailedError naming `reason`,

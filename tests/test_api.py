@@ -1,5 +1,5 @@
 """API behaviour and bad input: async handles, ordering, the GIL, numpy inputs,
-send/recv, new_group, and every error path that must be caught before anything is
+send/recv, new_group, shrink_group's refusals, and every error path that must be caught before anything is
 sent. The session's 4-rank pool (conftest.py); a case that breaks a group uses a fresh
 sub-group so the pool stays usable.
 """
@@ -9,6 +9,7 @@ import time
 
 import numpy as np
 import pytest
+import shrink_cases
 import torch
 
 import pycollect as pc
@@ -535,6 +536,19 @@ def test_messages_match_by_source_and_tag(pool4):
                 assert received[q, tag] == (q, 4 * sizes[tag], [100.0 * q + 10 * r + tag], [-1.0, -1.0]), \
                     (r, q, tag, received[q, tag])
         assert sorted(anyone) == [(q, [float(q)] * 3) for q in peers], (r, anyone)
+
+
+def test_shrink_refuses_survivors_that_disagree_or_stay_away(pool4):
+    """Ranks that exclude different ranks all raise MismatchError naming both views, at once;
+    a survivor that never shrinks is named by the others' CollectiveTimeoutError, within the
+    group's timeout (2 s) and a second."""
+    disagree = pool4.run(shrink_cases.case_shrink_disagreement, "disagree", timeout=60)
+    for r, (name, msg, took) in enumerate(disagree[:3]):
+        assert name == "MismatchError" and "[3]" in msg and "[1, 3]" in msg and took < 2.0, (r, name, msg, took)
+    missing = pool4.run(shrink_cases.case_shrink_disagreement, "missing", timeout=60)
+    for r, (name, msg, took) in enumerate(missing[:2]):
+        assert name == "CollectiveTimeoutError" and "rank(s) [2]" in msg and 2.0 <= took < 3.0, (r, name, msg, took)
+    assert missing[2:] == [None, None] and disagree[3] is None
 
 
 def test_transfers_complete_whoever_moves_the_bytes(pool4):

@@ -8,6 +8,7 @@ import time
 
 import pytest
 import torch
+import shrink_cases
 from fault_cases import case_all_reduce_until_failure, case_host_and_sum
 
 import pycollect as pc
@@ -84,6 +85,34 @@ def test_killed_rank_fails_every_other_rank_fast(transport, algo):
         assert later == "GroupFailedError", f"rank {r}: {later}"
     # Segments lose their names once both ends have them mapped: a SIGKILL leaves none.
     assert glob.glob("/dev/shm/pycollect-*") == []
+
+
+@pytest.mark.slow
+def test_survivors_shrink_and_go_on_after_a_rank_is_killed():
+    """4 ranks all-reduce on a "pycollect" torch group; rank 3 is SIGKILLed mid-call. Every
+    survivor's call fails naming it; each then shrinks that group (dist.shrink_group,
+    SHRINK_ABORT) and pycollect's own default group (pc.shrink_group), renumbered 0..2, and on
+    the shrunk groups an all-reduce, an all-gather and a reduce-scatter match numpy and a DDP
+    step matches a fresh Gloo group of the survivors to the bit."""
+    with RankPool(4, timeout=60) as pool:
+        assert pool.run(shrink_cases.case_torch_group) == [4] * 4
+        pool.submit(shrink_cases.case_torch_all_reduce_until_lost)
+        time.sleep(1.0)
+        killed_at = time.time()
+        pool.kill(3)
+        lost = pool.collect(ranks=[0, 1, 2], timeout=30)
+        # Each names the rank it lost its link to: rank 3, or a survivor that failed first.
+        for r, (ok, (name, msg, at)) in zip([0, 1, 2], lost):
+            assert ok and "rank " in msg and at - killed_at < 5.0, (r, name, msg, at - killed_at)
+        assert any("rank 3" in msg for _, (_, msg, _) in lost), lost
+        results = pool.run_raw(shrink_cases.case_shrink_and_go_on, 3, ranks=[0, 1, 2], timeout=60)
+    for r, (ok, out) in zip([0, 1, 2], results):
+        assert ok, f"rank {r}: {out}"
+        assert out["torch_rank_size"] == (r, 3) and out["api_rank_size"] == (r, 3), (r, out)
+        assert out["all_reduce"] and out["all_gather"] and out["reduce_scatter"], (r, out)
+        assert out["ddp_bitwise"] and out["ddp_moved"], (r, out)
+        assert out["api_all_reduce"] == [6.0] * 5, (r, out)
+        assert out["torch_shrink_s"] < 2.0 and out["api_shrink_s"] < 2.0, (r, out)
 
 
 def test_ipv6_loopback():

@@ -10,9 +10,6 @@
 
 namespace pycollect::torchb {
 
-namespace {
-
-// Whether Python can still take a call or a reference (not during interpreter teardown).
 bool pythonAlive() {
 #if PY_VERSION_HEX >= 0x030D0000
   return Py_IsInitialized() && !Py_IsFinalizing();
@@ -20,6 +17,8 @@ bool pythonAlive() {
   return Py_IsInitialized() && !_Py_IsFinalizing();
 #endif
 }
+
+namespace {
 
 // The profiler's name for a Work of `type`: Gloo's "gloo:<call>" names with our prefix
 // (the coalesced and base forms share their call's name, as on Gloo).
@@ -218,6 +217,7 @@ void Backend::setSequenceNumberForGroup() { seq_.store(0); }  // every rank star
 uint64_t Backend::getSequenceNumberForGroup() { return seq_.load(); }
 
 void Backend::release() {
+  shrinker_ = nullptr;  // drops its Python object (under the GIL, module.cc)
   PyObject* callback = onShutdown_;
   onShutdown_ = nullptr;
   if (callback != nullptr && pythonAlive()) {
@@ -235,6 +235,16 @@ void Backend::release() {
 }
 
 void Backend::shutdown() { release(); }
+
+c10::intrusive_ptr<c10d::Backend> Backend::shrink(const std::vector<int64_t>& ranksToExclude, int shrinkFlags,
+                                                  const c10::intrusive_ptr<c10d::Backend::Options>& optsOverride) {
+  if (!shrinker_) C10_THROW_ERROR(NotImplementedError, "pycollect backend: shrink: this backend cannot shrink");
+  if (optsOverride) {
+    C10_THROW_ERROR(NotImplementedError, "pycollect backend: shrink: the new group takes the group's own options "
+                                         "(pg_options is not supported)");
+  }
+  return shrinker_(ranksToExclude, shrinkFlags);
+}
 
 void Backend::abort() { release(); }
 

@@ -26,6 +26,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -42,6 +43,9 @@ namespace pycollect::torchb {
 using c10d::OpType;
 using WorkPtr = c10::intrusive_ptr<c10d::Work>;
 
+// Whether Python can still take a call or a reference (not during interpreter teardown).
+bool pythonAlive();
+
 class Backend : public c10d::Backend {
  public:
   struct Settings {
@@ -54,6 +58,13 @@ class Backend : public c10d::Backend {
 
   const std::string getBackendName() const override { return "pycollect"; }
   bool supportsCoalescing() const override { return true; }
+  // dist.shrink_group: the survivors' new backend, made by `shrinker` (set by the Python side,
+  // pycollect/torch_backend/native.py: the engine group shrunk, a Backend over it).
+  using Shrinker = std::function<c10::intrusive_ptr<Backend>(const std::vector<int64_t>& excluded, int flags)>;
+  void setShrinker(Shrinker shrinker) { shrinker_ = std::move(shrinker); }
+  bool supportsShrinking() const override { return static_cast<bool>(shrinker_); }
+  c10::intrusive_ptr<c10d::Backend> shrink(const std::vector<int64_t>& ranksToExclude, int shrinkFlags,
+                                           const c10::intrusive_ptr<c10d::Backend::Options>& optsOverride) override;
   void startCoalescing() override;
   WorkPtr endCoalescing() override;
 
@@ -172,6 +183,7 @@ class Backend : public c10d::Backend {
 
   c10::intrusive_ptr<c10d::Store> store_;
   std::shared_ptr<Communicator> comm_;
+  Shrinker shrinker_;
   Settings settings_;
   PyObject* onShutdown_;  // Python: forget the engine group (pycollect.api); owned reference
   int cudaDevice_ = -1;   // the device of the group's CUDA calls (its first one's)

@@ -44,6 +44,21 @@ class NamedGroup : public c10d::ProcessGroup {
   c10::intrusive_ptr<Backend> backend_;
 };
 
+// A Python object kept by C++ that may be dropped on any thread: released under the GIL (or
+// leaked while the interpreter is ending, when no Python may run).
+struct Held {
+  explicit Held(py::object o) : object(std::move(o)) {}
+  ~Held() {
+    if (pythonAlive()) {
+      py::gil_scoped_acquire gil;
+      object = py::object();
+    } else {
+      object.release();
+    }
+  }
+  py::object object;
+};
+
 std::shared_ptr<Communicator> fromCapsule(const py::capsule& capsule) {
   void* p = PyCapsule_GetPointer(capsule.ptr(), kCommunicatorCapsule);
   if (p == nullptr) throw py::error_already_set();
@@ -71,6 +86,16 @@ PYBIND11_MODULE(_torch, m) {
            py::arg("blocking_wait") = false, py::arg("on_shutdown") = py::none())
       // Identifies the backend to pycollect.torch_backend (its engine group), across wrappers.
       .def_property_readonly("engine_key", [](const Backend& b) { return reinterpret_cast<uintptr_t>(&b); })
+      // dist.shrink_group: `shrinker(excluded, flags)` returns the survivors' Backend (native.py).
+      .def("set_shrinker",
+           [](Backend& b, py::object shrinker) {
+             auto held = std::make_shared<Held>(std::move(shrinker));
+             b.setShrinker([held](const std::vector<int64_t>& excluded, int flags) {
+               py::gil_scoped_acquire gil;
+               return held->object(excluded, flags).cast<c10::intrusive_ptr<Backend>>();
+             });
+           },
+           py::arg("shrinker"))
       .def("monitored_barrier",
            [](Backend& b, double timeoutSec, bool waitAllRanks) {
              c10d::BarrierOptions opts;

@@ -81,18 +81,35 @@ def create(options, backend_options=None):
     made = _made.get(group_id, 0)
     _made[group_id] = made + 1
     engine = api.register_group(EngineGroup(f"tb{made}", store, range(size), rank, timeout, host))
+    backend = _backend_over(engine, store)
+    devices = _serves_whole_group()
+    return backend if devices is None else native.ProcessGroup(store, rank, size, backend, devices)
+
+
+SHRINK_ABORT = 0x01  # torch.distributed's flag: end the group's calls in flight first
+
+
+def _backend_over(engine: EngineGroup, store):
+    """The native backend over a formed engine group (registered with pycollect.api), which
+    forgets the group when torch shuts it down, and which shrinks into another such backend
+    (dist.shrink_group: the engine group shrunk, shrink.py)."""
+    native = load()
     key = []
 
     def forget() -> None:  # the backend's shutdown or abort, once
         _engines.pop(key[0] if key else None, None)
         api.unregister_group(engine)
 
-    backend = native.Backend(store, rank, size, engine._comm.capsule(), timeout.total_seconds(),
-                             engine.options.blocking_wait, forget)
+    def shrink(excluded, flags: int):
+        survivors = api.register_group(engine.shrunk(excluded, abort=bool(flags & SHRINK_ABORT)))
+        return _backend_over(survivors, store)
+
+    backend = native.Backend(store, engine.rank, engine.size, engine._comm.capsule(),
+                             engine.timeout.total_seconds(), engine.options.blocking_wait, forget)
+    backend.set_shrinker(shrink)  # holds `engine` and `store`, not the backend: no cycle
     key.append(backend.engine_key)
     _engines[backend.engine_key] = engine
-    devices = _serves_whole_group()
-    return backend if devices is None else native.ProcessGroup(store, rank, size, backend, devices)
+    return backend
 
 
 def _serves_whole_group():
