@@ -30,7 +30,7 @@ LAYERS: List[List[str]] = [
     ["api"],                                   # init_process_group, all_reduce, ...
     ["rendezvous", "world"],                   # finding the store; this process's groups, and a fork
     ["group"],                                 # ProcessGroup: owns one C++ Communicator, issues the calls
-    ["formation", "failures"],                 # the ranks meet and connect; what they report when it fails
+    ["formation", "failures", "shrink"],       # the ranks meet and connect; what they report when it fails; survivors agree
     ["work", "_device", "flight", "topology"],  # ...; the flight recorder's files; hosts
     ["options"],
     ["tuning"],                                # what the engine needs of the cost model at run time
