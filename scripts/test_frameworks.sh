@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The framework tier (docs/frameworks.md): DeepSpeed, Accelerate, Ray Train and Lightning on
-# the "pycollect" backend, each against Gloo (tests/test_frameworks.py). Not part of
+# the "pycollect" backend, each against Gloo (tests/test_frameworks.py), and torchft's own
+# tests on pycollect's torchft group beside its Gloo one (tests/test_torchft.py). Not part of
 # scripts/test.sh: the installs take minutes. Sets up like scripts/setup.sh, installs the
 # frameworks into .venv (torch and numpy pinned to what is installed: never replaced),
 # builds DeepSpeed's CPU ops once (cached in ~/.cache/torch_extensions or
@@ -18,7 +19,7 @@ trap 'rm -f "$constraints"' EXIT
 "$PY" -m pip freeze | grep -iE '^(torch|numpy)==' > "$constraints"
 echo "test_frameworks: pinned $(tr '\n' ' ' < "$constraints")"
 
-FRAMEWORKS=(deepspeed accelerate "ray[train]" lightning)
+FRAMEWORKS=(deepspeed accelerate "ray[train]" lightning torchft==0.2.0 parameterized)
 # About 2.5 min the first time; 2 s once they are there.
 if ! "$PY" -m pip install -q -c "$constraints" "${FRAMEWORKS[@]}"; then
   # One at a time, so that one that cannot be installed costs only its own test.
@@ -27,7 +28,7 @@ if ! "$PY" -m pip install -q -c "$constraints" "${FRAMEWORKS[@]}"; then
       echo "test_frameworks: NOT INSTALLED: $f (pip's error above); its test is skipped"
   done
 fi
-"$PY" -m pip freeze | grep -iE '^(torch|numpy|deepspeed|accelerate|ray|lightning)==' | tr '\n' ' '
+"$PY" -m pip freeze | grep -iE '^(torch|numpy|deepspeed|accelerate|ray|lightning|torchft)==' | tr '\n' ' '
 echo
 echo "test_frameworks: installs $((SECONDS - start)) s"
 
@@ -45,6 +46,6 @@ fi
 
 t=$SECONDS
 rc=0
-TEST_FRAMEWORKS=1 "$PY" -m pytest -q -rs tests/test_frameworks.py "$@" || rc=$?
+TEST_FRAMEWORKS=1 "$PY" -m pytest -q -rs tests/test_frameworks.py tests/test_torchft.py "$@" || rc=$?
 echo "test_frameworks: tests $((SECONDS - t)) s, total $((SECONDS - start)) s (setup.sh not counted)"
 exit $rc

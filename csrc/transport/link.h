@@ -14,9 +14,10 @@
 namespace pycollect {
 
 // What every link says when its peer closed the connection (a FIN: it exited, crashed
-// or failed), whatever carries the bytes.
+// or failed), whatever carries the bytes. It starts as Gloo's message for the same event
+// does, which tools that tell a lost peer from other errors look for (torchft's tests do).
 inline std::string closedByPeer(int peer) {
-  return "connection to rank " + std::to_string(peer) + " was closed by the peer (it exited, crashed or failed)";
+  return "Connection closed by peer rank " + std::to_string(peer) + " (it exited, crashed or failed)";
 }
 
 class Link {

@@ -72,18 +72,26 @@ def create(options, backend_options=None):
     that loses nothing: pycollect serves every device torch sets up and DETAIL is off
     (_serves_whole_group); anywhere else, the Backend."""
     native = load()
-    store, rank, size, timeout = options.store, options.group_rank, options.group_size, options.timeout
-    host = listen_address(os.environ.get("MASTER_ADDR") or _store_host(store))
+    store, rank, size = options.store, options.group_rank, options.group_size
     # torch gives every group its own PrefixStore, named after the group; a group made
     # again under the same name in this process (destroy_process_group, then
     # init_process_group on the same store) gets keys of its own: its count.
     group_id = str(options.group_id)
     made = _made.get(group_id, 0)
     _made[group_id] = made + 1
-    engine = api.register_group(EngineGroup(f"tb{made}", store, range(size), rank, timeout, host))
-    backend = _backend_over(engine, store)
+    backend = form_backend(f"tb{made}", store, rank, size, options.timeout)
     devices = _serves_whole_group()
     return backend if devices is None else native.ProcessGroup(store, rank, size, backend, devices)
+
+
+def form_backend(name: str, store, rank: int, size: int, timeout):
+    """An engine group named `name` formed on `store` (its ranks meet there, under the name:
+    formation.py), and the native backend over it: what torch's creator returns, and
+    torchft's wrapper (torchft.py)."""
+    load()
+    host = listen_address(os.environ.get("MASTER_ADDR") or _store_host(store))
+    engine = api.register_group(EngineGroup(name, store, range(size), rank, timeout, host))
+    return _backend_over(engine, store)
 
 
 SHRINK_ABORT = 0x01  # torch.distributed's flag: end the group's calls in flight first

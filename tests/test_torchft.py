@@ -1,0 +1,183 @@
+"""torchft on pycollect (pycollect.torch_backend.torchft.ProcessGroupPycollect), against
+torchft's own Gloo group in the same run: torchft's own tests, run on both.
+
+- process_group_test: every collective torchft uses, at 3 ranks (threads of this process, as
+  torchft's MultiPgBaseTest runs them), healthy and with a rank lost and the group
+  reconfigured without it; Gloo's group skips all-to-all and both reduce-scatters (it has
+  none), pycollect's runs them all. Also torchft's one-rank API test with DDP on top.
+- manager_integ_test: DDP under torchft's Manager with the Rust lighthouse, 2 replica groups
+  (1 and 2 ranks each), healthy and recovering from a replica group that fails mid-training
+  and rejoins from a live checkpoint: the final parameters equal across replicas.
+- local_sgd_integ_test: LocalSGD and DiLoCo (plain and streaming), healthy and recovering.
+
+torchft's tests build their groups with torchft.process_group.ProcessGroupGloo by name; each
+pycollect case swaps that name for ProcessGroupPycollect in the test's module and checks that
+pycollect's groups were the ones made. Framework tier (scripts/test_frameworks.sh installs
+torchft); skipped without TEST_FRAMEWORKS=1.
+"""
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+import unittest
+
+import pytest
+
+if os.environ.get("TEST_FRAMEWORKS") != "1":
+    pytest.skip("framework tier: run `bash scripts/test_frameworks.sh` (installs torchft; sets TEST_FRAMEWORKS=1)",
+                allow_module_level=True)
+pytest.importorskip("torchft", reason="torchft is not installed (bash scripts/test_frameworks.sh installs it)")
+
+from datetime import timedelta  # noqa: E402
+
+import torch  # noqa: E402
+from parameterized import parameterized  # noqa: E402
+from torch.distributed import TCPStore  # noqa: E402
+from torchft import local_sgd_integ_test, manager_integ_test  # noqa: E402
+from torchft._test import diloco_trainer  # noqa: E402 - DiLoCo's trainer, behind local_sgd_integ_test
+from torchft.process_group_test import _ALL_COLLECTIVES, MultiPgBaseTest, _test_pg  # noqa: E402
+from torchft.process_group_test import NormalGlooMultiPgTest  # noqa: E402,F401 - Gloo's, collected beside ours
+
+from pycollect.launch import free_port  # noqa: E402
+from pycollect.torch_backend.torchft import ProcessGroupPycollect  # noqa: E402
+
+pytestmark = pytest.mark.slow
+
+MADE: list = []  # every pycollect group a swapped-in test made
+
+
+class CountedPycollect(ProcessGroupPycollect):
+    def _create_pg(self, store, rank: int, world_size: int):
+        MADE.append((rank, world_size))
+        return super()._create_pg(store, rank, world_size)
+
+
+class PycollectMultiPgTest(MultiPgBaseTest):
+    """torchft's multi-rank process-group test on pycollect: every collective, none skipped."""
+
+    BACKEND = "pycollect"
+    WORLD_SIZE = 3
+
+    @classmethod
+    def _create_pg(cls, backend: str):
+        return CountedPycollect(timeout=timedelta(seconds=10))
+
+    @parameterized.expand(_ALL_COLLECTIVES)
+    def test_collective(self, collective: str) -> None:
+        self._run_parallel(collective, device="cpu")
+
+    @parameterized.expand(_ALL_COLLECTIVES)
+    def test_collective_with_resiliency(self, collective: str) -> None:
+        self._run_with_resiliency(collective, device="cpu")
+
+
+def test_one_rank_apis_and_ddp():
+    """torchft's test_gloo_apis on pycollect: every API at world size 1, then DDP over it."""
+    store = TCPStore(host_name="localhost", port=0, is_master=True, wait_for_workers=False)
+    pg = ProcessGroupPycollect()
+    pg.configure(f"localhost:{store.port}/prefix", "0", 0, 1)
+    assert pg.size() == 1 and pg.getBackendName() == "torchft-pycollect"
+    _test_pg(pg, torch.tensor([2]))
+    m = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(3, 4), process_group=pg)
+    m(torch.rand(2, 3))
+    assert pg.errored() is None
+
+
+def test_a_rank_that_never_comes_is_a_timeout_naming_it():
+    """configure() for 2 ranks that only one joins ends within the timeout, naming the other."""
+    store = TCPStore(host_name="localhost", port=0, is_master=True, wait_for_workers=False)
+    pg = ProcessGroupPycollect(timeout=timedelta(seconds=0.5))
+    with pytest.raises(Exception, match="rank 1 did not join"):
+        pg.configure(f"localhost:{store.port}/prefix", "0", 0, 2)
+
+
+def _replica_group(replica: int, lighthouse: str, out: str, steps: int) -> subprocess.Popen:
+    """One replica group of tests/frameworks/torchft_ddp.py: a torchrun job of 2 ranks, in a
+    process group of its own (killed whole by the test)."""
+    script = os.path.join(os.path.dirname(os.path.abspath(__file__)), "frameworks", "torchft_ddp.py")
+    env = dict(os.environ, REPLICA_GROUP_ID=str(replica), TORCHFT_LIGHTHOUSE=lighthouse, PYTHONUNBUFFERED="1")
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-port",
+           str(free_port()), script, out, str(steps)]
+    return subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
+
+
+def _steps(out: str, replica: int) -> list:
+    """The steps replica group `replica`'s rank 0 has logged: [(step, time), ...]."""
+    path = os.path.join(out, f"progress.{replica}.0")
+    if not os.path.exists(path):
+        return []
+    with open(path) as f:
+        return [(int(a), float(b)) for a, b in (line.split() for line in f if line.count(" ") == 1)]
+
+
+def _wait(what: str, cond, timeout: float = 120.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not cond():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.1)
+
+
+def test_ft_ddp_replica_group_killed_and_rejoined(tmp_path):
+    """Two replica groups of 2 ranks under torchft's lighthouse train on pycollect; replica
+    group 1 is SIGKILLed (its torchrun and both ranks) mid-training. Replica group 0 keeps
+    stepping alone; group 1, started again, heals from group 0's live checkpoint (its first
+    step is past 0) and both end at the same step with the same parameters, rank by rank."""
+    from torchft._torchft import LighthouseServer
+
+    steps, out = 80, str(tmp_path)
+    lighthouse = LighthouseServer(bind="[::]:0", min_replicas=1, join_timeout_ms=2000)
+    jobs = [_replica_group(r, lighthouse.address(), out, steps) for r in (0, 1)]
+    try:
+        _wait("both replica groups to step", lambda: len(_steps(out, 0)) >= 10 and len(_steps(out, 1)) >= 10)
+        os.killpg(jobs[1].pid, signal.SIGKILL)
+        jobs[1].wait(30)
+        killed_at, before = time.time(), len(_steps(out, 1))
+        _wait("replica group 0 to step on alone", lambda: len([s for s, t in _steps(out, 0) if t > killed_at]) >= 5)
+        jobs[1] = _replica_group(1, lighthouse.address(), out, steps)
+        for job in jobs:
+            _, err = job.communicate(timeout=300)
+            assert job.returncode == 0, err[-4000:]
+    finally:
+        for job in jobs:
+            if job.poll() is None:
+                os.killpg(job.pid, signal.SIGKILL)
+        lighthouse.shutdown()
+    rejoined = _steps(out, 1)[before:]
+    assert rejoined and rejoined[0][0] > 1, f"replica group 1 did not heal from a live checkpoint: {rejoined[:3]}"
+    for rank in (0, 1):
+        a, b = (torch.load(os.path.join(out, f"final.{r}.{rank}.pt")) for r in (0, 1))
+        assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a), f"rank {rank}: replicas differ"
+
+
+def _run(case: unittest.TestCase) -> None:
+    result = unittest.TestResult()
+    case.run(result)
+    assert result.wasSuccessful(), result.errors + result.failures
+
+
+@pytest.mark.parametrize("backend", ["gloo", "pycollect"])
+@pytest.mark.parametrize("name", ["test_ddp_healthy", "test_ddp_recovery_0_async_quorum",
+                                  "test_ddp_recovery_1_sync_quorum", "test_ddp_recovery_multi_rank"])
+def test_manager_ddp(monkeypatch, backend, name):
+    MADE.clear()
+    if backend == "pycollect":
+        monkeypatch.setattr(manager_integ_test, "ProcessGroupGloo", CountedPycollect)
+    _run(manager_integ_test.ManagerIntegTest(name))
+    assert bool(MADE) == (backend == "pycollect"), MADE
+
+
+@pytest.mark.parametrize("backend", ["gloo", "pycollect"])
+@pytest.mark.parametrize("name", ["test_local_sgd_recovery_0", "test_diloco_healthy_0", "test_diloco_recovery_0",
+                                  "test_streaming_diloco_recovery_0", "test_streaming_diloco_commit_failure_00",
+                                  "test_streaming_diloco_upscale_00"])
+def test_local_sgd_and_diloco(monkeypatch, backend, name):
+    MADE.clear()
+    if backend == "pycollect":
+        for module in (local_sgd_integ_test, diloco_trainer):
+            monkeypatch.setattr(module, "ProcessGroupGloo", CountedPycollect)
+    _run(local_sgd_integ_test.LocalSGDIntegTest(name))
+    assert bool(MADE) == (backend == "pycollect"), MADE
