@@ -3,12 +3,15 @@
 // deadline. Killed peers: --iterations storms (fault_storm.cc) on 2 or 3 ranks over TCP or
 // shared memory, a random rank shut down or aborted at a random point (--seed); then half
 // as many kills while the other rank's threads hand the links to each other in 1 ms
-// waitDriving slices, every wait ending with an error within the limit.
+// waitDriving slices, every wait ending with an error within the limit; then a tenth as
+// many 3-rank storms whose survivors shrink: abort, form a 2-rank group, all-reduce on it.
+#include <algorithm>
 #include <functional>
 #include <random>
 
 #include "faults.h"
 #include "parts.h"
+#include "values.h"
 
 namespace driver {
 namespace {
@@ -86,6 +89,40 @@ void churnKill(Communicator& c, Barrier& barrier, Kill kill, int delayUs) {
                                             << " recvs failed after rank 1 died (" << killName(kill) << ")");
 }
 
+// After a killed-peer storm on 3 ranks (rank 2 the victim), the survivors shrink as
+// pycollect/shrink.py does: each aborts its failed communicator and forms a 2-rank one
+// with the other (renumbered 0 and 1: rank 2 was last), in the same process as the dying
+// group, and all-reduces on it. The shared `next` carries the new group's addresses (and
+// the storm's kill time).
+struct Survivors {
+  std::vector<std::string> hosts = std::vector<std::string>(2);
+  std::vector<int> ports = std::vector<int>(2);
+  Barrier met{2};
+  uint64_t token = nextToken();
+  std::atomic<int64_t> killedAt{0};  // the storm's: when the victim died, for every rank's check
+};
+
+void shrinkAfterKill(Communicator& c, Barrier& barrier, const FaultPlan& plan, Survivors& next) {
+  faultStorm(c, barrier, plan, next.killedAt);
+  const int rank = c.rank();
+  if (rank == plan.victim) return;
+  EXPECT(c.failed(), "rank " << rank << ": the group did not fail when rank " << plan.victim << " died");
+  c.abort("shrunk: rank " + std::to_string(plan.victim) + " excluded");
+  Communicator survivors(rank, 2, makeOptions(plan.transport, 60.0));
+  const auto address = survivors.listen("127.0.0.1");
+  next.hosts[rank] = address.first;
+  next.ports[rank] = address.second;
+  next.met.wait();  // both addresses published (and read after: the barrier orders it)
+  survivors.connect(next.hosts, next.ports, next.token);
+  std::vector<float> data(1000);
+  for (size_t i = 0; i < data.size(); ++i) data[i] = value<float>(rank, i);
+  awaitWork(survivors, survivors.allReduce(data.data(), data.size(), DType::kFloat32, ReduceOp::kSum, Algo::kAuto),
+            WaitMode::kSlices);
+  EXPECT_EACH(data.data(), data.size(), [](size_t i) { return reduced<float>(ReduceOp::kSum, 2, i); },
+              "rank " << rank << ": all-reduce of the shrunk group");
+  next.met.wait();  // neither leaves (destroying its links) before the other's result
+}
+
 }  // namespace
 
 void partFaults(int iterations, uint32_t seed) {
@@ -142,8 +179,28 @@ void partFaults(int iterations, uint32_t seed) {
       return;
     }
   }
-  std::printf("faults: %d kills in storms (the slowest noticed by every rank after %.0f ms), %d during waiter churn\n",
-              iterations, worstNoticeNs.load() / 1e6, iterations / 2);
+  stage() = "shrink after a kill";
+  const int shrinks = std::max(1, iterations / 10);
+  for (int it = 0; it < shrinks; ++it) {
+    FaultPlan plan;
+    plan.size = 3;
+    plan.transport = it % 2 == 1 ? TransportKind::kShm : TransportKind::kTcp;
+    plan.victim = 2;
+    plan.kill = static_cast<Kill>(rng() % 4);
+    plan.stopRound = static_cast<int>(rng() % (kFaultRounds / 2));
+    plan.asideDelayUs = static_cast<int>(rng() % 3000);
+    GroupSpec spec;
+    spec.size = 3;
+    spec.options = [&plan](int) { return makeOptions(plan.transport, 60.0); };
+    Survivors next;
+    if (!runGroup(spec, [&](Communicator& c, Barrier& barrier, int) { shrinkAfterKill(c, barrier, plan, next); })) {
+      std::fprintf(stderr, "faults: shrink iteration %d failed (rank 2 killed by %s)\n", it, killName(plan.kill));
+      return;
+    }
+  }
+  std::printf("faults: %d kills in storms (the slowest noticed by every rank after %.0f ms), %d during waiter churn, "
+              "%d shrinks after a kill\n",
+              iterations, worstNoticeNs.load() / 1e6, iterations / 2, shrinks);
 }
 
 }  // namespace driver

@@ -85,6 +85,8 @@ class LinkMaker {
   void stop();
 
   const tcp::MeshOptions& meshOptions() const { return mesh_; }
+  // Whether stop() was called: no link is made from then on.
+  bool stopped() const { return cancel_.load(); }
   // This rank's Bell (shm/bell.h), which its shared-memory peers ring: its descriptor to
   // poll, and emptying it once woken. Worker thread.
   int bell() const { return bell_ ? bell_->fd() : -1; }

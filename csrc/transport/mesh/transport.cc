@@ -81,6 +81,9 @@ void Transport::makeWanted() {
     const int p = l.peer();
     const auto channel = static_cast<Channel>(l.slot() / options_.size);
     maker_.rethrowFailure(p, channel);
+    // Stopped (the group failed or is closing): no link is made any more, and a post that
+    // waits for one (being made by the peer's dial, say) would wait for ever.
+    if (maker_.stopped()) tcp::throwCancelled(maker_.meshOptions());
     if (maker_.shouldDial(p, channel)) maker_.dial(p, channel, deadline);  // blocks for its handshake: milliseconds
     ++i;
   }
