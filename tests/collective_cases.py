@@ -411,7 +411,7 @@ def _new_recv_any(pg, gg, ws, r, dtype, count, op, seed, what):
         return [], 0
     sent = {k: [make_input(dtype, count, k * 2 + j, seed, "SUM") for j in range(2)] for k in range(1, ws)}
     # A tag per case: a sender already in the next case must not match this one (its
-    # header waits in the receiver's inbox until the next case asks for its tag).
+    # message waits among the receiver's unexpected ones until the next case asks for its tag).
     tag = 100 + count + 1000 * DTYPES.index(dtype)
     if r != 0:
         for j in range(2):
