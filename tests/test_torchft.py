@@ -17,6 +17,7 @@ torchft); skipped without TEST_FRAMEWORKS=1.
 """
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -94,15 +95,47 @@ def test_a_rank_that_never_comes_is_a_timeout_naming_it():
         pg.configure(f"localhost:{store.port}/prefix", "0", 0, 2)
 
 
-def _replica_group(replica: int, lighthouse: str, out: str, steps: int) -> subprocess.Popen:
-    """One replica group of tests/frameworks/torchft_ddp.py: a torchrun job of 2 ranks, in a
-    process group of its own (killed whole by the test)."""
-    script = os.path.join(os.path.dirname(os.path.abspath(__file__)), "frameworks", "torchft_ddp.py")
+def _replica_group(job: str, replica: int, lighthouse: str, out: str, steps: int) -> subprocess.Popen:
+    """One replica group of tests/frameworks/torchft_<job>.py: a torchrun job of 2 ranks, its
+    output in OUT/job.REPLICA.N.log."""
+    script = os.path.join(os.path.dirname(os.path.abspath(__file__)), "frameworks", f"torchft_{job}.py")
     env = dict(os.environ, REPLICA_GROUP_ID=str(replica), TORCHFT_LIGHTHOUSE=lighthouse, PYTHONUNBUFFERED="1")
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-port",
            str(free_port()), script, out, str(steps)]
-    return subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-                            start_new_session=True)
+    log = open(os.path.join(out, f"job.{replica}.{len(os.listdir(out))}.log"), "w")
+    return subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT)
+
+
+def _kill_tree(pid: int) -> None:
+    """SIGKILL a torchrun job: its agent and every process below it (torchrun starts each rank
+    of a script in a session of its own, so killing the agent's process group leaves them)."""
+    children: dict = {}
+    for entry in os.listdir("/proc"):
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+            children.setdefault(int(fields[1]), []).append(int(entry))
+        except (OSError, ValueError, IndexError):
+            continue
+    tree, todo = [], [pid]
+    while todo:
+        p = todo.pop()
+        tree.append(p)
+        todo.extend(children.get(p, []))
+    for p in tree:
+        try:
+            os.kill(p, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
+def _logs(out: str) -> str:
+    """Every job's log, the tail of each: what a failed run says."""
+    text = []
+    for name in sorted(n for n in os.listdir(out) if n.startswith("job.")):
+        with open(os.path.join(out, name)) as f:
+            text.append(f"--- {name}\n{f.read()[-6000:]}")
+    return "\n".join(text)
 
 
 def _steps(out: str, replica: int) -> list:
@@ -121,36 +154,43 @@ def _wait(what: str, cond, timeout: float = 120.0) -> None:
         time.sleep(0.1)
 
 
-def test_ft_ddp_replica_group_killed_and_rejoined(tmp_path):
-    """Two replica groups of 2 ranks under torchft's lighthouse train on pycollect; replica
-    group 1 is SIGKILLed (its torchrun and both ranks) mid-training. Replica group 0 keeps
-    stepping alone; group 1, started again, heals from group 0's live checkpoint (its first
-    step is past 0) and both end at the same step with the same parameters, rank by rank."""
+@pytest.mark.parametrize("job", ["ddp", "hsdp"])
+def test_ft_replica_group_killed_and_rejoined(tmp_path, job):
+    """Two replica groups of 2 ranks under torchft's lighthouse train on pycollect (FT-DDP;
+    FT-HSDP: FSDP2 over each group's ranks, reduce-scatter on "pycollect", the Manager's
+    all-reduce across groups); replica group 1 is SIGKILLed (its torchrun and both ranks)
+    mid-training. Replica group 0 keeps stepping alone; group 1, started again, heals from
+    group 0's live checkpoint (its first step is past 0) and both end at the same step with
+    the same parameters (or shards), rank by rank."""
     from torchft._torchft import LighthouseServer
 
     steps, out = 80, str(tmp_path)
     lighthouse = LighthouseServer(bind="[::]:0", min_replicas=1, join_timeout_ms=2000)
-    jobs = [_replica_group(r, lighthouse.address(), out, steps) for r in (0, 1)]
+    jobs = [_replica_group(job, r, lighthouse.address(), out, steps) for r in (0, 1)]
     try:
         _wait("both replica groups to step", lambda: len(_steps(out, 0)) >= 10 and len(_steps(out, 1)) >= 10)
-        os.killpg(jobs[1].pid, signal.SIGKILL)
+        _kill_tree(jobs[1].pid)
         jobs[1].wait(30)
         killed_at, before = time.time(), len(_steps(out, 1))
         _wait("replica group 0 to step on alone", lambda: len([s for s, t in _steps(out, 0) if t > killed_at]) >= 5)
-        jobs[1] = _replica_group(1, lighthouse.address(), out, steps)
+        jobs[1] = _replica_group(job, 1, lighthouse.address(), out, steps)
         for job in jobs:
-            _, err = job.communicate(timeout=300)
-            assert job.returncode == 0, err[-4000:]
+            job.wait(timeout=300)
+            assert job.returncode == 0, _logs(out)
     finally:
         for job in jobs:
             if job.poll() is None:
-                os.killpg(job.pid, signal.SIGKILL)
+                _kill_tree(job.pid)
         lighthouse.shutdown()
     rejoined = _steps(out, 1)[before:]
     assert rejoined and rejoined[0][0] > 1, f"replica group 1 did not heal from a live checkpoint: {rejoined[:3]}"
     for rank in (0, 1):
         a, b = (torch.load(os.path.join(out, f"final.{r}.{rank}.pt")) for r in (0, 1))
         assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a), f"rank {rank}: replicas differ"
+        if job == "hsdp":  # FSDP2 ran on the replica group's "pycollect" group
+            with open(os.path.join(out, f"calls.0.{rank}.json")) as f:
+                calls = json.load(f)
+            assert calls.get("reduce_scatter", 0) > 0 and calls.get("all_gather", 0) > 0, calls
 
 
 def _run(case: unittest.TestCase) -> None:

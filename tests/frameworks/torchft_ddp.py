@@ -40,7 +40,7 @@ def main(out: str, steps: int) -> None:
 
     manager = Manager(pg=ProcessGroupPycollect(timeout=timedelta(seconds=10)), min_replica_size=1,
                       load_state_dict=load_state_dict, state_dict=state_dict, replica_id=f"ddp_{replica}",
-                      timeout=timedelta(seconds=10))
+                      timeout=timedelta(seconds=10), quorum_retries=3)
     ddp = DistributedDataParallel(manager, model)
     optimizer = OptimizerWrapper(manager, inner)
     progress = open(os.path.join(out, f"progress.{replica}.{rank}"), "a", buffering=1)
