@@ -77,7 +77,8 @@ class ProcessGroup:
         self._comm = _C.Communicator(self.rank, self.size, comm_options)
         formed = Formation(name, store, self.ranks, self.rank, timeout, self.options, self._comm, wire)
         formed.connect(host)
-        self._store, self._host, self._keys = store, host, formed.keys  # where it formed (shrunk)
+        self._store, self._keys = store, formed.keys  # where it formed (shrunk)
+        self.host = host  # the address its ranks listen on (a group made from it listens there too)
         self.topology: Topology = formed.topology  # which ranks share a host
         self.model: Optional[Params] = formed.model  # the cost model behind "auto" (None: thresholds)
         # What "auto" runs: {CommOptions field: [(max_bytes, algo code), ...]}; {} keeps the thresholds.
@@ -248,7 +249,7 @@ class ProcessGroup:
         agree(self._store, self._keys, self.rank, self.size, excluded, self.timeout.total_seconds())
         members = [r for i, r in enumerate(self.ranks) if i not in excluded]
         return ProcessGroup(shrunk_name(self.name, excluded), self._store, members, self.ranks[self.rank],
-                            self.timeout, self._host, self.options)
+                            self.timeout, self.host, self.options)
 
     def abort(self, reason: str) -> None:
         """Fail the group from any thread: later calls raise GroupFailedError naming `reason`,

@@ -1,10 +1,13 @@
-"""Worker side of the shrink tests (tests/test_faults.py, tests/test_api.py): a group that lost
-a rank shrinks to its survivors, through torch (dist.shrink_group on a "pycollect" group) and
-through pycollect's own API (pc.shrink_group), and the survivors go on computing.
+"""Worker side of the shrink and split tests (tests/test_faults.py, tests/test_api.py,
+tests/test_torch_backend.py): a group that lost a rank shrinks to its survivors, through
+torch (dist.shrink_group on a "pycollect" group) and through pycollect's own API
+(pc.shrink_group), and the survivors go on computing; a group splits into children
+(ProcessGroup.split_group) and a DeviceMesh's dimensions run on "pycollect", beside Gloo.
 
     case_torch_group()                  # every rank: a "pycollect" torch group over all ranks
     case_torch_all_reduce_until_lost()  # all-reduces on it until a rank is lost
     case_shrink_and_go_on(lost)         # the survivors: shrink both groups, check what follows
+    case_split_and_mesh()               # 4 ranks: split 2 x 2 and a (2, 2) mesh, both backends
 """
 from __future__ import annotations
 
@@ -128,3 +131,38 @@ def case_shrink_disagreement(kind: str):
             return type(e).__name__, str(e), time.perf_counter() - t0
     finally:
         pc.destroy_process_group(g)
+
+
+def case_split_and_mesh():
+    """On 4 ranks, for "gloo" and "pycollect" alike: the group of all ranks split into {0, 1}
+    and {2, 3} (ProcessGroup.split_group: dist.split_group refuses a process without an
+    accelerator for every backend), and a (2, 2) DeviceMesh whose dimensions' groups run on the
+    backend; an all-reduce on each, and a DTensor sum over the mesh. Returns, per backend,
+    what this rank got."""
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor import Shard, distribute_tensor
+
+    import pycollect.torch_backend as tb
+
+    tb.register()
+    r = dist.get_rank()
+    whole = {"gloo": dist.group.WORLD,
+             "pycollect": dist.new_group(backend="pycollect", timeout=datetime.timedelta(seconds=20))}
+    out = {}
+    for backend, pg in whole.items():
+        mine = [0, 1] if r < 2 else [2, 3]
+        child = pg.split_group(mine, timeout=datetime.timedelta(seconds=20), group_name=f"{backend}-half{mine[0]}")
+        t = torch.full((3,), float(r + 1))
+        child.allreduce([t]).wait()
+        mesh = init_device_mesh("cpu", (2, 2), mesh_dim_names=("dp", "tp"),
+                                backend_override={"dp": backend, "tp": backend})
+        sums = {}
+        for dim in ("dp", "tp"):
+            x = torch.full((2,), float(r + 1))
+            dist.all_reduce(x, group=mesh.get_group(dim))
+            sums[dim] = x.tolist()
+        full = torch.arange(16, dtype=torch.float32).reshape(4, 4)
+        total = distribute_tensor(full, mesh, [Shard(0), Shard(1)]).sum().full_tensor()
+        out[backend] = {"split": (child.size(), child.rank(), t.tolist()), "mesh": sums, "dtensor_sum": total.item(),
+                        "mesh_backend": dist.get_backend(mesh.get_group("dp"))}
+    return out

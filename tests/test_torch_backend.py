@@ -1000,3 +1000,18 @@ def test_real_client_join_uneven_inputs(pool3, size):
         assert engine.get("all_reduce", 0) >= size + 1, engine  # the longest rank's batches
     for other in results[1:]:
         assert _mismatches(other[0]["pycollect"]["params"], results[0][0]["pycollect"]["params"]) == []
+
+
+def test_split_group_and_device_mesh_beside_gloo(pool4):
+    """A "pycollect" group over 4 ranks splits 2 x 2 (ProcessGroup.split_group, the backend's
+    split) and a (2, 2) DeviceMesh runs its dimensions on "pycollect", as the same on Gloo:
+    the same sums, ranks and sizes, and a DTensor sum over the mesh."""
+    import shrink_cases
+
+    for r, got in enumerate(pool4.run(shrink_cases.case_split_and_mesh, timeout=120)):
+        ours, ref = got["pycollect"], got["gloo"]
+        half = [0, 1] if r < 2 else [2, 3]
+        assert ref["split"] == (2, r % 2, [float(sum(q + 1 for q in half))] * 3), (r, ref)
+        assert ours["split"] == ref["split"] and ours["mesh"] == ref["mesh"], (r, ours, ref)
+        assert ours["dtensor_sum"] == ref["dtensor_sum"] == float(sum(range(16))), (r, ours, ref)
+        assert ours["mesh_backend"] == "pycollect" and ref["mesh_backend"] == "gloo", (r, ours, ref)

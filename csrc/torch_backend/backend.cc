@@ -217,7 +217,10 @@ void Backend::setSequenceNumberForGroup() { seq_.store(0); }  // every rank star
 uint64_t Backend::getSequenceNumberForGroup() { return seq_.load(); }
 
 void Backend::release() {
-  shrinker_ = nullptr;  // drops its Python object (under the GIL, module.cc)
+  shrinker_ = nullptr;  // drop their Python objects (under the GIL, module.cc)
+  splitter_ = nullptr;
+  splitChild_.reset();
+  splitStore_.reset();
   PyObject* callback = onShutdown_;
   onShutdown_ = nullptr;
   if (callback != nullptr && pythonAlive()) {
@@ -244,6 +247,19 @@ c10::intrusive_ptr<c10d::Backend> Backend::shrink(const std::vector<int64_t>& ra
                                          "(pg_options is not supported)");
   }
   return shrinker_(ranksToExclude, shrinkFlags);
+}
+
+c10::intrusive_ptr<c10d::Backend> Backend::split(const c10::intrusive_ptr<c10d::Store>& store,
+                                                 const std::vector<int>& ranks,
+                                                 const c10::intrusive_ptr<c10d::Backend::Options>& opts) {
+  if (!splitter_) C10_THROW_ERROR(NotImplementedError, "pycollect backend: split: this backend cannot split");
+  if (splitChild_ && splitStore_ == store && splitRanks_ == ranks) return splitChild_;  // another device's ask
+  const double timeoutSec = opts && opts->timeout.count() > 0 ? std::chrono::duration<double>(opts->timeout).count()
+                                                              : -1;
+  splitChild_ = splitter_(store, ranks, timeoutSec);
+  splitStore_ = store;
+  splitRanks_ = ranks;
+  return splitChild_;
 }
 
 void Backend::abort() { release(); }

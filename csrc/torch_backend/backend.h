@@ -63,6 +63,19 @@ class Backend : public c10d::Backend {
   using Shrinker = std::function<c10::intrusive_ptr<Backend>(const std::vector<int64_t>& excluded, int flags)>;
   void setShrinker(Shrinker shrinker) { shrinker_ = std::move(shrinker); }
   bool supportsShrinking() const override { return static_cast<bool>(shrinker_); }
+  // ProcessGroup::splitGroup (dist.split_group, pg.split_group): the child's backend over
+  // `ranks` (ranks of this group), formed on torch's `store` for it by `splitter` (set by the
+  // Python side, native.py). torch asks once per device of the group: one child serves all.
+  using Splitter = std::function<c10::intrusive_ptr<Backend>(const c10::intrusive_ptr<c10d::Store>& store,
+                                                             const std::vector<int>& ranks, double timeoutSec)>;
+  void setSplitter(Splitter splitter) { splitter_ = std::move(splitter); }
+  bool supportsSplitting() const override { return static_cast<bool>(splitter_); }
+  // What torch's splitGroup hands a child by default: the group's timeout.
+  c10::intrusive_ptr<c10d::Backend::Options> getBackendOptions() override {
+    return c10::make_intrusive<c10d::Backend::Options>("pycollect", settings_.timeout);
+  }
+  c10::intrusive_ptr<c10d::Backend> split(const c10::intrusive_ptr<c10d::Store>& store, const std::vector<int>& ranks,
+                                          const c10::intrusive_ptr<c10d::Backend::Options>& opts) override;
   c10::intrusive_ptr<c10d::Backend> shrink(const std::vector<int64_t>& ranksToExclude, int shrinkFlags,
                                            const c10::intrusive_ptr<c10d::Backend::Options>& optsOverride) override;
   void startCoalescing() override;
@@ -184,6 +197,11 @@ class Backend : public c10d::Backend {
   c10::intrusive_ptr<c10d::Store> store_;
   std::shared_ptr<Communicator> comm_;
   Shrinker shrinker_;
+  Splitter splitter_;
+  // The last split's child, with the store and ranks it was made for (torch asks per device).
+  c10::intrusive_ptr<c10d::Store> splitStore_;
+  std::vector<int> splitRanks_;
+  c10::intrusive_ptr<Backend> splitChild_;
   Settings settings_;
   PyObject* onShutdown_;  // Python: forget the engine group (pycollect.api); owned reference
   int cudaDevice_ = -1;   // the device of the group's CUDA calls (its first one's)

@@ -96,6 +96,17 @@ PYBIND11_MODULE(_torch, m) {
              });
            },
            py::arg("shrinker"))
+      // ProcessGroup.split_group: `splitter(store, ranks, timeout_s)` returns the child's Backend (native.py).
+      .def("set_splitter",
+           [](Backend& b, py::object splitter) {
+             auto held = std::make_shared<Held>(std::move(splitter));
+             b.setSplitter([held](const c10::intrusive_ptr<c10d::Store>& store, const std::vector<int>& ranks,
+                                  double timeoutSec) {
+               py::gil_scoped_acquire gil;
+               return held->object(store, ranks, timeoutSec).cast<c10::intrusive_ptr<Backend>>();
+             });
+           },
+           py::arg("splitter"))
       .def("monitored_barrier",
            [](Backend& b, double timeoutSec, bool waitAllRanks) {
              c10d::BarrierOptions opts;

@@ -10,6 +10,7 @@ the backend calls back here once, and the engine group is forgotten.
 """
 from __future__ import annotations
 
+import datetime
 import os
 
 from .. import api
@@ -99,8 +100,9 @@ SHRINK_ABORT = 0x01  # torch.distributed's flag: end the group's calls in flight
 
 def _backend_over(engine: EngineGroup, store):
     """The native backend over a formed engine group (registered with pycollect.api), which
-    forgets the group when torch shuts it down, and which shrinks into another such backend
-    (dist.shrink_group: the engine group shrunk, shrink.py)."""
+    forgets the group when torch shuts it down, shrinks into another such backend
+    (dist.shrink_group: the engine group shrunk, shrink.py) and splits into a child
+    (ProcessGroup.split_group: a group of some of its ranks, formed on torch's store for it)."""
     native = load()
     key = []
 
@@ -112,9 +114,17 @@ def _backend_over(engine: EngineGroup, store):
         survivors = api.register_group(engine.shrunk(excluded, abort=bool(flags & SHRINK_ABORT)))
         return _backend_over(survivors, store)
 
+    def split(child_store, ranks, timeout_s: float):
+        # torch gives the child a store of its own (its group name's prefix): one name serves.
+        timeout = datetime.timedelta(seconds=timeout_s) if timeout_s > 0 else engine.timeout
+        child = EngineGroup("split", child_store, [engine.ranks[r] for r in ranks], engine.ranks[engine.rank],
+                            timeout, engine.host, engine.options)
+        return _backend_over(api.register_group(child), child_store)
+
     backend = native.Backend(store, engine.rank, engine.size, engine._comm.capsule(),
                              engine.timeout.total_seconds(), engine.options.blocking_wait, forget)
-    backend.set_shrinker(shrink)  # holds `engine` and `store`, not the backend: no cycle
+    backend.set_shrinker(shrink)  # they hold `engine` and `store`, not the backend: no cycle
+    backend.set_splitter(split)
     key.append(backend.engine_key)
     _engines[backend.engine_key] = engine
     return backend
