@@ -146,7 +146,11 @@ def case_split_and_mesh():
 
     tb.register()
     r = dist.get_rank()
-    whole = {"gloo": dist.group.WORLD,
+    # Gloo's side is a group on the CPU only: splitting the default group (Gloo for "cpu" and
+    # "cuda" alike) makes torch split the one Gloo backend twice over the same store keys, and
+    # the second mesh then connects to the first's stale addresses and often hangs (torch 2.13; pycollect caches the
+    # child per store and name, so its default-style group splits cleanly).
+    whole = {"gloo": dist.new_group(backend="cpu:gloo"),
              "pycollect": dist.new_group(backend="pycollect", timeout=datetime.timedelta(seconds=20))}
     out = {}
     for backend, pg in whole.items():
