@@ -648,6 +648,7 @@ def get_topology(group=None) -> Topology:
 
 
 def get_bytes_sent(group=None) -> int:
-    """Bytes this rank has put on its links for the group (payload and headers), as counted
-    by the engine when each operation finished."""
+    """Bytes this rank has put on its links for the group (payload and headers) or into the
+    group's shared arena for its peers (the shared-memory collectives), as counted by the
+    engine when each operation finished."""
     return _group(group).bytes_sent()

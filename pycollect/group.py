@@ -33,7 +33,8 @@ def _comm_options(timeout: datetime.timedelta, options: Options, size: int) -> "
     o.spin_us = default_spin_us(local) if options.spin_us is None else options.spin_us
     o.shm_single_copy_bytes = default_single_copy_bytes(local)
     for name in ("segment_bytes", "inflight", "direct_max_bytes", "socket_buffer", "link_timeout", "secret",
-                 "transport", "host_tag", "staging_bytes", "shm_single_copy_bytes", "flight_entries", "eager_bytes"):
+                 "transport", "host_tag", "staging_bytes", "shm_single_copy_bytes", "flight_entries", "eager_bytes",
+                 "shm_collective_bytes"):
         value = getattr(options, name)
         if value is not None:
             setattr(o, name, value)

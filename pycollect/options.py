@@ -31,6 +31,7 @@ _INTEGERS = {
     "PYCOLLECT_SHM_SINGLE_COPY_BYTES": ("shm_single_copy_bytes", 1),
     "PYCOLLECT_FLIGHT_ENTRIES": ("flight_entries", 0),
     "PYCOLLECT_EAGER_BYTES": ("eager_bytes", 0),
+    "PYCOLLECT_SHM_COLLECTIVE_BYTES": ("shm_collective_bytes", 0),
 }
 KNOWN = frozenset(_INTEGERS) | {"PYCOLLECT_ALGO", "PYCOLLECT_SOCKET_IFNAME", "PYCOLLECT_LINK_TIMEOUT",
                                  "PYCOLLECT_SECRET", "PYCOLLECT_SECRET_FILE", "PYCOLLECT_TRANSPORT",
@@ -44,7 +45,8 @@ LINKS = ("used", "all")  # made when first used (the ring's at formation), or ev
 # the segment size cuts the pipelined hierarchy into slices (collectives/rail_pipeline.cc), and
 # which links a rank makes as the group forms is which it waits for its peers to make. A
 # group whose ranks disagree fails as it forms, with a MismatchError naming the setting.
-# The others need no such check: the algorithm (PYCOLLECT_ALGO, _DIRECT_MAX_BYTES, _MODEL) and a
+# The others need no such check: the algorithm (PYCOLLECT_ALGO, _DIRECT_MAX_BYTES, _MODEL,
+# _SHM_COLLECTIVE_BYTES) and a
 # device call's piece count (PYCOLLECT_STAGING_BYTES) travel in every call's header, which
 # refuses a disagreement per call; the transport and the secret are negotiated at the handshake;
 # the ring's segments are cut from one byte stream either way; how deep receives are posted
@@ -78,6 +80,9 @@ class Options:
     flight_dir: Optional[str] = None  # PYCOLLECT_FLIGHT_DIR: where flight records go on a failure
     flight_entries: Optional[int] = None  # PYCOLLECT_FLIGHT_ENTRIES: the flight ring's size
     eager_bytes: Optional[int] = None  # PYCOLLECT_EAGER_BYTES: larger messages go by rendezvous
+    # PYCOLLECT_SHM_COLLECTIVE_BYTES: "auto" runs calls up to this many bytes per rank through the
+    # group's shared memory when all its ranks share a host (0: never); None: the engine's 1 MiB
+    shm_collective_bytes: Optional[int] = None
 
     @classmethod
     def from_env(cls, environ: Optional[Mapping[str, str]] = None) -> "Options":

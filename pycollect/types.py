@@ -43,9 +43,11 @@ class Algo(enum.IntEnum):
     """Collective algorithms (codes shared with csrc/common/types.h; docs/algorithms.md
     describes each). all_reduce: RING, DIRECT, HALVING_DOUBLING, TREE; all_gather: RING,
     BRUCK; reduce_scatter and broadcast: RING (broadcast's a chain along the ring). Every
-    one of them also HIERARCHICAL: within hosts, then across them (docs/hierarchy.md).
-    AUTO picks by size and group size from the cost model's table (pycollect.costmodel;
-    PYCOLLECT_MODEL), or with PYCOLLECT_DIRECT_MAX_BYTES set, DIRECT up to that size on
+    one of them also HIERARCHICAL: within hosts, then across them (docs/hierarchy.md), and
+    SHM: through one shared-memory segment of the group, whose ranks share a host
+    (docs/algorithms.md, "Shared-memory collectives"). AUTO picks SHM on one host up to
+    PYCOLLECT_SHM_COLLECTIVE_BYTES per rank; otherwise it picks by size and group size
+    from the cost model's table (pycollect.costmodel; PYCOLLECT_MODEL), or with PYCOLLECT_DIRECT_MAX_BYTES set, DIRECT up to that size on
     small groups and RING above; on a group that spans hosts, HIERARCHICAL from the size
     the two-level model names (pycollect.tuning.hierarchy)."""
 
@@ -56,6 +58,7 @@ class Algo(enum.IntEnum):
     TREE = 4
     BRUCK = 5
     HIERARCHICAL = 6
+    SHM = 7
 
     @classmethod
     def parse(cls, value, what: str) -> "Algo":
@@ -88,10 +91,11 @@ class Algo(enum.IntEnum):
 
 # The algorithms each call with a choice can run.
 CALL_ALGOS = {
-    "all_reduce": (Algo.AUTO, Algo.RING, Algo.DIRECT, Algo.HALVING_DOUBLING, Algo.TREE, Algo.HIERARCHICAL),
-    "all_gather": (Algo.AUTO, Algo.RING, Algo.BRUCK, Algo.HIERARCHICAL),
-    "reduce_scatter": (Algo.AUTO, Algo.RING, Algo.HIERARCHICAL),
-    "broadcast": (Algo.AUTO, Algo.RING, Algo.HIERARCHICAL),
+    "all_reduce": (Algo.AUTO, Algo.RING, Algo.DIRECT, Algo.HALVING_DOUBLING, Algo.TREE, Algo.HIERARCHICAL,
+                   Algo.SHM),
+    "all_gather": (Algo.AUTO, Algo.RING, Algo.BRUCK, Algo.HIERARCHICAL, Algo.SHM),
+    "reduce_scatter": (Algo.AUTO, Algo.RING, Algo.HIERARCHICAL, Algo.SHM),
+    "broadcast": (Algo.AUTO, Algo.RING, Algo.HIERARCHICAL, Algo.SHM),
 }
 
 

@@ -22,10 +22,23 @@ DTYPES = [torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.int
 OPS = ["SUM", "PRODUCT", "MIN", "MAX", "AVG"]
 BIG = 2 * 1024 * 1024 // 4 + 3  # ~2 MiB of float32, not divisible by 2, 3 or 4
 COUNTS = [0, 1, 13, BIG]
-# The algorithms beyond the ring, checked like the ring (each with every dtype x op): 3 is
+# The algorithms forced with algo=, each checked like "auto" (with every dtype x op): 3 is
 # fewer elements than ranks at 4 ranks, so some blocks of the log-step algorithms are empty.
+# "auto" runs the shared-memory algorithms up to 1 MiB per rank in these single-host pools,
+# so the link algorithms are forced here at the small counts too. The shared-memory ones also
+# at 20011 elements (over 32 KiB in all but 8-bit dtypes: the all-reduce's two phases) and BIG
+# (more than one round of the 1 MiB slot).
 ALGO_COUNTS = [0, 1, 3, 13, BIG]
-ALGOS = {"all_reduce": ["halving_doubling", "tree"], "all_gather_into_tensor": ["bruck"], "all_gather": ["bruck"]}
+LINK_COUNTS = [0, 1, 3, 13]
+SHM_COUNTS = [0, 1, 3, 13, 20011, BIG]
+ALGOS = {"all_reduce": ["halving_doubling", "tree", "ring", "direct", "shm"],
+         "all_gather_into_tensor": ["bruck", "ring", "shm"], "all_gather": ["bruck", "shm"],
+         "reduce_scatter_tensor": ["ring", "shm"], "broadcast": ["ring", "shm"]}
+
+
+def algo_counts(algo: str) -> list:
+    """The counts a forced algorithm runs (above)."""
+    return {"ring": LINK_COUNTS, "direct": LINK_COUNTS, "shm": SHM_COUNTS}.get(algo, ALGO_COUNTS)
 # Tolerances for floats (ours vs the float64 numpy reference, and vs Gloo).
 TOL = {torch.float32: (1e-5, 1e-5), torch.float64: (1e-12, 1e-12), torch.float16: (1e-2, 2e-2),
        torch.bfloat16: (2e-2, 1e-1)}
@@ -199,7 +212,7 @@ def _run_one(comm, kind, pg, gg, ws, r, dtype, count, op, seed, what, algo=None,
         return digest(mine), compared
     if kind == "broadcast":
         root = ws - 1
-        comm.broadcast(mine, src=root, group=pg)
+        comm.broadcast(mine, src=root, group=pg, **chosen)
         assert torch.equal(mine, inputs[root]), what
         return digest(mine), 0
     if kind in ("all_gather_into_tensor", "all_gather"):
@@ -220,7 +233,7 @@ def _run_one(comm, kind, pg, gg, ws, r, dtype, count, op, seed, what, algo=None,
     ref = reduce_ref([_input_chunk(dtype, count, k, r, seed, op == "PRODUCT") for k in range(ws)], op, dtype)
     result = torch.full((count,), 7, dtype=dtype)
     if kind == "reduce_scatter_tensor":
-        comm.reduce_scatter_tensor(result, mine, op=rop, group=pg)
+        comm.reduce_scatter_tensor(result, mine, op=rop, group=pg, **chosen)
     else:
         comm.reduce_scatter(result, list(mine.chunk(ws)) if count else [mine[:0]] * ws, op=rop, group=pg)
     assert_close(result, ref, dtype, what + " vs numpy")

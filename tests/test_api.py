@@ -260,8 +260,13 @@ def case_bytes_sent():
     ring = g.bytes_sent() - before
     pc.all_gather_into_tensor(torch.empty(4 * 1000), torch.ones(1000), group=g, algo="ring")
     gather = g.bytes_sent() - before - ring
+    pc.all_reduce(torch.ones(10), group=g, algo="shm")  # forms the shared arena (over the links)
+    before = g.bytes_sent()
+    pc.all_reduce(torch.ones(1000), group=g, algo="shm")  # one phase: each rank puts its input
+    pc.all_reduce(torch.ones(1 << 16), group=g, algo="shm")  # two: its input, then its chunk
+    shared = g.bytes_sent() - before
     pc.destroy_process_group(g)
-    return ring, gather
+    return ring, gather, shared
 
 
 def _on_rank0(call, timeout: float, others_wait: float):
@@ -576,10 +581,12 @@ def test_infinite_and_huge_timeouts(pool4):
 
 def test_bytes_sent_is_the_ring_volume(pool4):
     n, nbytes = 4, (1 << 18) * 4
-    for ring, gather in pool4.run(case_bytes_sent):
+    for ring, gather, shared in pool4.run(case_bytes_sent):
         payload = 2 * (n - 1) * nbytes // n  # reduce-scatter + all-gather, one chunk per step
         assert payload <= ring <= payload + 2 * 32, ring  # plus a 32-byte header to each ring peer
         assert (n - 1) * 4000 <= gather <= (n - 1) * 4000 + 2 * 32, gather
+        # Through the arena nothing goes on a link: what a rank put there for its peers.
+        assert shared == 4000 + (1 << 18) + (1 << 18) // n, shared
 
 
 def test_recv_without_sender_times_out(pool4):

@@ -65,10 +65,12 @@ def case_link_kinds():
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("transport, algo", [("shm", "auto"), ("tcp", "auto"), ("shm", "tree")])
+@pytest.mark.parametrize("transport, algo", [("shm", "auto"), ("tcp", "auto"), ("shm", "tree"), ("shm", "shm")])
 def test_killed_rank_fails_every_other_rank_fast(transport, algo):
     """The tree case: rank 3 talks only to its parent 2, and rank 2 to 0 and 3, so rank 1's
-    loss reaches them through the ranks that saw it."""
+    loss reaches them through the ranks that saw it. The shm case: the ranks wait on flags in
+    the shared arena, not on links; those with a link to rank 1 see its loss there, rank 3
+    (none) when they mark the arena failed."""
     with RankPool(4, init_gloo=False, timeout=60, env={"PYCOLLECT_TRANSPORT": transport}) as pool:
         assert pool.run(case_link_kinds) == [{transport}] * 4
         pool.submit(case_all_reduce_until_failure, 16 * 1024 * 1024, algo)

@@ -50,6 +50,7 @@ def test_every_variable_is_read(tmp_path):
         "PYCOLLECT_FLIGHT_DIR": (str(tmp_path), "flight_dir", str(tmp_path)),
         "PYCOLLECT_FLIGHT_ENTRIES": ("0", "flight_entries", 0),
         "PYCOLLECT_EAGER_BYTES": ("0", "eager_bytes", 0),
+        "PYCOLLECT_SHM_COLLECTIVE_BYTES": ("0", "shm_collective_bytes", 0),
     }
     alone = {"PYCOLLECT_SECRET_FILE": (str(secret_file), "secret", b"from a file")}
     assert set(cases) | set(alone) == KNOWN  # a new variable needs its case here
@@ -223,6 +224,7 @@ def _documented_defaults():
         "PYCOLLECT_TRACE": {int(o.trace), int(engine.trace)},
         "PYCOLLECT_FLIGHT_ENTRIES": {engine.flight_entries},
         "PYCOLLECT_EAGER_BYTES": {engine.eager_bytes},
+        "PYCOLLECT_SHM_COLLECTIVE_BYTES": {engine.shm_collective_bytes},
     }
 
 

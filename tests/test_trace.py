@@ -42,10 +42,10 @@ def case_traced(size: int, op: str, count: int, algo: str = "ring"):
         call = lambda: pc.all_gather_into_tensor(b, a, group=g, algo="ring")  # noqa: E731 (auto may pick Bruck)
     elif op == "reduce_scatter":
         a, b = torch.ones(count * n), torch.empty(count)
-        call = lambda: pc.reduce_scatter_tensor(b, a, group=g)  # noqa: E731
+        call = lambda: pc.reduce_scatter_tensor(b, a, group=g, algo="ring")  # noqa: E731 (auto: shm on one host)
     else:
         a = torch.ones(count)
-        call = lambda: pc.broadcast(a, src=0, group=g)  # noqa: E731
+        call = lambda: pc.broadcast(a, src=0, group=g, algo="ring")  # noqa: E731
     call()  # untraced
     untraced = pc.take_trace(g)
     with pc.tracing(g):

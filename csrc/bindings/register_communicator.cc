@@ -87,6 +87,7 @@ void registerCommunicator(py::module_& m) {
           "spin_us", [](const CommOptions& o) { return o.tunables.spinUs; },
           [](CommOptions& o, int v) { o.tunables.spinUs = v; })
       .def_readwrite("direct_max_bytes", &CommOptions::directMaxBytes)
+      .def_readwrite("shm_collective_bytes", &CommOptions::sharedMaxBytes)
       .def_readwrite("direct_max_ranks", &CommOptions::directMaxRanks)
       // kAuto's tables as [(max_bytes, algo code), ...], sorted (pycollect.costmodel.auto_table).
       .def_readwrite("socket_buffer", &CommOptions::socketBuffer)

@@ -69,6 +69,21 @@ void broadcastWith(Algo algo, Context& ctx, void* data, size_t bytes, int root);
 // Every rank greets every other: returns once all have arrived.
 void barrierAll(Context& ctx);
 
+// The shared-memory collectives (shared_arena.h; a file each: allreduce_shared.cc,
+// reduce_shared.cc, broadcast_shared.cc), chosen as kShared for groups on one host. A
+// group whose ranks cannot share memory (found at the first such call, alike on every
+// rank) runs the link algorithm instead: linkAllreduce's for the all-reduce, the ring or
+// chain for the others, barrierAll for the barrier.
+void allreduceShared(Context& ctx, void* data, size_t count, DType dtype, ReduceOp op);
+void reduceScatterShared(Context& ctx, const void* in, void* out, size_t count, DType dtype, ReduceOp op);
+void reduceShared(Context& ctx, void* data, size_t count, DType dtype, ReduceOp op, int root);
+void broadcastShared(Context& ctx, void* data, size_t bytes, int root);
+void allgatherShared(Context& ctx, const void* in, void* out, size_t count, DType dtype);
+void barrierShared(Context& ctx);
+// The all-reduce that runs on links where the shared one cannot: the direct algorithm
+// up to 16 KiB on groups of up to 8 ranks, the ring otherwise (CommOptions' defaults).
+Algo linkAllreduce(int size, size_t bytes);
+
 // Pipelined chain towards `root`; only the root's `data` changes (to the reduction).
 void reduceChain(Context& ctx, void* data, size_t count, DType dtype, ReduceOp op, int root);
 

@@ -5,6 +5,7 @@
 #include <mutex>
 #include <set>
 
+#include "collectives/shared_arena.h"
 #include "common/error.h"
 #include "transport/wait.h"
 
@@ -119,9 +120,22 @@ void Context::postHeaders(const std::vector<int>& peers, const std::vector<uint6
 void Context::checkHeaders(const std::vector<uint64_t>* recvCounts) {
   if (level_ != nullptr) return;
   setStep("header exchange", 0, 1);
+  // Where the group has a shared arena, a peer that runs this call on it announces it there
+  // and sends nothing on the link: its announcement is looked at while the header waits.
+  SharedArena* a = recvCounts == nullptr ? arena() : nullptr;
+  if (a != nullptr && !a->ready()) a = nullptr;
   for (size_t i = 0; i < headerPeers_.size(); ++i) {
     try {
-      waitRecv(link(headerPeers_[i]), theirs_[i].ticket);
+      Link& l = link(headerPeers_[i]);
+      const uint64_t t = theirs_[i].ticket;
+      if (a == nullptr || l.received(t)) {
+        waitRecv(l, t);
+      } else {
+        wait(l, [&] {
+          a->checkAnnounced(call, headerPeers_[i]);
+          return l.received(t);
+        }, "receive from");
+      }
     } catch (const PeerLostError&) {
       // A peer that saw nothing wrong may finish the call and leave before this rank reads
       // every header (an all-to-all's sender, whose receiver alone checks the counts): a
@@ -145,6 +159,10 @@ void Context::checkHeader(size_t i, const std::vector<uint64_t>* recvCounts) {
                         std::to_string(peer) + " for its " + describeCall(want) +
                         " but received unrelated bytes (the peer is out of step)");
   }
+  checkSameCall(want, h, groupRank_);
+}
+
+void checkSameCall(const WireHeader& want, const WireHeader& h, int rank) {
   bool same = h.kind == want.kind && h.dtype == want.dtype && h.redop == want.redop &&
               h.seq == want.seq && h.count == want.count && h.root == want.root &&
               h.algo == want.algo;
@@ -165,10 +183,12 @@ std::string Context::timedOut() const {
          buf + " s";
 }
 
+std::string Context::stepText() const {
+  return std::string(" in ") + phase_ + " step " + std::to_string(step_ + 1) + "/" + std::to_string(std::max(steps_, 1));
+}
+
 std::string Context::describeWait(const Link& l, const char* what) const {
-  return timedOut() + " in " + phase_ + " step " + std::to_string(step_ + 1) + "/" +
-         std::to_string(std::max(steps_, 1)) + " waiting to " + what + " rank " +
-         std::to_string(l.peer());
+  return timedOut() + stepText() + " waiting to " + what + " rank " + std::to_string(l.peer());
 }
 
 void Context::until(const std::function<bool()>& done, const std::function<std::string()>& describe,

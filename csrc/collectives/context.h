@@ -54,6 +54,8 @@ struct HeaderRecv {
   WireHeader header;
 };
 
+class SharedArena;
+
 class Context {
  public:
   // `messages`: polled by every wait (the group's point-to-point messages), or nullptr.
@@ -147,11 +149,27 @@ class Context {
   // From now on every wait of this context also polls `b` (nullptr: none).
   void setBackground(Background* b) { background_ = b; }
 
+  // The group's shared arena (shared_arena.h), nullptr where the group has none. A view
+  // (a level of the hierarchy) has none.
+  void setArena(SharedArena* a) { arena_ = a; }
+  SharedArena* arena() const { return level_ == nullptr ? arena_ : nullptr; }
+  // For waits that are not on a link (the shared arena's flags): the transport that moves
+  // the links meanwhile, one look at the point-to-point messages and the background, the
+  // deadline, and how a timeout's message starts.
+  Transport& transport() { return transport_; }
+  void pollBackground() {
+    if (messages_ != nullptr) messages_->poll();
+    if (background_ != nullptr) background_->poll();
+  }
+  Clock::time_point deadline() const { return deadline_; }
+  // "<op> (call #N) on rank R timed out after S s": how every timeout message starts.
+  std::string timedOut() const;
+  // " in <phase> step i/n": where the call is, for messages.
+  std::string stepText() const;
+
  private:
   // Throws MismatchError if the i-th header of the exchange disagrees with this call.
   void checkHeader(size_t i, const std::vector<uint64_t>* recvCounts);
-  // "<op> (call #N) on rank R timed out after S s": how every timeout message starts.
-  std::string timedOut() const;
   // `phase` as this view names it: "<level> <phase>" (interned: trace units keep it).
   const char* named(const char* phase);
   std::string describeWait(const Link& l, const char* what) const;
@@ -179,6 +197,7 @@ class Context {
   const Hierarchy* hierarchy_ = nullptr;
   std::vector<char>* stage_ = nullptr;
   Background* background_ = nullptr;
+  SharedArena* arena_ = nullptr;
 };
 
 // Splits `count` elements into `parts` chunks whose sizes differ by at most one.

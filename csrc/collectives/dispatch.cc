@@ -9,23 +9,23 @@ namespace pycollect {
 
 void checkAllreduceAlgo(Algo algo, const char* what) {
   if (algo == Algo::kRing || algo == Algo::kDirect || algo == Algo::kHalvingDoubling ||
-      algo == Algo::kTree || algo == Algo::kHierarchical) {
+      algo == Algo::kTree || algo == Algo::kHierarchical || algo == Algo::kShared) {
     return;
   }
   throw InvalidArgument(std::string(what) + " has no algorithm \"" + algoName(algo) +
-                        "\" (choose auto, ring, direct, halving_doubling, tree or hierarchical)");
+                        "\" (choose auto, ring, direct, halving_doubling, tree, hierarchical or shm)");
 }
 
 void checkAllgatherAlgo(Algo algo, const char* what) {
-  if (algo == Algo::kRing || algo == Algo::kBruck || algo == Algo::kHierarchical) return;
+  if (algo == Algo::kRing || algo == Algo::kBruck || algo == Algo::kHierarchical || algo == Algo::kShared) return;
   throw InvalidArgument(std::string(what) + " has no algorithm \"" + algoName(algo) +
-                        "\" (choose auto, ring, bruck or hierarchical)");
+                        "\" (choose auto, ring, bruck, hierarchical or shm)");
 }
 
 void checkRingOrHierarchy(Algo algo, const char* what) {
-  if (algo == Algo::kRing || algo == Algo::kHierarchical) return;
+  if (algo == Algo::kRing || algo == Algo::kHierarchical || algo == Algo::kShared) return;
   throw InvalidArgument(std::string(what) + " has no algorithm \"" + algoName(algo) +
-                        "\" (choose auto, ring or hierarchical)");
+                        "\" (choose auto, ring, hierarchical or shm)");
 }
 
 void allreduceWith(Algo algo, Context& ctx, void* data, size_t count, DType dtype, ReduceOp op) {
@@ -38,6 +38,8 @@ void allreduceWith(Algo algo, Context& ctx, void* data, size_t count, DType dtyp
       return allreduceTree(ctx, data, count, dtype, op);
     case Algo::kHierarchical:
       return allreduceHierarchical(ctx, data, count, dtype, op);
+    case Algo::kShared:
+      return allreduceShared(ctx, data, count, dtype, op);
     default:
       return allreduceRing(ctx, data, count, dtype, op);
   }
@@ -46,17 +48,20 @@ void allreduceWith(Algo algo, Context& ctx, void* data, size_t count, DType dtyp
 void allgatherWith(Algo algo, Context& ctx, const void* in, void* out, size_t count, DType dtype) {
   if (algo == Algo::kBruck) return allgatherBruck(ctx, in, out, count, dtype);
   if (algo == Algo::kHierarchical) return allgatherHierarchical(ctx, in, out, count, dtype);
+  if (algo == Algo::kShared) return allgatherShared(ctx, in, out, count, dtype);
   allgatherRing(ctx, in, out, count, dtype);
 }
 
 void reduceScatterWith(Algo algo, Context& ctx, const void* in, void* out, size_t count, DType dtype,
                        ReduceOp op) {
   if (algo == Algo::kHierarchical) return reduceScatterHierarchical(ctx, in, out, count, dtype, op);
+  if (algo == Algo::kShared) return reduceScatterShared(ctx, in, out, count, dtype, op);
   reduceScatterRing(ctx, in, out, count, dtype, op);
 }
 
 void broadcastWith(Algo algo, Context& ctx, void* data, size_t bytes, int root) {
   if (algo == Algo::kHierarchical) return broadcastHierarchical(ctx, data, bytes, root);
+  if (algo == Algo::kShared) return broadcastShared(ctx, data, bytes, root);
   broadcastChain(ctx, data, bytes, root);
 }
 

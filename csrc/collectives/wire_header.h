@@ -24,4 +24,9 @@ static_assert(sizeof(WireHeader) == 32, "WireHeader is a fixed 32-byte record");
 // Renders a header as the call that produced it, e.g. "all_reduce(count=100, float32, SUM)".
 std::string describeCall(const WireHeader& h);
 
+// Throws MismatchError naming both calls unless `theirs` (from rank `peer`) is the call
+// `want` (this rank's, `rank` in its group): kind, dtype, op, sequence number, count, root
+// and algorithm alike.
+void checkSameCall(const WireHeader& want, const WireHeader& theirs, int rank);
+
 }  // namespace pycollect

@@ -69,7 +69,7 @@ void Communicator::setAutoTables(std::vector<AutoRow> allreduce, std::vector<Aut
 
 Communicator::Communicator(int rank, int size, CommOptions options)
     : owner_(), rank_(rank), size_(size), options_(options), p2p_(rank, size > 0 ? size : 1, options.p2p),
-      sendSeq_(size > 0 ? size : 1, 0), tracing_(options.trace), recorder_(size), flight_(options.flightEntries), hierarchy_(eachAlone(size), rank) {
+      sendSeq_(size > 0 ? size : 1, 0), tracing_(options.trace), recorder_(size), flight_(options.flightEntries), hierarchy_(eachAlone(size), rank), arena_(rank, size) {
   if (size < 1) throw InvalidArgument("world size must be >= 1, got " + std::to_string(size));
   if (rank < 0 || rank >= size) {
     throw InvalidArgument("rank " + std::to_string(rank) + " is outside [0, " +
@@ -181,6 +181,7 @@ std::shared_ptr<Work> Communicator::allGather(const void* in, void* out, size_t 
 
 WireHeader Communicator::reduceScatterHeader(size_t count, DType dtype, ReduceOp op, Algo algo, size_t inBytes) {
   WireHeader h = makeHeader(OpKind::kReduceScatter, dtype, op, count, -1);
+  if (algo == Algo::kAuto && sharedFits(inBytes / size_)) algo = Algo::kShared;
   h.algo = static_cast<uint8_t>(ringOrHierarchy(algo, inBytes, options_.hierarchicalFrom.reduceScatter,
                                                 "reduce_scatter"));
   return h;
@@ -189,6 +190,7 @@ WireHeader Communicator::reduceScatterHeader(size_t count, DType dtype, ReduceOp
 WireHeader Communicator::broadcastHeader(size_t count, DType dtype, int root, Algo algo, size_t bytes) {
   checkRoot(root, "broadcast");
   WireHeader h = makeHeader(OpKind::kBroadcast, dtype, ReduceOp::kSum, count, root);
+  if (algo == Algo::kAuto && sharedFits(bytes)) algo = Algo::kShared;
   h.algo = static_cast<uint8_t>(ringOrHierarchy(algo, bytes, options_.hierarchicalFrom.broadcast, "broadcast"));
   return h;
 }
@@ -201,15 +203,22 @@ std::shared_ptr<Work> Communicator::reduceScatter(const void* in, void* out, siz
 }
 
 Algo Communicator::chooseAlgo(Algo algo, size_t bytes) const {
-  return algo == Algo::kAuto ? chooseAllreduce(options_, size_, bytes) : algo;
+  if (algo != Algo::kAuto) return algo;
+  return sharedFits(bytes) ? Algo::kShared : chooseAllreduce(options_, size_, bytes);
+}
+
+bool Communicator::sharedFits(size_t bytes) const {
+  return size_ > 1 && options_.sharedMaxBytes > 0 && bytes <= options_.sharedMaxBytes && hierarchy_.hosts() == 1 &&
+         options_.transport != TransportKind::kTcp;
 }
 
 Algo Communicator::chooseAllgather(Algo algo, size_t outBytes) const {
   // kAuto: the hierarchy where the group set it to run, else the cost model's table (the
   // ring without one).
   Algo chosen = algo != Algo::kAuto ? algo
-                                    : hierarchyOr(outBytes, options_.hierarchicalFrom.allgather,
-                                                  lookupAuto(options_.allgatherAuto, outBytes, Algo::kRing));
+                : sharedFits(outBytes / size_) ? Algo::kShared
+                                               : hierarchyOr(outBytes, options_.hierarchicalFrom.allgather,
+                                                             lookupAuto(options_.allgatherAuto, outBytes, Algo::kRing));
   checkAllgatherAlgo(chosen, "all_gather");
   return chosen;
 }
@@ -232,6 +241,10 @@ std::shared_ptr<Work> Communicator::reduce(void* data, size_t count, DType dtype
                                            int root) {
   checkRoot(root, "reduce");
   WireHeader h = makeHeader(OpKind::kReduce, dtype, op, count, root);
+  if (sharedFits(count * dtypeSize(dtype))) {
+    h.algo = static_cast<uint8_t>(Algo::kShared);
+    return enqueue(h, [=](Context& c) { reduceShared(c, data, count, dtype, op, root); });
+  }
   return enqueue(h, [=](Context& c) { reduceChain(c, data, count, dtype, op, root); });
 }
 
@@ -319,6 +332,10 @@ std::shared_ptr<Work> Communicator::allGatherCoalesced(std::vector<Span> ins, st
 
 std::shared_ptr<Work> Communicator::barrier(double timeoutSec) {
   WireHeader h = makeHeader(OpKind::kBarrier, DType::kUInt8, ReduceOp::kSum, 0, -1);
+  if (sharedFits(0)) {
+    h.algo = static_cast<uint8_t>(Algo::kShared);
+    return enqueue(Collective{h, [](Context& c) { barrierShared(c); }, nullptr, timeoutSec});
+  }
   return enqueue(Collective{h, [](Context& c) { barrierAll(c); }, nullptr, timeoutSec});
 }
 
@@ -389,7 +406,7 @@ void Communicator::countBytesSent() {
   for (Link* l : links_) {
     if (l != nullptr) total += l->bytesPosted();
   }
-  bytesSent_.store(total);
+  bytesSent_.store(total + arena_.bytesWritten());
 }
 
 std::map<int, std::string> Communicator::linkKinds() {

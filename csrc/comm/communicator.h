@@ -26,6 +26,7 @@
 
 #include "collectives/collectives.h"
 #include "collectives/context.h"
+#include "collectives/shared_arena.h"
 #include "comm/p2p.h"
 #include "comm/staging.h"
 #include "comm/work.h"
@@ -59,6 +60,9 @@ struct HierarchicalFrom {
 struct CommOptions {
   double timeoutSec = 1800.0;    // per operation, from when it starts running
   Tunables tunables;
+  // kAuto runs a call through the group's shared arena (collectives/shared_arena.h) up to
+  // this many bytes per rank, on a group whose ranks share one host; 0: never.
+  size_t sharedMaxBytes = 1 << 20;    // PYCOLLECT_SHM_COLLECTIVE_BYTES
   size_t directMaxBytes = 16 * 1024;  // all-reduce uses the direct algorithm up to this
   int directMaxRanks = 8;             // ... and up to this many ranks
   // What kAuto means when set (pycollect.costmodel.auto_table, the same on every rank):
@@ -217,8 +221,9 @@ class Communicator {
   // Bytes of scratch memory the worker holds now. Large scratch (> kScratchKeepBytes)
   // is released after kScratchIdle without work.
   size_t scratchBytes() const;
-  // Bytes this rank has posted for sending on its links (headers included), as of the
-  // last finished operation: the communication volume the engine measured.
+  // Bytes this rank has posted for sending on its links (headers included) or put into the
+  // shared arena for its peers, as of the last finished operation: the communication
+  // volume the engine measured.
   uint64_t bytesSent() const;
   // The flight recorder's entries (trace/flight.h), oldest first: the last calls issued.
   std::vector<flight::Record> flightRecord() const { return flight_.snapshot(); }
@@ -316,6 +321,9 @@ class Communicator {
   void checkRootList(const std::vector<Span>& spans, size_t own, int root, const char* what) const;
   // The algorithm kAuto stands for, for an all-reduce of `bytes`.
   Algo chooseAlgo(Algo algo, size_t bytes) const;
+  // Whether kAuto runs a call of `bytes` per rank through the shared arena: the group is on
+  // one host, may share memory, and the call is small enough (CommOptions::sharedMaxBytes).
+  bool sharedFits(size_t bytes) const;
   // An all-gather's algorithm (checked) for kAuto or a forced one; `outBytes`: what each
   // rank ends with.
   Algo chooseAllgather(Algo algo, size_t outBytes) const;
@@ -399,6 +407,7 @@ class Communicator {
   trace::Recorder recorder_;
   flight::Recorder flight_;
   Hierarchy hierarchy_;     // the group's hosts (setTopology; before: each rank alone)
+  SharedArena arena_;       // the shared-memory collectives' segment (formed by the first)
   std::vector<char> stage_;  // the hierarchical algorithms' partial results (the driving thread)
   std::atomic<double> timeoutSec_{0};  // setTimeout's; 0: options_.timeoutSec
 };

@@ -397,6 +397,8 @@ void Communicator::runCollective(Collective& c) {
                   options_.tunables, scratch_);
       ctx.setFlight(&c.work->flight());
       ctx.setHierarchy(&hierarchy_, &stage_);
+      ctx.setArena(&arena_);
+      if (arena_.ready()) arena_.announce(c.header);
       c.run(ctx);
       ctx.drainSends();  // header sends of early-returning algorithms
       scratchBytes_.store(heldScratch());
@@ -554,6 +556,7 @@ void Communicator::failWith(const std::string& message) {
     if (failure_.empty()) failure_ = message;
     dropped.swap(queue_);
   }
+  arena_.poison(message);  // peers waiting in a shared-memory call stop at once
   // Aborting every link makes the neighbours fail at once, and theirs in turn.
   for (auto* links : {&links_, &p2pLinks_}) {
     for (Link* l : *links) {

@@ -91,6 +91,7 @@ const char* algoName(Algo a) {
     case Algo::kTree: return "tree";
     case Algo::kBruck: return "bruck";
     case Algo::kHierarchical: return "hierarchical";
+    case Algo::kShared: return "shm";
   }
   return "?";
 }

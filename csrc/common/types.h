@@ -59,8 +59,9 @@ enum class Algo : uint8_t {
   kTree = 4,             // all-reduce: tree reduce + broadcast
   kBruck = 5,            // all-gather: Bruck's log-step exchange
   kHierarchical = 6,     // two levels: within hosts, then across them (hierarchy.h)
+  kShared = 7,           // one host: through the group's shared arena (shared_arena.h)
 };
-constexpr int kNumAlgos = 7;
+constexpr int kNumAlgos = 8;
 
 size_t dtypeSize(DType t);
 bool isFloating(DType t);

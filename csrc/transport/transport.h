@@ -89,6 +89,10 @@ class Transport {
   virtual bool busy() const = 0;
   // Blocks until progress() may move bytes, wake() was called, or `until` passed.
   virtual void waitReady(Clock::time_point until) = 0;
+  // Throws PeerLostError naming a peer whose link says it is gone (one look at each link
+  // that could say so, never blocking): for waits that watch memory rather than a link
+  // (collectives/shared_arena.h), which no link's progress would otherwise interrupt.
+  virtual void checkPeers() = 0;
 
   // What carries the links to `peer` ("tcp", "shm"; both channels' alike); nullptr while
   // neither is made. Any thread.

@@ -1,6 +1,9 @@
 // The native driver's shm part: 2 to 4 ranks of one host over shared memory (every link
 // must be "shm"), running the collectives' sweep (part_collectives.cc) on 2 and 4 ranks
-// and the p2p suite (part_p2p.cc) on 2 and 3, with fewer sizes and float32 only.
+// and the p2p suite (part_p2p.cc) on 2 and 3, with fewer sizes and float32 only. The group
+// is told its ranks share a host, so the calls up to 1 MiB per rank run through the shared
+// arena (collectives/shared_arena.h: flags and futexes, with messages moving meanwhile) and
+// the larger ones as rings over the shared-memory links.
 #include "collective_cases.h"
 #include "parts.h"
 
@@ -15,6 +18,7 @@ void partShm() {
     GroupSpec spec;
     spec.size = n;
     spec.options = [](int) { return makeOptions(TransportKind::kShm); };
+    spec.hostOf.assign(n, 0);
     runGroup(spec, [&](Communicator& c, Barrier& barrier, int) {
       expectLinks(c, [](int) { return "shm"; });
       if (n != 3) collectiveSweep(c, sweep);

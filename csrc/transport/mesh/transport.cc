@@ -107,6 +107,11 @@ bool Transport::busy() const {
   return false;
 }
 
+void Transport::checkPeers() {
+  // Shared-memory links only: a TCP link's loss shows in its driver's next progress().
+  for (auto& l : shm_) l->checkAlive();
+}
+
 bool Transport::spin(Clock::time_point until) {
   auto end = std::min(until, Clock::now() + kSpin);
   for (;;) {

@@ -45,6 +45,7 @@ class Transport final : public pycollect::Transport {
   void progress() override;
   bool busy() const override;
   void waitReady(Clock::time_point until) override;
+  void checkPeers() override;
   const char* linkKind(int peer) const override;
   void wake() override;
   void close() override;

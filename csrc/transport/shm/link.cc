@@ -180,6 +180,12 @@ void Link::disarm() {
   if (!why.empty() && lost_.empty()) lost_ = why;  // thrown by the next progress()
 }
 
+void Link::checkAlive() {
+  std::string why = doorbell_->drain();
+  if (!why.empty() && lost_.empty()) lost_ = why;
+  if (!lost_.empty()) throw PeerLostError(lost_);
+}
+
 void Link::fail(const char* call, int err) const {
   throw PeerLostError("shared-memory link to rank " + std::to_string(peer()) + " lost: " +
                       syscallMessage(call, err, err == ESRCH ? "the peer exited" : "reading its memory"));

@@ -100,6 +100,8 @@ class Link final : public pycollect::Link {
   // After poll: lower the flag and read the doorbell bytes; a closed socket is
   // remembered and thrown by the next progress().
   void disarm();
+  // Reads the doorbell (without sleeping) and throws PeerLostError once the peer is gone.
+  void checkAlive();
 
   void abort() override;
   void interrupt() override { doorbell_->interrupt(); }

@@ -70,7 +70,7 @@ Segment Segment::create(size_t bytes, int peer) {
   return map(fd, std::move(name), bytes, peer);
 }
 
-Segment Segment::open(const std::string& name, size_t bytes, int peer) {
+Segment Segment::open(const std::string& name, size_t bytes, int peer, bool keepName) {
   int fd = ::shm_open(name.c_str(), O_RDWR | O_CLOEXEC, 0);
   if (fd < 0) throw Error(syscallMessage("shm_open", errno, forPeer(("opening " + name).c_str(), peer)));
   struct stat st {};
@@ -80,7 +80,7 @@ Segment Segment::open(const std::string& name, size_t bytes, int peer) {
                 " offered (size or owner differ)");
   }
   Segment s = map(fd, name, bytes, peer);
-  s.unlink();
+  if (!keepName) s.unlink();
   return s;
 }
 

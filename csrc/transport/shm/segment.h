@@ -29,8 +29,9 @@ class Segment {
   // Creates and maps `bytes` of zeroed shared memory under a fresh random name.
   // Throws Error naming the syscall and errno (and `peer`, the rank it is for).
   static Segment create(size_t bytes, int peer);
-  // Maps the segment another rank created; unlinks its name at once. Throws Error.
-  static Segment open(const std::string& name, size_t bytes, int peer);
+  // Maps the segment another rank created; unlinks its name at once unless `keepName`
+  // (a segment of several ranks: its creator unlinks it once all have it). Throws Error.
+  static Segment open(const std::string& name, size_t bytes, int peer, bool keepName = false);
 
   // Removes the name (idempotent; the mapping stays valid).
   void unlink();

@@ -1,0 +1,157 @@
+// The shared arena: one shared-memory segment per group whose ranks all share a host,
+// through which the shared-memory collectives (*_shared.cc) move their data without a
+// message on any link. Each rank owns a 64-byte line of flags and two slots of data (one
+// per parity of the round, so a rank may fill the next round's slot while its peers still
+// read this one's); every rank maps every other rank's lines and slots.
+//
+// Rounds. Every shared-memory call runs as one or more rounds, numbered alike on every
+// rank (1, 2, ...). In round k a rank first waits until every peer has *arrived* at round
+// k - 1 (each finished reading round k - 2, which used the same parity), writes its data
+// into its slot k % 2, then publishes arrived = k. Whoever needs a peer's data waits for
+// that peer's flag, and reads or reduces it in place. A second flag, *reduced*, marks a
+// rank's share of a two-phase reduction as written. Flags are 32-bit counters stored with
+// release and read with acquire, so a flag seen means the data before it is seen too.
+//
+// Waiting. A rank spins on a flag for a while (yielding the core between looks: ranks may
+// outnumber cores), then sleeps on it with futex(2), which works across processes on a
+// shared mapping. A waiter counts itself in the arena's `waiters` before its last look,
+// and a publisher wakes the flag's sleepers only when that count is not zero (fences on
+// both sides: no lost wake-up, and no system call on the fast path). Sleeps last at most
+// kSlice; between them the wait moves the group's links and point-to-point messages,
+// checks that every peer still lives (transport.h, checkPeers), the deadline and the
+// program's Ctrl-C. A rank whose group fails marks the arena failed and wakes every
+// sleeper, so its peers stop at once; a killed rank is seen through its links.
+//
+// Mismatches. Each rank announces the header of every call it runs (any algorithm) in
+// its line, under a sequence lock. A shared-memory call compares the announcements of
+// the peers it waited for with its own; a call that waits for headers on its links
+// (another algorithm) looks at the announcements too. Ranks that disagree raise
+// MismatchError naming both calls, whichever algorithms they chose.
+//
+// Formation, once, in the group's first shared-memory call (every rank makes the same
+// choice: collectives.h): the ranks greet rank 0 over their links; if all of rank 0's
+// links run over shared memory, rank 0 creates the segment (an unguessable name, mode
+// 0600: shm/segment.h) and sends its name over each authenticated link; each rank maps it
+// and says whether it could; rank 0 unlinks the name and tells everyone the verdict. A
+// group whose ranks cannot share it runs the link algorithms instead, on every rank alike.
+#pragma once
+
+#include <algorithm>
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <string>
+
+#include "collectives/context.h"
+#include "collectives/wire_header.h"
+#include "common/types.h"
+#include "transport/shm/segment.h"
+
+namespace pycollect {
+
+// Bytes of one slot (per rank and parity): a larger call runs as several rounds.
+constexpr size_t kArenaSlotBytes = 1 << 20;
+
+class SharedArena {
+ public:
+  SharedArena(int rank, int size) : rank_(rank), size_(size) {}
+
+  // Every rank, inside a call whose context is `ctx` (the group's first shared-memory
+  // call forms the arena: see above). False: the group cannot share memory (then never).
+  bool ensure(Context& ctx);
+  // On the driving thread: whether the arena was formed.
+  bool ready() const { return state_ == State::kReady; }
+
+  // Publishes `call` as the call this rank runs now (any algorithm).
+  void announce(const WireHeader& call);
+  // Throws MismatchError if `peer` announced another call under `call`'s sequence number,
+  // where either call runs on the arena (calls on links compare headers on their links).
+  void checkAnnounced(const WireHeader& call, int peer) const;
+
+  // The next round's number, and this rank's slot and `peer`'s for round `round`.
+  uint32_t nextRound() { return ++round_; }
+  char* slot(int peer, uint32_t round) const;
+  // Copies `bytes` from `src` into this rank's slot of `round` at `offset`: what its peers
+  // will read, counted as sent (bytesWritten).
+  void put(uint32_t round, size_t offset, const void* src, size_t bytes);
+  // Bytes put into the arena so far (the communicator adds them to its links' bytes sent).
+  uint64_t bytesWritten() const { return written_; }
+
+  // Round `round`: publish that this rank arrived (its slot holds its data), or that its
+  // share of a two-phase reduction is written.
+  void arrive(uint32_t round) { publish(line(rank_).arrived, round); }
+  void reduced(uint32_t round) { publish(line(rank_).reduced, round); }
+  // Waits until `peer` arrived at (or reduced) `round`; the wait names `what`.
+  void waitArrived(Context& ctx, int peer, uint32_t round, const char* what);
+  void waitReduced(Context& ctx, int peer, uint32_t round, const char* what);
+  // Waits until every peer arrived at `round`, and checks that each announced this call.
+  // Every shared-memory call does, once, so that every rank names a mismatch.
+  void waitAllArrived(Context& ctx, uint32_t round, const char* what);
+  // Before writing its slot for `round`: every peer is done with round - 2.
+  void waitSlotFree(Context& ctx, uint32_t round);
+
+  // Any thread: the group failed on this rank because of `why`; every peer's waits stop
+  // at once, with an error that tells it.
+  void poison(const std::string& why);
+
+ private:
+  enum class State { kUntried, kReady, kUnavailable };
+  struct alignas(64) Line {
+    std::atomic<uint32_t> arrived;
+    std::atomic<uint32_t> reduced;
+    std::atomic<uint64_t> version;    // the announcement's sequence lock: odd while written
+    std::atomic<uint64_t> header[4];  // the announced WireHeader, as words
+  };
+  struct alignas(64) Control {
+    std::atomic<uint32_t> failed;  // 1 + the rank that failed, 0 while none
+    std::atomic<uint32_t> waiters;
+    std::atomic<uint32_t> claimed;  // the first rank to fail writes `why`
+    char why[500];                  // why it failed, once `failed` is set
+  };
+
+  Line& line(int r) const { return reinterpret_cast<Line*>(base() + sizeof(Control))[r]; }
+  Control& control() const { return *reinterpret_cast<Control*>(base()); }
+  char* base() const { return static_cast<char*>(segment_.data()); }
+  size_t bytes() const;
+
+  bool form(Context& ctx);
+  void publish(std::atomic<uint32_t>& flag, uint32_t value);
+  // Waits until `flag` (of `peer`) reaches `value`.
+  void waitFlag(Context& ctx, std::atomic<uint32_t>& flag, uint32_t value, int peer, const char* what);
+  // A peer marked the arena failed: a mismatch with a peer's announced call is named
+  // first (the peer that saw it failed for it), else the peer's failure.
+  [[noreturn]] void throwPoisoned(const Context& ctx) const;
+
+  const int rank_, size_;
+  State state_ = State::kUntried;
+  shm::Segment segment_;
+  std::atomic<bool> mapped_{false};  // poison() may run on any thread
+  uint32_t round_ = 0;
+  uint64_t written_ = 0;
+};
+
+// Runs body(round, offset, n) for each piece of at most `perRound` of `total` elements (one
+// round at least: a call of 0 still meets its peers), naming the steps `phase`, each after
+// waiting until the peers are done with the slot's previous use.
+template <class Body>
+void inRounds(Context& ctx, SharedArena& a, size_t total, size_t perRound, const char* phase, Body body) {
+  const int rounds = total == 0 ? 1 : static_cast<int>((total + perRound - 1) / perRound);
+  size_t off = 0;
+  for (int i = 0; i < rounds; ++i) {
+    const size_t n = std::min(perRound, total - off);
+    const uint32_t k = a.nextRound();
+    ctx.setStep(phase, i, rounds);
+    a.waitSlotFree(ctx, k);
+    body(k, off, n);
+    off += n;
+  }
+}
+
+// dst = slot 0 op slot 1 op ... op slot size-1 of round `round`, `count` elements from
+// `offset` bytes into each slot (AVG: divided by the size): the same order on every rank,
+// so the same bits (allreduce_shared.cc). dst may be any memory but a slot.
+void reduceSlots(const SharedArena& a, int size, uint32_t round, size_t offset, size_t count, DType dtype,
+                 ReduceOp op, void* dst);
+
+}  // namespace pycollect
