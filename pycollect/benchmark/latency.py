@@ -38,13 +38,19 @@ class LatencyConfig:
     env: Dict[str, str] = field(default_factory=dict)
 
 
-def _call(comm, op: str, t: torch.Tensor, rank: int) -> None:
+def call(comm, op: str, t, rank: int, out=None) -> None:
+    """One call of `op` with pycollect.api's (or torch.distributed's) names on `t` (a tensor,
+    or a numpy array for the API); all_gather and reduce_scatter write `out`."""
     if op == "all_reduce":
         comm.all_reduce(t)
     elif op == "broadcast":
         comm.broadcast(t, src=0)
     elif op == "barrier":
         comm.barrier()
+    elif op == "all_gather":
+        comm.all_gather_into_tensor(out, t)
+    elif op == "reduce_scatter":
+        comm.reduce_scatter_tensor(out, t)
     elif rank == 0:  # ping-pong: one round trip between ranks 0 and 1
         comm.send(t, dst=1)
         comm.recv(t, src=1)
@@ -78,8 +84,9 @@ class _TorchGroup:
         self._dist.recv(t, src=src, group=self._group)
 
 
-def _block(e: str, comm, op: str, t: torch.Tensor, size: int, rank: int, iters: int) -> List[float]:
-    """One block of `iters` single calls by engine `e`, microseconds each."""
+def block(e: str, comm, op: str, t, size: int, rank: int, iters: int, out=None) -> List[float]:
+    """One block of `iters` single calls by engine `e` (`comm`'s calls; "engine": the C++
+    loop on the default group, own buffers of `size` bytes), microseconds each."""
     if e == "engine":  # the C++ loop barriers before its timed calls
         from .engine import engine_loop
 
@@ -88,17 +95,19 @@ def _block(e: str, comm, op: str, t: torch.Tensor, size: int, rank: int, iters: 
     samples = []
     for _ in range(iters):
         t0 = time.perf_counter()
-        _call(comm, op, t, rank)
+        call(comm, op, t, rank, out)
         samples.append((time.perf_counter() - t0) * 1e6)
     return samples
 
 
-def _percentiles(samples: List[float]) -> tuple:
+def percentiles(samples: List[float]) -> tuple:
+    """(median, 99th percentile)."""
     s = sorted(samples)
     return statistics.median(s), s[min(len(s) - 1, int(0.99 * len(s)))]
 
 
-def _slowest(value: float) -> float:
+def slowest(value: float) -> float:
+    """The largest of every rank's `value` (an all-reduce MAX on the default group)."""
     from .. import api
 
     t = torch.tensor([value], dtype=torch.float64)
@@ -116,7 +125,7 @@ def _job(rank: int, n: int, emit, cfg: LatencyConfig) -> None:
     engines = (["engine"] if cfg.engine else []) + ["pycollect"] + (["torch_backend"] if cfg.torch_backend else []) \
         + ([cfg.peer] if cfg.peer else [])
     comms = {e: collectives(e) for e in engines if e not in ("engine", "torch_backend")}
-    comms["engine"] = None  # _block runs its calls from C++
+    comms["engine"] = None  # block runs its calls from C++
     if cfg.torch_backend:
         import torch.distributed as dist
 
@@ -130,14 +139,14 @@ def _job(rank: int, n: int, emit, cfg: LatencyConfig) -> None:
             t = torch.ones(max(size // 4, 1) if size else 1)
             samples = {e: [] for e in engines}
             for e in engines:  # warm-up: 10 calls each
-                _block(e, comms[e], op, t, size, rank, 10)
+                block(e, comms[e], op, t, size, rank, 10)
             for rep in range(cfg.repeats):
                 for e in engines if rep % 2 == 0 else engines[::-1]:
-                    samples[e] += _block(e, comms[e], op, t, size, rank, cfg.iters)
+                    samples[e] += block(e, comms[e], op, t, size, rank, cfg.iters)
             row = {"op": op, "size": size}
             for e in engines:
-                med, p99 = _percentiles(samples[e]) if samples[e] else (0.0, 0.0)
-                row[e] = {"median_us": _slowest(med), "p99_us": _slowest(p99)}
+                med, p99 = percentiles(samples[e]) if samples[e] else (0.0, 0.0)
+                row[e] = {"median_us": slowest(med), "p99_us": slowest(p99)}
             if cfg.peer:
                 row["ratio"] = row[cfg.peer]["median_us"] / row["pycollect"]["median_us"]
             if rank == 0:
