@@ -678,3 +678,42 @@ def test_import_registers_the_torch_backend():
 
     assert "pycollect" in dist.Backend.backend_list
     assert pc.memory.memory_calculator(params_billions=70, num_gpus=8, sharding="fsdp")["fits_on_80gb"] is False
+
+
+def case_engine_loop(iters):
+    """Every op of the engine's C++ latency loop on a 2-rank group (ranks 0 and 1; the
+    others None), 64 B, data filled with rank + 1: {op: (times, data, out)}."""
+    from rank_pool import paired_groups
+
+    from pycollect.benchmark.engine import OPS, engine_loop
+
+    pair = paired_groups(2)
+    if pair is None:
+        return None
+    group, rank = pair[0], pair[0].rank
+    results = {}
+    for op in OPS:
+        times, data, out = engine_loop(op, 64, iters, warmup=1, group=group, fill=rank + 1.0)
+        results[op] = (times, data.tolist(), None if out is None else out.tolist())
+    return results
+
+
+def test_engine_latency_loop_runs_each_op_from_cpp(pool4):
+    """The loop really runs the op: after warm-up + iters in-place sums of (1, 2) every rank
+    holds 3 * 2^(calls - 1); broadcast and the ping-pong leave rank 0's 1 on rank 1."""
+    iters = 5
+    calls = iters + 1
+    results = pool4.run(case_engine_loop, iters, timeout=120)
+    assert results[2:] == [None, None]
+    expect = {"all_reduce": 3.0 * 2 ** (calls - 1), "broadcast": 1.0, "ping_pong": 1.0}
+    for rank, res in enumerate(results[:2]):
+        for op, (times, data, out) in res.items():
+            assert len(times) == iters and all(0 < t < 5e6 for t in times), (op, times)
+            if op in expect:
+                assert data == [expect[op]] * 16, (rank, op, data)
+            elif op == "barrier":
+                assert data == [rank + 1.0] * 16
+            elif op == "all_gather":  # 64 B gathered: 8 floats from each rank
+                assert out == [1.0] * 8 + [2.0] * 8, (rank, out)
+            else:  # reduce_scatter: each rank's 8-float slice of 1 + 2
+                assert out == [3.0] * 8, (rank, out)

@@ -51,14 +51,15 @@ def test_latency_mode_writes_every_op_and_the_wire_limit(tmp_path, capsys):
     printed = capsys.readouterr().out
     assert "wire limit: raw loopback TCP 8-byte round trip" in printed
     assert "via torch us" in printed  # the torch backend's path, timed on its own
+    assert "engine us" in printed  # the engine's C++ loop, no Python per call
     data = json.loads(out.read_text())
     assert data["meta"]["wire"]["blocking_us"] > 0 and data["meta"]["wire"]["busy_poll_us"] > 0
     assert [(r["op"], r["size"]) for r in data["rows"]] == [
         ("all_reduce", 8), ("all_reduce", 64), ("broadcast", 8), ("broadcast", 64), ("barrier", 0),
         ("ping_pong", 8), ("ping_pong", 64)]
     for r in data["rows"]:
-        for engine in ("pycollect", "torch_backend", "gloo"):
-            assert 0 < r[engine]["median_us"] <= r[engine]["p99_us"]
+        for engine in ("engine", "pycollect", "torch_backend", "gloo"):
+            assert 0 < r[engine]["median_us"] <= r[engine]["p99_us"], (engine, r)
         assert r["ratio"] == pytest.approx(r["gloo"]["median_us"] / r["pycollect"]["median_us"])
 
 

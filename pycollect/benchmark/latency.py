@@ -2,11 +2,12 @@
 
 For each operation (all-reduce, broadcast, barrier, and a send/recv ping-pong between
 ranks 0 and 1) and each size from 8 B to 64 KiB, the engines run in alternating blocks
-of single calls, each call timed on its own after the previous one returned: pycollect
-called directly, pycollect through torch.distributed (a `new_group(backend="pycollect")`
-group, so torch's own dispatch is in the time), and the peer. A row reports the median
-and the 99th percentile per call (the slowest rank's), and the ratio of the peer's
-median to pycollect's. Before the rows, rank 0 measures the wire's own limit: an
+of single calls, each call timed on its own after the previous one returned: the engine
+alone (the same calls issued from C++ with no Python per call: benchmark/engine.py),
+pycollect called directly, pycollect through torch.distributed (a
+`new_group(backend="pycollect")` group, so torch's own dispatch is in the time), and the
+peer. A row reports the median and the 99th percentile per call (the slowest rank's), and
+the ratio of the peer's median to pycollect's (the API's). Before the rows, rank 0 measures the wire's own limit: an
 8-byte ping-pong over loopback TCP with blocking and with busy-polling receives
 (pycollect._C.tcp_round_trip_us), which a TCP transport can approach but not beat.
 """
@@ -33,16 +34,23 @@ class LatencyConfig:
     repeats: int = 5
     peer: Optional[str] = "gloo"
     torch_backend: bool = True  # also time pycollect through torch.distributed
+    engine: bool = True  # also time the engine's C++ loop (no Python per call)
     env: Dict[str, str] = field(default_factory=dict)
 
 
-def _call(comm, op: str, t: torch.Tensor, rank: int) -> None:
+def call(comm, op: str, t, rank: int, out=None) -> None:
+    """One call of `op` with pycollect.api's (or torch.distributed's) names on `t` (a tensor,
+    or a numpy array for the API); all_gather and reduce_scatter write `out`."""
     if op == "all_reduce":
         comm.all_reduce(t)
     elif op == "broadcast":
         comm.broadcast(t, src=0)
     elif op == "barrier":
         comm.barrier()
+    elif op == "all_gather":
+        comm.all_gather_into_tensor(out, t)
+    elif op == "reduce_scatter":
+        comm.reduce_scatter_tensor(out, t)
     elif rank == 0:  # ping-pong: one round trip between ranks 0 and 1
         comm.send(t, dst=1)
         comm.recv(t, src=1)
@@ -76,12 +84,30 @@ class _TorchGroup:
         self._dist.recv(t, src=src, group=self._group)
 
 
-def _percentiles(samples: List[float]) -> tuple:
+def block(e: str, comm, op: str, t, size: int, rank: int, iters: int, out=None) -> List[float]:
+    """One block of `iters` single calls by engine `e` (`comm`'s calls; "engine": the C++
+    loop on the default group, own buffers of `size` bytes), microseconds each."""
+    if e == "engine":  # the C++ loop barriers before its timed calls
+        from .engine import engine_loop
+
+        return engine_loop(op, size, iters, warmup=0)[0]
+    comm.barrier()
+    samples = []
+    for _ in range(iters):
+        t0 = time.perf_counter()
+        call(comm, op, t, rank, out)
+        samples.append((time.perf_counter() - t0) * 1e6)
+    return samples
+
+
+def percentiles(samples: List[float]) -> tuple:
+    """(median, 99th percentile)."""
     s = sorted(samples)
     return statistics.median(s), s[min(len(s) - 1, int(0.99 * len(s)))]
 
 
-def _slowest(value: float) -> float:
+def slowest(value: float) -> float:
+    """The largest of every rank's `value` (an all-reduce MAX on the default group)."""
     from .. import api
 
     t = torch.tensor([value], dtype=torch.float64)
@@ -96,8 +122,10 @@ def _job(rank: int, n: int, emit, cfg: LatencyConfig) -> None:
     if rank == 0:
         emit("wire", _C.tcp_round_trip_us(2000, False), _C.tcp_round_trip_us(2000, True))
     api.barrier()
-    engines = ["pycollect"] + (["torch_backend"] if cfg.torch_backend else []) + ([cfg.peer] if cfg.peer else [])
-    comms = {e: collectives(e) for e in engines if e != "torch_backend"}
+    engines = (["engine"] if cfg.engine else []) + ["pycollect"] + (["torch_backend"] if cfg.torch_backend else []) \
+        + ([cfg.peer] if cfg.peer else [])
+    comms = {e: collectives(e) for e in engines if e not in ("engine", "torch_backend")}
+    comms["engine"] = None  # block runs its calls from C++
     if cfg.torch_backend:
         import torch.distributed as dist
 
@@ -110,21 +138,15 @@ def _job(rank: int, n: int, emit, cfg: LatencyConfig) -> None:
         for size in cfg.sizes if op != "barrier" else (0,):
             t = torch.ones(max(size // 4, 1) if size else 1)
             samples = {e: [] for e in engines}
-            for e in engines:
-                for _ in range(10):
-                    _call(comms[e], op, t, rank)
+            for e in engines:  # warm-up: 10 calls each
+                block(e, comms[e], op, t, size, rank, 10)
             for rep in range(cfg.repeats):
                 for e in engines if rep % 2 == 0 else engines[::-1]:
-                    comm = comms[e]
-                    comm.barrier()
-                    for _ in range(cfg.iters):
-                        t0 = time.perf_counter()
-                        _call(comm, op, t, rank)
-                        samples[e].append((time.perf_counter() - t0) * 1e6)
+                    samples[e] += block(e, comms[e], op, t, size, rank, cfg.iters)
             row = {"op": op, "size": size}
             for e in engines:
-                med, p99 = _percentiles(samples[e]) if samples[e] else (0.0, 0.0)
-                row[e] = {"median_us": _slowest(med), "p99_us": _slowest(p99)}
+                med, p99 = percentiles(samples[e]) if samples[e] else (0.0, 0.0)
+                row[e] = {"median_us": slowest(med), "p99_us": slowest(p99)}
             if cfg.peer:
                 row["ratio"] = row[cfg.peer]["median_us"] / row["pycollect"]["median_us"]
             if rank == 0:
@@ -151,7 +173,8 @@ def run(cfg: LatencyConfig, json_path: Optional[str] = None, stream=None) -> Dic
             wire.update(blocking_us=event[1], busy_poll_us=event[2])
             print(f"# wire limit: raw loopback TCP 8-byte round trip {event[1]:.1f} us (blocking recv), "
                   f"{event[2]:.1f} us (busy-polling recv)", file=stream, flush=True)
-            head = f"{'op':>11} {'size':>7} {'pycollect us':>13} {'p99':>8}"
+            head = f"{'op':>11} {'size':>7}" + (f" {'engine us':>10} {'p99':>8}" if cfg.engine else "")
+            head += f" {'pycollect us':>13} {'p99':>8}"
             if cfg.torch_backend:
                 head += f" {'via torch us':>13} {'p99':>8}"
             print(head + f" {peer + ' us':>10} {'p99':>8} {'ratio':>7}", file=stream, flush=True)
@@ -159,8 +182,10 @@ def run(cfg: LatencyConfig, json_path: Optional[str] = None, stream=None) -> Dic
         row = event[1]
         rows.append(row)
         theirs = row.get(cfg.peer, {"median_us": float("nan"), "p99_us": float("nan")}) if cfg.peer else None
-        line = (f"{row['op']:>11} {row['size']:>7} {row['pycollect']['median_us']:>13.1f} "
-                f"{row['pycollect']['p99_us']:>8.1f}")
+        line = f"{row['op']:>11} {row['size']:>7}"
+        if cfg.engine:
+            line += f" {row['engine']['median_us']:>10.2f} {row['engine']['p99_us']:>8.2f}"
+        line += f" {row['pycollect']['median_us']:>13.1f} {row['pycollect']['p99_us']:>8.1f}"
         if cfg.torch_backend:
             line += f" {row['torch_backend']['median_us']:>13.1f} {row['torch_backend']['p99_us']:>8.1f}"
         if theirs:
