@@ -10,4 +10,5 @@ bool pythonSignalPending();
 void registerErrors(pybind11::module_& m);
 void registerCommunicator(pybind11::module_& m);
 void registerTransport(pybind11::module_& m);
+void registerBuffers(pybind11::module_& m);
 }  // namespace pycollect
