@@ -638,6 +638,16 @@ def test_numpy_arrays_are_validated_on_every_call_even_reused():
         assert as_buffer(np.zeros(2, dtype=flag), "x").dtype == want
 
 
+def test_api_names_are_kept_in_the_package_after_first_use():
+    """pycollect.all_reduce resolves once (the package's __getattr__), then is a plain attribute."""
+    import pycollect.api
+
+    assert pc.all_reduce is pycollect.api.all_reduce
+    assert pc.__dict__["all_reduce"] is pycollect.api.all_reduce
+    with pytest.raises(AttributeError):
+        pc.no_such_name  # noqa: B018
+
+
 def test_call_before_init_raises():
     with pytest.raises(pc.NotInitializedError, match="init_process_group"):
         pc.all_reduce(torch.ones(1))
