@@ -27,6 +27,8 @@ import time
 
 import null_backend
 
+from pycollect._C import ANY_SOURCE as _ANY_SOURCE
+
 OPS = ("ping_pong", "ping_pong_any", "all_reduce", "broadcast", "barrier", "reduce", "all_gather", "reduce_scatter", "gather",
        "scatter", "all_to_all")
 
@@ -122,13 +124,21 @@ class _StubEngine:
         return getattr(self._real, name)
 
 
-def _stub_call(_self, *_args, **_kwargs):
-    return _STUB_WORK
+def _stub_call(_self, *args):
+    """A call done as issued: a blocking one (its last argument) comes back as None, as the
+    engine's does (pycollect._C's unlessSettled)."""
+    return None if args[-1] is True else _STUB_WORK
 
 
-for _name in ("send", "recv", "all_reduce", "broadcast", "barrier", "reduce", "all_gather",
+def _stub_recv(_self, *args):
+    """As _stub_call; a receive from any source keeps its Work (it names the sender)."""
+    return _STUB_WORK if args[3] == _ANY_SOURCE else _stub_call(_self, *args)
+
+
+for _name in ("send", "all_reduce", "broadcast", "barrier", "reduce", "all_gather",
               "reduce_scatter", "gather", "scatter", "all_to_all"):
     setattr(_StubEngine, _name, _stub_call)
+_StubEngine.recv = _stub_recv
 
 
 def _time_calls(call, iters: int) -> float:

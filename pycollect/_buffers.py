@@ -62,6 +62,10 @@ def as_buffer(x, what: str, writable: bool = False) -> Buffer:
             _refuse_misaligned(what, "tensor", address, x.element_size(), ".clone()")
         return Buffer(x, address, x.numel(), name)
     if isinstance(x, np.ndarray):
+        span = _C.array_span(x, writable)  # (address, numel, code): the plain case, in one crossing
+        if span is not None:
+            return Buffer(x, span[0], span[1], _DTYPE_NAMES[span[2]])
+        # Not plain: asked again here, where each refusal has its message (register_buffers.cc).
         name = x.dtype.name
         if name not in DTYPE_CODES:
             raise TypeError(f"{what}: dtype {x.dtype} is not supported; use one of {', '.join(SUPPORTED_DTYPES)}")
@@ -94,6 +98,7 @@ def _cuda_buffer(x, what: str) -> Buffer:
 
 
 _TORCH_NAMES: dict = {}  # torch.dtype -> our dtype name, filled on first use
+_DTYPE_NAMES = {code: name for name, code in DTYPE_CODES.items()}  # the engine's dtype code -> name
 
 
 _TORCH: list = []  # [torch.Tensor, torch.strided] once torch is imported

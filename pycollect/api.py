@@ -187,9 +187,10 @@ def _profiler_active() -> bool:
     return _torch_profiler._is_profiler_enabled
 
 
-def _run(g: ProcessGroup, launch, keepalive, async_op: bool, finish=None, profiled: bool = False):
-    """launch(comm, blocking) queues the call; blocking (not async_op) lets the engine run it on
-    this thread when nothing is queued, which saves two thread hand-offs per small call.
+def _run(g: ProcessGroup, launch, args, keepalive, async_op: bool, finish=None, profiled: bool = False):
+    """launch(*args, blocking) queues the call (`launch`: a method of g's communicator);
+    blocking (not async_op) lets the engine run it on this thread when nothing is queued,
+    which saves two thread hand-offs per small call.
 
     Under torch.profiler the call is a range named after the public function that called
     _run ("pycollect::all_reduce"): the issue and, when blocking, the wait."""
@@ -197,10 +198,10 @@ def _run(g: ProcessGroup, launch, keepalive, async_op: bool, finish=None, profil
         import torch
 
         with torch.autograd.profiler.record_function(f"pycollect::{sys._getframe(1).f_code.co_name}"):
-            return _run(g, launch, keepalive, async_op, finish, profiled=True)
+            return _run(g, launch, args, keepalive, async_op, finish, profiled=True)
     if async_op:
-        return g.submit(launch, keepalive, finish)
-    g.run_blocking(launch, keepalive, finish)
+        return g.submit(launch, args, keepalive, finish)
+    g.run_blocking(launch, args, keepalive, finish)
     return None
 
 
@@ -227,13 +228,13 @@ def all_reduce(tensor, op=ReduceOp.SUM, group=None, async_op: bool = False, algo
     """
     g = _group(group)
     op = to_reduce_op(op)
-    algo = Algo.for_call("all_reduce", algo, g.algo)
+    algo = g.algo_for("all_reduce", algo)
     b = as_buffer(tensor, "all_reduce(tensor)", writable=True)
     dc = device_call(g, (b,), "all_reduce")
     if dc is not None:
-        return _run(g, lambda c, blk: c.all_reduce_staged(b.address, b.numel, b.code, int(op), int(algo), *dc, blk),
+        return _run(g, g._comm.all_reduce_staged, (b.address, b.numel, b.code, op, algo, *dc),
                     (b,), async_op)
-    return _run(g, lambda c, blk: c.all_reduce(b.address, b.numel, b.code, int(op), int(algo), blk), (b,), async_op)
+    return _run(g, g._comm.all_reduce, (b.address, b.numel, b.code, op, algo), (b,), async_op)
 
 
 def all_gather_into_tensor(output_tensor, input_tensor, group=None, async_op: bool = False, algo=None):
@@ -244,20 +245,20 @@ def all_gather_into_tensor(output_tensor, input_tensor, group=None, async_op: bo
     as all_reduce's). All ranks must pass the same value.
     """
     g = _group(group)
-    algo = Algo.for_call("all_gather", algo, g.algo, "all_gather_into_tensor")
+    algo = g.algo_for("all_gather", algo, "all_gather_into_tensor")
     i, o, dc = _input_output(g, "all_gather_into_tensor", input_tensor, "input_tensor", output_tensor, "output_tensor",
                              gathers=True)
     if dc is not None:
-        return _run(g, lambda c, blk: c.all_gather_staged(i.address, o.address, i.numel, i.code, int(algo), *dc, blk),
+        return _run(g, g._comm.all_gather_staged, (i.address, o.address, i.numel, i.code, algo, *dc),
                     (i, o), async_op)
-    return _run(g, lambda c, blk: c.all_gather(i.address, o.address, i.numel, i.code, int(algo), blk), (i, o),
+    return _run(g, g._comm.all_gather, (i.address, o.address, i.numel, i.code, algo), (i, o),
                 async_op)
 
 
 def all_gather(tensor_list, tensor, group=None, async_op: bool = False, algo=None):
     """tensor_list[r] = rank r's `tensor` (list form); `algo` as all_gather_into_tensor's."""
     g = _group(group)
-    algo = Algo.for_call("all_gather", algo, g.algo)
+    algo = g.algo_for("all_gather", algo)
     check_list(tensor_list, g.size, "all_gather(tensor_list)")
     i = as_buffer(tensor, "all_gather(tensor)")
     outs = [as_buffer(t, f"all_gather(tensor_list[{k}])", writable=True) for k, t in enumerate(tensor_list)]
@@ -273,9 +274,9 @@ def all_gather(tensor_list, tensor, group=None, async_op: bool = False, algo=Non
             g.copy_result(t, flat[k * i.numel:(k + 1) * i.numel])
 
     if dc is not None:
-        return _run(g, lambda c, blk: c.all_gather_staged(i.address, f.address, i.numel, i.code, int(algo), *dc, blk),
+        return _run(g, g._comm.all_gather_staged, (i.address, f.address, i.numel, i.code, algo, *dc),
                     (i, f), async_op, finish)
-    return _run(g, lambda c, blk: c.all_gather(i.address, f.address, i.numel, i.code, int(algo), blk), (i, f),
+    return _run(g, g._comm.all_gather, (i.address, f.address, i.numel, i.code, algo), (i, f),
                 async_op, finish)
 
 
@@ -286,13 +287,12 @@ def reduce_scatter_tensor(output, input, op=ReduceOp.SUM, group=None, async_op: 
     groups that span hosts from the size the two-level model names (docs/hierarchy.md)."""
     g = _group(group)
     op = to_reduce_op(op)
-    algo = Algo.for_call("reduce_scatter", algo, g.algo, "reduce_scatter_tensor")
+    algo = g.algo_for("reduce_scatter", algo, "reduce_scatter_tensor")
     i, o, dc = _input_output(g, "reduce_scatter_tensor", input, "input", output, "output", gathers=False)
     if dc is not None:
-        return _run(g, lambda c, blk: c.reduce_scatter_staged(i.address, o.address, o.numel, o.code, int(op), int(algo), *dc,
-                                                           blk),
+        return _run(g, g._comm.reduce_scatter_staged, (i.address, o.address, o.numel, o.code, op, algo, *dc),
                     (i, o), async_op)
-    return _run(g, lambda c, blk: c.reduce_scatter(i.address, o.address, o.numel, o.code, int(op), int(algo), blk), (i, o), async_op)
+    return _run(g, g._comm.reduce_scatter, (i.address, o.address, o.numel, o.code, op, algo), (i, o), async_op)
 
 
 def reduce_scatter(output, input_list, op=ReduceOp.SUM, group=None, async_op: bool = False, algo=None):
@@ -300,7 +300,7 @@ def reduce_scatter(output, input_list, op=ReduceOp.SUM, group=None, async_op: bo
     reduce_scatter_tensor's."""
     g = _group(group)
     op = to_reduce_op(op)
-    algo = Algo.for_call("reduce_scatter", algo, g.algo)
+    algo = g.algo_for("reduce_scatter", algo)
     check_list(input_list, g.size, "reduce_scatter(input_list)")
     o = as_buffer(output, "reduce_scatter(output)", writable=True)
     ins = []
@@ -313,23 +313,22 @@ def reduce_scatter(output, input_list, op=ReduceOp.SUM, group=None, async_op: bo
     flat = concat_flat(input_list)
     i = as_buffer(flat, "reduce_scatter(staging)")
     if dc is not None:
-        return _run(g, lambda c, blk: c.reduce_scatter_staged(i.address, o.address, o.numel, o.code, int(op), int(algo), *dc,
-                                                           blk),
+        return _run(g, g._comm.reduce_scatter_staged, (i.address, o.address, o.numel, o.code, op, algo, *dc),
                     (i, o), async_op)
-    return _run(g, lambda c, blk: c.reduce_scatter(i.address, o.address, o.numel, o.code, int(op), int(algo), blk), (i, o), async_op)
+    return _run(g, g._comm.reduce_scatter, (i.address, o.address, o.numel, o.code, op, algo), (i, o), async_op)
 
 
 def broadcast(tensor, src: int = 0, group=None, async_op: bool = False, algo=None):
     """Copy rank `src`'s tensor (a global rank) to every rank of the group. `algo`: "auto",
     "ring" (a chain along the ring) or "hierarchical" (across hosts, then within them)."""
     g = _group(group)
-    algo = Algo.for_call("broadcast", algo, g.algo)
+    algo = g.algo_for("broadcast", algo)
     root = g.group_rank(src, "broadcast(src)")
     b = as_buffer(tensor, "broadcast(tensor)", writable=True)
     dc = device_call(g, (b,), "broadcast")
     if dc is not None:
-        return _run(g, lambda c, blk: c.broadcast_staged(b.address, b.numel, b.code, root, int(algo), *dc, blk), (b,), async_op)
-    return _run(g, lambda c, blk: c.broadcast(b.address, b.numel, b.code, root, int(algo), blk), (b,), async_op)
+        return _run(g, g._comm.broadcast_staged, (b.address, b.numel, b.code, root, algo, *dc), (b,), async_op)
+    return _run(g, g._comm.broadcast, (b.address, b.numel, b.code, root, algo), (b,), async_op)
 
 
 def barrier(group=None, async_op: bool = False, device_ids=None, timeout=None):
@@ -338,7 +337,7 @@ def barrier(group=None, async_op: bool = False, device_ids=None, timeout=None):
     CollectiveTimeoutError and, as any engine timeout, fails the group."""
     g = _group(group)
     seconds = -1.0 if timeout is None else to_timedelta(timeout).total_seconds()
-    return _run(g, lambda c, blk: c.barrier(seconds, blk), (), async_op)
+    return _run(g, g._comm.barrier, (seconds,), (), async_op)
 
 
 def _check_tag(tag) -> int:
@@ -358,7 +357,7 @@ def _send(tensor, dst: int, group, tag: int, async_op: bool):
     peer = g.group_rank(dst, "send(dst)")
     b = as_buffer(tensor, "send(tensor)")
     tag = _check_tag(tag)
-    return _run(g, lambda c, blk: c.send(b.address, b.numel, b.code, peer, tag, blk), (b,), async_op)
+    return _run(g, g._comm.send, (b.address, b.numel, b.code, peer, tag), (b,), async_op)
 
 
 def irecv(tensor, src: Optional[int] = None, group=None, tag: int = 0) -> Work:
@@ -383,22 +382,22 @@ def _recv(tensor, src: Optional[int], group, tag: int, async_op: bool):
         raise ValueError("recv(src=None): the group has no other rank to receive from")
     peer = _C.ANY_SOURCE if src is None else g.group_rank(src, "recv(src)")
     if async_op:
-        work = _run(g, lambda c, blk: c.recv(b.address, b.numel, b.code, peer, tag, blk), (b,), True)
+        work = _run(g, g._comm.recv, (b.address, b.numel, b.code, peer, tag), (b,), True)
         # work._cwork: the engine's RecvWork, which knows the sender and the message's size
         work.source_rank = (lambda: src) if src is not None else \
             (lambda: g.ranks[work._cwork.source] if work.wait() else None)
         work.received_bytes = lambda: work._cwork.bytes if work.wait() else None
         return work
     if src is not None:
-        _run(g, lambda c, blk: c.recv(b.address, b.numel, b.code, peer, tag, blk), (b,), False)
+        _run(g, g._comm.recv, (b.address, b.numel, b.code, peer, tag), (b,), False)
         return src
-    received = []  # a blocking call's engine Work: whoever's message matched
+    received = []  # from any source the engine's Work comes back, done: whoever's message matched
 
-    def launch(c, blocking):
-        received.append(c.recv(b.address, b.numel, b.code, peer, tag, blocking))
+    def launch(*args):
+        received.append(g._comm.recv(*args))
         return received[0]
 
-    _run(g, launch, (b,), False)
+    _run(g, launch, (b.address, b.numel, b.code, peer, tag), (b,), False)
     return g.ranks[received[0].source]
 
 
@@ -430,9 +429,10 @@ def reduce(tensor, dst: int = 0, op=ReduceOp.SUM, group=None, async_op: bool = F
     b = as_buffer(tensor, "reduce(tensor)", writable=True)
     dc = device_call(g, (b,), "reduce")
     if dc is not None:
-        return _run(g, lambda c, _blocking: c.reduce_staged(b.address, b.numel, b.code, int(op), root, *dc), (b,),
+        return _run(g, lambda *args: g._comm.reduce_staged(*args[:-1]),  # it has no `blocking`
+                    (b.address, b.numel, b.code, op, root, *dc), (b,),
                     async_op)
-    return _run(g, lambda c, blk: c.reduce(b.address, b.numel, b.code, int(op), root, blk), (b,), async_op)
+    return _run(g, g._comm.reduce, (b.address, b.numel, b.code, op, root), (b,), async_op)
 
 
 def _root_list(items, is_root: bool, size: int, what: str, root_what: str):
@@ -463,7 +463,7 @@ def gather(tensor, gather_list=None, dst: int = 0, group=None, async_op: bool = 
     if outs:
         check_numel(outs[root], i.numel, f"gather(gather_list[{root}]) (the destination's own slot)")
     spans = [(o.address, o.numel) for o in outs]
-    return _run(g, lambda c, blk: c.gather(i.address, i.numel, spans, i.code, root, blk), (i, *outs), async_op)
+    return _run(g, g._comm.gather, (i.address, i.numel, spans, i.code, root), (i, *outs), async_op)
 
 
 def scatter(tensor, scatter_list=None, src: int = 0, group=None, async_op: bool = False):
@@ -482,7 +482,7 @@ def scatter(tensor, scatter_list=None, src: int = 0, group=None, async_op: bool 
     if ins:
         check_numel(ins[root], o.numel, f"scatter(scatter_list[{root}]) (the source's own slot)")
     spans = [(b.address, b.numel) for b in ins]
-    return _run(g, lambda c, blk: c.scatter(spans, o.address, o.numel, o.code, root, blk), (o, *ins), async_op)
+    return _run(g, g._comm.scatter, (spans, o.address, o.numel, o.code, root), (o, *ins), async_op)
 
 
 def all_to_all(output_tensor_list, input_tensor_list, group=None, async_op: bool = False):
@@ -503,7 +503,7 @@ def all_to_all(output_tensor_list, input_tensor_list, group=None, async_op: bool
     check_numel(outs[g.rank], ins[g.rank].numel, f"all_to_all(output_tensor_list[{g.rank}]) (this rank's own)")
     i_spans = [(b.address, b.numel) for b in ins]
     o_spans = [(b.address, b.numel) for b in outs]
-    return _run(g, lambda c, blk: c.all_to_all(i_spans, o_spans, outs[0].code, blk), (*ins, *outs), async_op)
+    return _run(g, g._comm.all_to_all, (i_spans, o_spans, outs[0].code), (*ins, *outs), async_op)
 
 
 def _same_dtype_list(tensors, what: str, writable: bool):
@@ -520,20 +520,20 @@ def all_reduce_coalesced(tensors, op=ReduceOp.SUM, group=None, async_op: bool = 
     and one pass over the links for the packed tensors."""
     g = _group(group)
     op = to_reduce_op(op)
-    algo = Algo.for_call("all_reduce", algo, g.algo, "all_reduce_coalesced")
+    algo = g.algo_for("all_reduce", algo, "all_reduce_coalesced")
     if isinstance(tensors, (list, tuple)) and needs_host_staging(g, tensors, "all_reduce_coalesced"):
         return through_host(list(tensors), list(tensors),
                             lambda _i, o: all_reduce_coalesced(o, op, group, async_op, algo))
     bufs = _same_dtype_list(tensors, "all_reduce_coalesced(tensors)", writable=True)
     spans = [(b.address, b.numel) for b in bufs]
-    return _run(g, lambda c, blk: c.all_reduce_coalesced(spans, bufs[0].code, int(op), int(algo), blk), bufs, async_op)
+    return _run(g, g._comm.all_reduce_coalesced, (spans, bufs[0].code, op, algo), bufs, async_op)
 
 
 def all_gather_coalesced(output_tensor_lists, input_tensor_list, group=None, async_op: bool = False, algo=None):
     """output_tensor_lists[r][i] = rank r's input_tensor_list[i], in one engine call; `algo`
     as all_gather_into_tensor's, chosen by the packed size."""
     g = _group(group)
-    algo = Algo.for_call("all_gather", algo, g.algo, "all_gather_coalesced")
+    algo = g.algo_for("all_gather", algo, "all_gather_coalesced")
     if (isinstance(input_tensor_list, (list, tuple)) and isinstance(output_tensor_lists, (list, tuple))
             and needs_host_staging(g, [*input_tensor_list, *(t for row in output_tensor_lists for t in row)],
                                    "all_gather_coalesced")):
@@ -557,7 +557,7 @@ def all_gather_coalesced(output_tensor_lists, input_tensor_list, group=None, asy
             outs.append(o)
     i_spans = [(b.address, b.numel) for b in ins]
     o_spans = [(b.address, b.numel) for b in outs]
-    return _run(g, lambda c, blk: c.all_gather_coalesced(i_spans, o_spans, ins[0].code, int(algo), blk), (*ins, *outs),
+    return _run(g, g._comm.all_gather_coalesced, (i_spans, o_spans, ins[0].code, algo), (*ins, *outs),
                 async_op)
 
 
@@ -606,7 +606,7 @@ def all_to_all_single(output, input, output_split_sizes=None, input_split_sizes=
     es = DTYPE_SIZES[i.dtype]
     i_spans = [(i.address + in_off[p] * es, in_len[p]) for p in range(n)]
     o_spans = [(o.address + out_off[p] * es, out_len[p]) for p in range(n)]
-    return _run(g, lambda c, blk: c.all_to_all(i_spans, o_spans, i.code, blk), (i, o), async_op)
+    return _run(g, g._comm.all_to_all, (i_spans, o_spans, i.code), (i, o), async_op)
 
 
 @contextlib.contextmanager

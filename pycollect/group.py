@@ -21,7 +21,7 @@ from .options import WIRE_SETTINGS, Options, default_single_copy_bytes, default_
 from .shrink import agree, checked_exclusion, shrunk_name
 from .topology import Topology
 from .tuning import Params
-from .types import TraceEvent
+from .types import CALL_ALGOS, Algo, TraceEvent
 from .work import Work
 
 
@@ -67,6 +67,8 @@ class ProcessGroup:
         self.timeout = timeout
         self.options = Options.from_env() if options is None else options
         self.algo = self.options.algo
+        # What each call with a choice runs when the caller names none (looked up per call).
+        self._default_algos = {call: Algo.for_call(call, None, self.algo) for call in CALL_ALGOS}
         self._pending: collections.deque = collections.deque()  # (cwork, keepalive) not known done, under _lock
         self._lock = threading.Lock()  # threads may submit on one group at once
         self.cuda_device: Optional[int] = None  # the CUDA device its CUDA tensors live on (first use)
@@ -90,36 +92,45 @@ class ProcessGroup:
                                   self.options.flight_dir, self._comm)
 
     # -- used by api.py -------------------------------------------------------
-    def submit(self, launch, keepalive=(), finish=None) -> Work:
-        """Run `launch(comm, False)` (which returns a C++ Work) and track the buffers: they
+    def algo_for(self, call: str, value, name: str = "") -> Algo:
+        """The algorithm `call` runs on this group: Algo.for_call's answer, the group's own
+        default computed once (`value` None, the common case)."""
+        if value is None:
+            return self._default_algos[call]
+        return Algo.for_call(call, value, self.algo, name)
+
+    def submit(self, launch, args, keepalive=(), finish=None) -> Work:
+        """Run `launch(*args, False)` (an engine call returning a C++ Work; `launch` is a method
+        of this group's communicator, or a function calling one) and track the buffers: they
         stay referenced until the engine is done with them, a staged call's until its copies
         to the device completed (a wait() that only made a stream wait does not end them)."""
-        return self._issue(launch, False, keepalive, finish, settle=False)[0]
+        with self._lock:  # issue order is the lock's order, so the engine's queue sees it too
+            if self._pending:
+                self._release_settled()
+            cwork = launch(*args, False)
+            self._pending.append((cwork, keepalive))  # buffers live until the engine is done
+        return Work(self, cwork, keepalive, finish)
 
-    def run_blocking(self, launch, keepalive=(), finish=None):
-        """A blocking call: `launch(comm, True)`, the engine free to run it on this thread. A
-        host call that ran inline comes back done: it returns then and there, without the
-        Work and its wait (a few microseconds of a small call's ten); any other is waited on.
-        Returns the engine's Work, done (a receive's says who sent the message, and its size)."""
-        work, cwork = self._issue(launch, True, keepalive, finish, settle=True)
-        if work is not None:
-            work.wait()
-        return cwork
-
-    def _issue(self, launch, blocking: bool, keepalive, finish, settle: bool):
-        """launch(comm, blocking) under the group's lock (issue order is the lock's order, so
-        the engine's queue sees it too): (its Work, the engine's). `settle`: a host call
-        already done without error (and no finish step to run) has no Work (None), and
-        its buffers are not kept."""
+    def run_blocking(self, launch, args, keepalive=(), finish=None):
+        """A blocking call: `launch(*args, True)`, the engine free to run it on this thread. A
+        host call that ran there to its end without error returns then and there, its
+        finish step run: it comes back as None (the engine keeps no Work for it:
+        pycollect._C's unlessSettled), or done (a receive from any source: its Work names
+        the sender); any other is waited on. Returns the engine's Work where one came back."""
         with self._lock:
             if self._pending:
                 self._release_settled()
-            cwork = launch(self._comm, blocking)
-            if settle and finish is None and cwork.is_completed() and not cwork.failed() \
-                    and type(cwork) is not _C.StagedWork:
-                return None, cwork
-            self._pending.append((cwork, keepalive))  # buffers live until the engine is done
-        return Work(self, cwork, keepalive, finish), cwork
+            cwork = launch(*args, True)
+            settled = cwork is None or (type(cwork) is not _C.StagedWork and cwork.is_completed()
+                                        and not cwork.failed())
+            if not settled:
+                self._pending.append((cwork, keepalive))  # buffers live until the engine is done
+        if settled:
+            if finish is not None:
+                finish()
+            return cwork
+        Work(self, cwork, keepalive, finish).wait()
+        return cwork
 
     def _release_settled(self) -> None:
         """Drops the buffers of the oldest calls the engine is done with (calls mostly end in

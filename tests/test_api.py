@@ -613,6 +613,48 @@ def test_bad_input_raises_clear_errors_before_sending(pool4):
         assert not bad, f"rank {r}: {bad}"
 
 
+def test_numpy_arrays_are_validated_on_every_call_even_reused():
+    """The API reads a plain numpy array in one engine call (pycollect._C.array_span) and
+    asks numpy the slow way only to explain a refusal: an array changed in place since
+    its last call (dtype, shape, flags, memory) is seen as it is now."""
+    from pycollect._buffers import as_buffer
+
+    a = np.zeros(4, dtype=np.float64)
+    b = as_buffer(a, "x", writable=True)
+    assert (b.address, b.numel, b.dtype) == (a.ctypes.data, 4, "float64")
+    a.dtype = np.int32  # the same array, reinterpreted in place
+    assert (as_buffer(a, "x").numel, as_buffer(a, "x").dtype) == (8, "int32")
+    a.dtype = np.uint16
+    with pytest.raises(TypeError, match="uint16"):
+        as_buffer(a, "x")
+    a.dtype = np.float64
+    a.resize(64, refcheck=False)  # new memory, same object
+    assert (as_buffer(a, "x").address, as_buffer(a, "x").numel) == (a.ctypes.data, 64)
+    a.flags.writeable = False
+    assert as_buffer(a, "x").numel == 64  # read: fine
+    with pytest.raises(ValueError, match="read-only"):
+        as_buffer(a, "x", writable=True)
+    m = np.zeros((4, 4), dtype=np.float32)
+    assert as_buffer(m[1], "x").address == m.ctypes.data + 16  # a contiguous row, another address
+    with pytest.raises(ValueError, match="not C-contiguous"):
+        as_buffer(m[:, 1], "x")
+    swapped = np.zeros(3, dtype=">f4")  # not native order: refused by the fast path, taken as before
+    assert as_buffer(swapped, "x").dtype == "float32"
+    for flag, want in ((np.bool_, "bool"), (np.int8, "int8"), (np.uint8, "uint8"), (np.int16, "int16"),
+                       (np.int64, "int64"), (np.float16, "float16"), (np.longlong, "int64")):
+        assert as_buffer(np.zeros(2, dtype=flag), "x").dtype == want
+
+
+def test_api_names_are_kept_in_the_package_after_first_use():
+    """pycollect.all_reduce resolves once (the package's __getattr__), then is a plain attribute."""
+    import pycollect.api
+
+    assert pc.all_reduce is pycollect.api.all_reduce
+    assert pc.__dict__["all_reduce"] is pycollect.api.all_reduce
+    with pytest.raises(AttributeError):
+        pc.no_such_name  # noqa: B018
+
+
 def test_call_before_init_raises():
     with pytest.raises(pc.NotInitializedError, match="init_process_group"):
         pc.all_reduce(torch.ones(1))

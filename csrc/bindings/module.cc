@@ -88,6 +88,7 @@ PYBIND11_MODULE(_C, m) {
   pycollect::registerCommunicator(m);
   pycollect::registerTransport(m);
   pycollect::registerLatency(m);
+  pycollect::registerBuffers(m);
   // False in a build made with PYCOLLECT_TRACE_HOOKS=OFF (trace/hooks.h): it cannot trace.
   m.attr("TRACE_HOOKS") = pycollect::trace::kHooks;
   // The engine's constants that pycollect's pure-Python side (the model, pycollect.tuning)

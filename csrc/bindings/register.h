@@ -11,4 +11,5 @@ void registerErrors(pybind11::module_& m);
 void registerCommunicator(pybind11::module_& m);
 void registerTransport(pybind11::module_& m);
 void registerLatency(pybind11::module_& m);
+void registerBuffers(pybind11::module_& m);
 }  // namespace pycollect
