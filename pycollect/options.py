@@ -81,7 +81,8 @@ class Options:
     flight_entries: Optional[int] = None  # PYCOLLECT_FLIGHT_ENTRIES: the flight ring's size
     eager_bytes: Optional[int] = None  # PYCOLLECT_EAGER_BYTES: larger messages go by rendezvous
     # PYCOLLECT_SHM_COLLECTIVE_BYTES: "auto" runs calls up to this many bytes per rank through the
-    # group's shared memory when all its ranks share a host (0: never); None: the engine's 1 MiB
+    # group's shared memory when all its ranks share a host (0: never); None: the engine's limit
+    # per call (16 KiB, or 1 MiB for the all-gather and, on more than 2 ranks, the all-reduce)
     shm_collective_bytes: Optional[int] = None
 
     @classmethod

@@ -46,7 +46,8 @@ class Algo(enum.IntEnum):
     one of them also HIERARCHICAL: within hosts, then across them (docs/hierarchy.md), and
     SHM: through one shared-memory segment of the group, whose ranks share a host
     (docs/algorithms.md, "Shared-memory collectives"). AUTO picks SHM on one host up to
-    PYCOLLECT_SHM_COLLECTIVE_BYTES per rank; otherwise it picks by size and group size
+    16 KiB per rank (1 MiB for the all-gather, and for the all-reduce on more than 2 ranks;
+    PYCOLLECT_SHM_COLLECTIVE_BYTES sets one limit); otherwise it picks by size and group size
     from the cost model's table (pycollect.costmodel; PYCOLLECT_MODEL), or with PYCOLLECT_DIRECT_MAX_BYTES set, DIRECT up to that size on
     small groups and RING above; on a group that spans hosts, HIERARCHICAL from the size
     the two-level model names (pycollect.tuning.hierarchy)."""

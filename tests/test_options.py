@@ -224,7 +224,7 @@ def _documented_defaults():
         "PYCOLLECT_TRACE": {int(o.trace), int(engine.trace)},
         "PYCOLLECT_FLIGHT_ENTRIES": {engine.flight_entries},
         "PYCOLLECT_EAGER_BYTES": {engine.eager_bytes},
-        "PYCOLLECT_SHM_COLLECTIVE_BYTES": {engine.shm_collective_bytes},
+        "PYCOLLECT_SHM_COLLECTIVE_BYTES": set(_C.ENGINE_DEFAULTS["shm_collective_bytes"]),  # per call
     }
 
 

@@ -22,7 +22,7 @@ void broadcastShared(Context& ctx, void* data, size_t bytes, int root) {
   SharedArena* a = ctx.arena();
   if (a == nullptr || !a->ensure(ctx)) return broadcastChain(ctx, data, bytes, root);
   char* buf = static_cast<char*>(data);
-  inRounds(ctx, *a, bytes, kArenaSlotBytes, "shared broadcast", [&](uint32_t k, size_t off, size_t n) {
+  inRounds(ctx, *a, bytes, kArenaPipeBytes, "shared broadcast", [&](uint32_t k, size_t off, size_t n) {
     if (ctx.rank == root) {
       a->put(k, 0, buf + off, n);
       a->arrive(k);

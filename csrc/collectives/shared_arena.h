@@ -52,6 +52,9 @@ namespace pycollect {
 
 // Bytes of one slot (per rank and parity): a larger call runs as several rounds.
 constexpr size_t kArenaSlotBytes = 1 << 20;
+// A broadcast's round: the root fills the next piece while the others copy this one out
+// (a whole slot per round would leave one side idle while the other copies).
+constexpr size_t kArenaPipeBytes = 64 << 10;
 
 class SharedArena {
  public:

@@ -181,7 +181,7 @@ std::shared_ptr<Work> Communicator::allGather(const void* in, void* out, size_t 
 
 WireHeader Communicator::reduceScatterHeader(size_t count, DType dtype, ReduceOp op, Algo algo, size_t inBytes) {
   WireHeader h = makeHeader(OpKind::kReduceScatter, dtype, op, count, -1);
-  if (algo == Algo::kAuto && sharedFits(inBytes / size_)) algo = Algo::kShared;
+  if (algo == Algo::kAuto && sharedFits(OpKind::kReduceScatter, inBytes / size_)) algo = Algo::kShared;
   h.algo = static_cast<uint8_t>(ringOrHierarchy(algo, inBytes, options_.hierarchicalFrom.reduceScatter,
                                                 "reduce_scatter"));
   return h;
@@ -190,7 +190,7 @@ WireHeader Communicator::reduceScatterHeader(size_t count, DType dtype, ReduceOp
 WireHeader Communicator::broadcastHeader(size_t count, DType dtype, int root, Algo algo, size_t bytes) {
   checkRoot(root, "broadcast");
   WireHeader h = makeHeader(OpKind::kBroadcast, dtype, ReduceOp::kSum, count, root);
-  if (algo == Algo::kAuto && sharedFits(bytes)) algo = Algo::kShared;
+  if (algo == Algo::kAuto && sharedFits(OpKind::kBroadcast, bytes)) algo = Algo::kShared;
   h.algo = static_cast<uint8_t>(ringOrHierarchy(algo, bytes, options_.hierarchicalFrom.broadcast, "broadcast"));
   return h;
 }
@@ -204,19 +204,24 @@ std::shared_ptr<Work> Communicator::reduceScatter(const void* in, void* out, siz
 
 Algo Communicator::chooseAlgo(Algo algo, size_t bytes) const {
   if (algo != Algo::kAuto) return algo;
-  return sharedFits(bytes) ? Algo::kShared : chooseAllreduce(options_, size_, bytes);
+  return sharedFits(OpKind::kAllReduce, bytes) ? Algo::kShared : chooseAllreduce(options_, size_, bytes);
 }
 
-bool Communicator::sharedFits(size_t bytes) const {
-  return size_ > 1 && options_.sharedMaxBytes > 0 && bytes <= options_.sharedMaxBytes && hierarchy_.hosts() == 1 &&
-         options_.transport != TransportKind::kTcp;
+bool Communicator::sharedFits(OpKind kind, size_t bytes) const {
+  if (size_ < 2 || hierarchy_.hosts() != 1 || options_.transport == TransportKind::kTcp) return false;
+  size_t limit = options_.sharedMaxBytes;
+  if (limit == kSharedPerCall) {
+    const bool large = kind == OpKind::kAllGather || (size_ > 2 && (kind == OpKind::kAllReduce || kind == OpKind::kReduce));
+    limit = large ? kSharedLargeBytes : kSharedSmallBytes;
+  }
+  return limit > 0 && bytes <= limit;
 }
 
 Algo Communicator::chooseAllgather(Algo algo, size_t outBytes) const {
   // kAuto: the hierarchy where the group set it to run, else the cost model's table (the
   // ring without one).
   Algo chosen = algo != Algo::kAuto ? algo
-                : sharedFits(outBytes / size_) ? Algo::kShared
+                : sharedFits(OpKind::kAllGather, outBytes / size_) ? Algo::kShared
                                                : hierarchyOr(outBytes, options_.hierarchicalFrom.allgather,
                                                              lookupAuto(options_.allgatherAuto, outBytes, Algo::kRing));
   checkAllgatherAlgo(chosen, "all_gather");
@@ -241,7 +246,7 @@ std::shared_ptr<Work> Communicator::reduce(void* data, size_t count, DType dtype
                                            int root) {
   checkRoot(root, "reduce");
   WireHeader h = makeHeader(OpKind::kReduce, dtype, op, count, root);
-  if (sharedFits(count * dtypeSize(dtype))) {
+  if (sharedFits(OpKind::kReduce, count * dtypeSize(dtype))) {
     h.algo = static_cast<uint8_t>(Algo::kShared);
     return enqueue(h, [=](Context& c) { reduceShared(c, data, count, dtype, op, root); });
   }
@@ -332,7 +337,7 @@ std::shared_ptr<Work> Communicator::allGatherCoalesced(std::vector<Span> ins, st
 
 std::shared_ptr<Work> Communicator::barrier(double timeoutSec) {
   WireHeader h = makeHeader(OpKind::kBarrier, DType::kUInt8, ReduceOp::kSum, 0, -1);
-  if (sharedFits(0)) {
+  if (sharedFits(OpKind::kBarrier, 0)) {
     h.algo = static_cast<uint8_t>(Algo::kShared);
     return enqueue(Collective{h, [](Context& c) { barrierShared(c); }, nullptr, timeoutSec});
   }

@@ -57,12 +57,22 @@ struct HierarchicalFrom {
   size_t broadcast = SIZE_MAX;
 };
 
+// CommOptions::sharedMaxBytes's default, and the per-call limits it stands for: the arena's
+// one copy in and the reads in place beat the links' pipelined copies for small calls; above
+// kSharedSmallBytes, only the all-gather (every rank's data read once, in place) and, on
+// more than two ranks, the all-reduce (one write where the ring has 2(p-1) steps) still do
+// (docs/algorithms.md, "Shared-memory collectives").
+constexpr size_t kSharedPerCall = SIZE_MAX;
+constexpr size_t kSharedSmallBytes = 16 << 10;
+constexpr size_t kSharedLargeBytes = 1 << 20;
+
 struct CommOptions {
   double timeoutSec = 1800.0;    // per operation, from when it starts running
   Tunables tunables;
   // kAuto runs a call through the group's shared arena (collectives/shared_arena.h) up to
-  // this many bytes per rank, on a group whose ranks share one host; 0: never.
-  size_t sharedMaxBytes = 1 << 20;    // PYCOLLECT_SHM_COLLECTIVE_BYTES
+  // this many bytes per rank, on a group whose ranks share one host; 0: never;
+  // kSharedPerCall: each call's own limit (Communicator::sharedFits: what measured faster).
+  size_t sharedMaxBytes = kSharedPerCall;  // PYCOLLECT_SHM_COLLECTIVE_BYTES
   size_t directMaxBytes = 16 * 1024;  // all-reduce uses the direct algorithm up to this
   int directMaxRanks = 8;             // ... and up to this many ranks
   // What kAuto means when set (pycollect.costmodel.auto_table, the same on every rank):
@@ -321,9 +331,9 @@ class Communicator {
   void checkRootList(const std::vector<Span>& spans, size_t own, int root, const char* what) const;
   // The algorithm kAuto stands for, for an all-reduce of `bytes`.
   Algo chooseAlgo(Algo algo, size_t bytes) const;
-  // Whether kAuto runs a call of `bytes` per rank through the shared arena: the group is on
-  // one host, may share memory, and the call is small enough (CommOptions::sharedMaxBytes).
-  bool sharedFits(size_t bytes) const;
+  // Whether kAuto runs a `kind` call of `bytes` per rank through the shared arena: the group
+  // is on one host, may share memory, and the call is small enough (CommOptions::sharedMaxBytes).
+  bool sharedFits(OpKind kind, size_t bytes) const;
   // An all-gather's algorithm (checked) for kAuto or a forced one; `outBytes`: what each
   // rank ends with.
   Algo chooseAllgather(Algo algo, size_t outBytes) const;

@@ -17,8 +17,8 @@ from .params import Params
 # (pycollect.types.CALL_ALGOS, the one list): the automatic choice's table picks only among
 # these, and prefers the earlier one in a near-tie. The hierarchical ones are chosen by
 # the two-level model (hierarchy.py) where a group spans hosts; the shared-memory ones by the
-# engine itself, ahead of the table, where a group's ranks share one host (up to
-# PYCOLLECT_SHM_COLLECTIVE_BYTES per rank).
+# engine itself, ahead of the table, where a group's ranks share one host (by size:
+# Communicator::sharedFits, PYCOLLECT_SHM_COLLECTIVE_BYTES).
 ENGINE_ALGOS: Dict[str, Tuple[str, ...]] = {
     op: tuple(a.name.lower() for a in algos if a not in (Algo.AUTO, Algo.HIERARCHICAL, Algo.SHM))
     for op, algos in CALL_ALGOS.items() if op in ("all_reduce", "all_gather")}
