@@ -26,9 +26,12 @@ class Rendezvous:
     master_addr: Optional[str]
 
 
-def _require(value, name: str, env: str) -> int:
+def _require(value, name: str, env: str, ignored=()) -> int:
+    """`value`, or ValueError saying how to give it and which variables were found but ignored
+    (a launcher's notes that say so: an sbatch script's SLURM_PROCID, say)."""
     if value is None or value < 0:
-        raise ValueError(f"{name} is not known: pass {name}= or set {env} (torchrun sets it)")
+        why = "".join(f"; {n}" for n in ignored)
+        raise ValueError(f"{name} is not known: pass {name}= or set {env} (torchrun sets it){why}")
     return value
 
 
@@ -42,8 +45,9 @@ def rendezvous(init_method, rank: int, world_size: int, store, timeout: datetime
         rank = launch.rank
     if world_size is None or world_size < 0:
         world_size = launch.world_size
-    rank = _require(rank, "rank", "RANK")
-    world_size = _require(world_size, "world_size", "WORLD_SIZE")
+    ignored = [n for n in launch.notes if "ignored" in n]
+    rank = _require(rank, "rank", "RANK", ignored)
+    world_size = _require(world_size, "world_size", "WORLD_SIZE", ignored)
     if world_size < 1:
         raise ValueError(f"world_size must be >= 1, got {world_size}")
     if not 0 <= rank < world_size:

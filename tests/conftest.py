@@ -9,8 +9,24 @@ variables, another address family) start their own RankPool.
 """
 from __future__ import annotations
 
+import atexit
+import os
+import shutil
+import tempfile
+
 import pytest
 from rank_pool import RankPool
+
+# What the tests and their ranks write to the temporary directory (the flight records of
+# the failures they provoke, benchmarks' scratch, pytest's own tmp_path) goes under one
+# directory of this session, removed at exit: /tmp is left as the suite found it (xdist's
+# workers, and every rank, inherit TMPDIR and nest their own below). SYSTEM_TMP: where the
+# session's directory lives, for the test that checks it.
+SYSTEM_TMP = tempfile.gettempdir()
+SESSION_TMP = tempfile.mkdtemp(prefix="pycollect-tests-")
+os.environ["TMPDIR"] = SESSION_TMP
+tempfile.tempdir = None
+atexit.register(shutil.rmtree, SESSION_TMP, True)
 
 
 @pytest.fixture(scope="session")

@@ -1,6 +1,7 @@
 """The flight recorder's verdict (pycollect.flight) on records made by hand, and
 `pycollect flight DIR`. The records the engine writes are checked in test_deadlines.py."""
 import json
+import os
 
 import pytest
 
@@ -102,3 +103,23 @@ def test_cli_refuses_what_is_not_a_record(tmp_path, capsys):
     assert main(["flight", str(tmp_path / "missing")]) == 2
     with pytest.raises(ValueError, match="not a directory"):
         flight.load(str(tmp_path / "missing"))
+
+
+def case_flight_directory():
+    """Where this rank's temporary files and a group's flight records go by default."""
+    import tempfile
+
+    from pycollect.flight import directory
+
+    return tempfile.gettempdir(), directory(None, "g")
+
+
+def test_flight_records_stay_in_the_sessions_temporary_directory(pool3):
+    """A provoked failure's flight record goes under the session's own temporary directory,
+    in the ranks too (conftest.py), which the session removes: /tmp is left as found."""
+    import conftest
+
+    assert conftest.SESSION_TMP != conftest.SYSTEM_TMP and os.path.isdir(conftest.SESSION_TMP)
+    for tmp, flights in pool3.run(case_flight_directory):
+        assert os.path.commonpath([tmp, conftest.SYSTEM_TMP]) == conftest.SYSTEM_TMP
+        assert tmp.startswith(os.environ["TMPDIR"]) and flights.startswith(tmp), (tmp, flights)

@@ -247,6 +247,14 @@ def test_rendezvous_errors_unchanged(monkeypatch):
         _rendezvous(monkeypatch, ompi(rank=2, size=2, local_size=2))
 
 
+def test_an_sbatch_scripts_rank_error_names_what_was_ignored(monkeypatch):
+    """In a batch script (SLURM_PROCID without a step) the rank is unknown, and the error says
+    which variable was there and why it was not used."""
+    with pytest.raises(ValueError, match=r"rank is not known: pass rank= or set RANK \(torchrun sets it\); "
+                                         r"SLURM_PROCID is set but SLURM_STEP_ID is not.*srun"):
+        _rendezvous(monkeypatch, {"SLURM_PROCID": "0", "SLURM_NTASKS": "8", "SLURM_JOB_ID": "7"})
+
+
 def test_rendezvous_under_mpi_and_explicit_arguments(monkeypatch):
     class Store:
         host = "storehost"

@@ -243,7 +243,7 @@ void SharedArena::waitFlag(Context& ctx, std::atomic<uint32_t>& flag, uint32_t v
 }
 
 void SharedArena::poison(const std::string& why) {
-  if (!mapped_.load(std::memory_order_acquire)) return;
+  if (!mapped_.load(std::memory_order_acquire) || !segment_.mappedHere()) return;  // a forked child: not its
   Control& c = control();
   uint32_t none = 0;
   if (!c.claimed.compare_exchange_strong(none, 1, std::memory_order_acq_rel)) return;  // another was first

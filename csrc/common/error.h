@@ -2,6 +2,7 @@
 // bindings/module.cc, so that callers can tell a timeout from a lost peer.
 #pragma once
 
+#include <exception>
 #include <stdexcept>
 #include <string>
 
@@ -48,6 +49,60 @@ class GroupFailedError : public Error {
 class Interrupted : public Error {
  public:
   using Error::Error;
+};
+
+// An error kept to be thrown again later, perhaps on other threads: its class and message,
+// not the exception object. (One object rethrown on two threads is read by one while the
+// other may drop the last reference and destroy it: ThreadSanitizer reports it, rightly, as
+// the reference count lives in an uninstrumented library.) Each raise() throws a new one.
+class StoredError {
+ public:
+  StoredError() = default;
+  // Classifies `e` (on the thread that caught it).
+  static StoredError of(const std::exception_ptr& e) {
+    StoredError s;
+    try {
+      std::rethrow_exception(e);
+    } catch (const InvalidArgument& x) {
+      s.set(Kind::kInvalidArgument, x.what());
+    } catch (const TimeoutError& x) {
+      s.set(Kind::kTimeout, x.what());
+    } catch (const PeerLostError& x) {
+      s.set(Kind::kPeerLost, x.what());
+    } catch (const MismatchError& x) {
+      s.set(Kind::kMismatch, x.what());
+    } catch (const GroupFailedError& x) {
+      s.set(Kind::kGroupFailed, x.what());
+    } catch (const Interrupted& x) {
+      s.set(Kind::kInterrupted, x.what());
+    } catch (const std::exception& x) {
+      s.set(Kind::kError, x.what());
+    } catch (...) {
+      s.set(Kind::kError, "unknown error");
+    }
+    return s;
+  }
+  explicit operator bool() const { return kind_ != Kind::kNone; }
+  [[noreturn]] void raise() const {
+    switch (kind_) {
+      case Kind::kInvalidArgument: throw InvalidArgument(message_);
+      case Kind::kTimeout: throw TimeoutError(message_);
+      case Kind::kPeerLost: throw PeerLostError(message_);
+      case Kind::kMismatch: throw MismatchError(message_);
+      case Kind::kGroupFailed: throw GroupFailedError(message_);
+      case Kind::kInterrupted: throw Interrupted(message_);
+      default: throw Error(message_);
+    }
+  }
+
+ private:
+  enum class Kind { kNone, kError, kInvalidArgument, kTimeout, kPeerLost, kMismatch, kGroupFailed, kInterrupted };
+  void set(Kind k, const char* message) {
+    kind_ = k;
+    message_ = message;
+  }
+  Kind kind_ = Kind::kNone;
+  std::string message_;
 };
 
 // A system call failed; the message carries the call, errno text and peer.

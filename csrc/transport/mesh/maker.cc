@@ -95,7 +95,7 @@ tcp::Admission LinkMaker::admit(int peer, int channel) {
       break;
   }
   s = State::kAccepting;
-  errors_[i] = nullptr;
+  errors_[i] = StoredError();
   return tcp::Admission::kTake;
 }
 
@@ -126,7 +126,7 @@ void LinkMaker::dial(int peer, Channel channel, Clock::time_point deadline) {
     link = tcp::connectTo(peer, static_cast<int>(channel), tcp::Address::resolve(peers_[peer].host, peers_[peer].port),
                           mesh_, deadline);
   } catch (...) {
-    fail(i, std::current_exception());
+    fail(i, StoredError::of(std::current_exception()));
     return;
   }
   if (link) {
@@ -158,7 +158,7 @@ void LinkMaker::finish(std::unique_ptr<tcp::Link> link, Clock::time_point deadli
       m.tcp = std::move(link);
     }
   } catch (...) {
-    fail(i, std::current_exception());
+    fail(i, StoredError::of(std::current_exception()));
     return;
   }
   {
@@ -171,11 +171,11 @@ void LinkMaker::finish(std::unique_ptr<tcp::Link> link, Clock::time_point deadli
   if (wake_) wake_();
 }
 
-void LinkMaker::fail(int i, std::exception_ptr error) {
+void LinkMaker::fail(int i, StoredError error) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     state_[i] = State::kFailed;
-    errors_[i] = error;
+    errors_[i] = std::move(error);
   }
   changed_.notify_all();
   if (wake_) wake_();
@@ -189,12 +189,12 @@ std::vector<Made> LinkMaker::takeMade() {
 
 void LinkMaker::rethrowFailure(int peer, Channel channel) const {
   const int i = slot(peer, channel);
-  std::exception_ptr e;
+  StoredError e;
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (state_[i] == State::kFailed) e = errors_[i];
   }
-  if (e) std::rethrow_exception(e);
+  if (e) e.raise();
 }
 
 void LinkMaker::awaitMade(const std::vector<int>& peers, Clock::time_point deadline) {
@@ -203,7 +203,7 @@ void LinkMaker::awaitMade(const std::vector<int>& peers, Clock::time_point deadl
     std::string missing, auth;
     for (int p : peers) {
       const int i = slot(p, Channel::kCollectives);
-      if (state_[i] == State::kFailed) std::rethrow_exception(errors_[i]);
+      if (state_[i] == State::kFailed) errors_[i].raise();
       if (state_[i] == State::kMade) continue;
       missing += (missing.empty() ? "" : ", ") + std::to_string(p);
       if (authFailed_.count(p) && auth.empty()) auth = tcp::authFailedMessage(options_.rank, p);

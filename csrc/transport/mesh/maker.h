@@ -31,6 +31,7 @@
 #include <vector>
 
 #include "common/clock.h"
+#include "common/error.h"
 #include "common/fork.h"
 #include "transport/mesh/upgrade.h"
 #include "transport/shm/bell.h"
@@ -106,7 +107,7 @@ class LinkMaker {
   void release(int peer, int channel);
   // Both ends: the upgrade on a new connection, then the link handed over (or the failure kept).
   void finish(std::unique_ptr<tcp::Link> link, Clock::time_point deadline);
-  void fail(int s, std::exception_ptr error);
+  void fail(int s, StoredError error);
   Clock::time_point linkDeadline() const;
 
   TransportKind mode_;
@@ -127,7 +128,7 @@ class LinkMaker {
   std::condition_variable changed_;
   std::vector<State> state_;  // by slot()
   std::vector<Clock::time_point> awaitUntil_;
-  std::vector<std::exception_ptr> errors_;
+  std::vector<StoredError> errors_;  // thrown anew by each thread that asks (error.h)
   std::set<int> authFailed_;  // peers a connection claimed to be and failed the secret as
   std::vector<Made> made_;
   std::atomic<bool> anyMade_{false};

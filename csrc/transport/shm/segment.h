@@ -37,6 +37,8 @@ class Segment {
   void unlink();
 
   void* data() const { return data_; }
+  // Whether the mapping is this process's (a forked child has none: MADV_DONTFORK).
+  bool mappedHere() const { return data_ != nullptr && owner_.here(); }
   size_t bytes() const { return bytes_; }
   const std::string& name() const { return name_; }
 
