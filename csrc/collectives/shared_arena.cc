@@ -47,15 +47,14 @@ static_assert(sizeof(WireHeader) == 32, "announced as four words");
 
 }  // namespace
 
-size_t SharedArena::bytes() const {
-  size_t head = sizeof(Control) + static_cast<size_t>(size_) * sizeof(Line);
-  head = (head + 4095) / 4096 * 4096;
-  return head + static_cast<size_t>(size_) * 2 * kArenaSlotBytes;
+size_t SharedArena::headBytes() const {
+  return (sizeof(Control) + static_cast<size_t>(size_) * sizeof(Line) + 4095) / 4096 * 4096;
 }
 
+size_t SharedArena::bytes() const { return headBytes() + static_cast<size_t>(size_) * 2 * kArenaSlotBytes; }
+
 char* SharedArena::slot(int peer, uint32_t round) const {
-  size_t head = (sizeof(Control) + static_cast<size_t>(size_) * sizeof(Line) + 4095) / 4096 * 4096;
-  return base() + head + (static_cast<size_t>(peer) * 2 + (round & 1)) * kArenaSlotBytes;
+  return base() + headBytes() + (static_cast<size_t>(peer) * 2 + (round & 1)) * kArenaSlotBytes;
 }
 
 void SharedArena::put(uint32_t round, size_t offset, const void* src, size_t bytes) {
@@ -83,11 +82,9 @@ bool SharedArena::form(Context& ctx) {
   }
   ctx.exchangeHeaders(peers);
   const size_t want = bytes();
-  std::vector<Offer> offers(size_);
-  std::vector<uint64_t> answers(size_, 0);
   if (rank_ == 0) {
     // Every link is made: rank 0 knows what carries each.
-    std::vector<uint64_t> tickets(size_);
+    std::vector<uint64_t> answers(size_, 0), tickets(size_);
     bool all = true;
     for (int p = 1; p < size_; ++p) {
       const char* kind = ctx.transport().linkKind(p);

@@ -116,6 +116,7 @@ class SharedArena {
   Line& line(int r) const { return reinterpret_cast<Line*>(base() + sizeof(Control))[r]; }
   Control& control() const { return *reinterpret_cast<Control*>(base()); }
   char* base() const { return static_cast<char*>(segment_.data()); }
+  size_t headBytes() const;  // the control block and the lines, rounded up to a page: the slots follow
   size_t bytes() const;
 
   bool form(Context& ctx);
