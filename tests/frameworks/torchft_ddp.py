@@ -15,20 +15,17 @@ OUT/final.REPLICA.RANK.pt once the Manager reached STEPS.
 """
 import os
 import sys
-import time
-from datetime import timedelta
 
 import torch
-from torchft import DistributedDataParallel, Manager
+from torchft import DistributedDataParallel
 from torchft.optim import OptimizerWrapper
 
-from pycollect.torch_backend.torchft import ProcessGroupPycollect
+import torchft_job
 
 
 def main(out: str, steps: int) -> None:
     replica, rank = os.environ["REPLICA_GROUP_ID"], int(os.environ["RANK"])
-    torch.manual_seed(0)
-    model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.Tanh(), torch.nn.Linear(32, 4))
+    model = torchft_job.model()
     inner = torch.optim.SGD(model.parameters(), lr=0.05)
 
     def state_dict():
@@ -38,20 +35,9 @@ def main(out: str, steps: int) -> None:
         model.load_state_dict(state["model"])
         inner.load_state_dict(state["optim"])
 
-    manager = Manager(pg=ProcessGroupPycollect(timeout=timedelta(seconds=10)), min_replica_size=1,
-                      load_state_dict=load_state_dict, state_dict=state_dict, replica_id=f"ddp_{replica}",
-                      timeout=timedelta(seconds=10), quorum_retries=3)
+    manager = torchft_job.manager(f"ddp_{replica}", state_dict, load_state_dict)
     ddp = DistributedDataParallel(manager, model)
-    optimizer = OptimizerWrapper(manager, inner)
-    progress = open(os.path.join(out, f"progress.{replica}.{rank}"), "a", buffering=1)
-    while manager.current_step() < steps:
-        step = manager.current_step()
-        x = torch.randn(8, 16, generator=torch.Generator().manual_seed(1000 * step + rank))
-        optimizer.zero_grad()
-        ddp(x).pow(2).mean().backward()
-        optimizer.step()
-        progress.write(f"{manager.current_step()} {time.time()}\n")
-        time.sleep(0.05)  # a step of real work: the test has time to kill a replica group mid-run
+    torchft_job.train(manager, OptimizerWrapper(manager, inner), ddp, out, replica, rank, steps)
     torch.save(model.state_dict(), os.path.join(out, f"final.{replica}.{rank}.pt"))
     manager.shutdown()
 

@@ -11,27 +11,26 @@ r holds the same shards in every replica group), loaded back into its parameters
 the end each rank also writes OUT/calls.REPLICA.RANK.json: the calls its replica group's own
 "pycollect" group ran (FSDP2's all-gathers and reduce-scatters).
 """
+import json
 import os
 import sys
-import time
 from datetime import timedelta
 
 import torch
 import torch.distributed as dist
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import FSDPModule, fully_shard
-from torchft import Manager
 from torchft.optim import OptimizerWrapper
 
-from pycollect.torch_backend.torchft import ProcessGroupPycollect
+import torchft_job
+from pycollect.torch_backend import engine_group
 
 
 def main(out: str, steps: int) -> None:
     replica, rank = os.environ["REPLICA_GROUP_ID"], int(os.environ["RANK"])
     dist.init_process_group("pycollect", timeout=timedelta(seconds=30))
     mesh = init_device_mesh("cpu", (dist.get_world_size(),), mesh_dim_names=("shard",))
-    torch.manual_seed(0)
-    model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.Tanh(), torch.nn.Linear(32, 4))
+    model = torchft_job.model()
     for layer in (model[0], model[2]):
         fully_shard(layer, mesh=mesh)
     fully_shard(model, mesh=mesh)
@@ -49,9 +48,7 @@ def main(out: str, steps: int) -> None:
             for k, p in sharded.items():
                 p.to_local().copy_(state["shards"][k])
 
-    manager = Manager(pg=ProcessGroupPycollect(timeout=timedelta(seconds=10)), min_replica_size=1,
-                      load_state_dict=load_state_dict, state_dict=state_dict, replica_id=f"hsdp_{replica}",
-                      timeout=timedelta(seconds=10), quorum_retries=3)
+    manager = torchft_job.manager(f"hsdp_{replica}", state_dict, load_state_dict)
 
     def across_replicas(shard: torch.Tensor) -> None:  # the averaged gradient shard, in place
         manager.allreduce(shard).wait()
@@ -59,21 +56,8 @@ def main(out: str, steps: int) -> None:
     for m in model.modules():
         if isinstance(m, FSDPModule):
             m.set_all_reduce_hook(across_replicas)
-    optimizer = OptimizerWrapper(manager, inner)
-    progress = open(os.path.join(out, f"progress.{replica}.{rank}"), "a", buffering=1)
-    while manager.current_step() < steps:
-        step = manager.current_step()
-        x = torch.randn(8, 16, generator=torch.Generator().manual_seed(1000 * step + rank))
-        optimizer.zero_grad()
-        model(x).pow(2).mean().backward()
-        optimizer.step()
-        progress.write(f"{manager.current_step()} {time.time()}\n")
-        time.sleep(0.05)
+    torchft_job.train(manager, OptimizerWrapper(manager, inner), model, out, replica, rank, steps)
     torch.save(state_dict()["shards"], os.path.join(out, f"final.{replica}.{rank}.pt"))
-    import json
-
-    from pycollect.torch_backend import engine_group
-
     with open(os.path.join(out, f"calls.{replica}.{rank}.json"), "w") as f:  # FSDP2's calls, on the engine
         json.dump(engine_group(dist.group.WORLD).counters(), f)
     manager.shutdown()
