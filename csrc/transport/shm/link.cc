@@ -176,14 +176,17 @@ bool Link::arm() {
 
 void Link::disarm() {
   header_->sleeping[side_].value.store(0, std::memory_order_relaxed);
-  std::string why = doorbell_->drain();
-  if (!why.empty() && lost_.empty()) lost_ = why;  // thrown by the next progress()
+  readDoorbell();  // a loss is thrown by the next progress()
 }
 
 void Link::checkAlive() {
+  readDoorbell();
+  if (!lost_.empty()) throw PeerLostError(lost_);
+}
+
+void Link::readDoorbell() {
   std::string why = doorbell_->drain();
   if (!why.empty() && lost_.empty()) lost_ = why;
-  if (!lost_.empty()) throw PeerLostError(lost_);
 }
 
 void Link::fail(const char* call, int err) const {

@@ -121,6 +121,8 @@ class Link final : public pycollect::Link {
   bool readSingle();
   void ring();
   void snapshot();
+  // Reads the rings that came; remembers in lost_ why the peer is gone, once it is.
+  void readDoorbell();
   [[noreturn]] void fail(const char* call, int err) const;
 
   std::unique_ptr<Doorbell> doorbell_;
