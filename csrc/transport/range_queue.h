@@ -14,13 +14,13 @@
 namespace pycollect {
 
 // A posted range: where its next byte goes to (or comes from) and how many are left.
-struct Range {
+struct PostedRange {
   char* data;
   size_t left;
 };
 
-// R: Range, or a transport's Range with more fields (shm's sends).
-template <class R = Range>
+// R: PostedRange, or a transport's PostedRange with more fields (shm's sends).
+template <class R = PostedRange>
 class RangeQueue {
  public:
   uint64_t post(const R& r) {

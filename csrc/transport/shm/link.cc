@@ -94,7 +94,7 @@ bool Link::progressRecv() {
   bool changed = false;
   const uint64_t doneBefore = recvs_.doneCount();
   while (!recvs_.empty() && recvs_.doneCount() == doneBefore) {
-    Range& r = recvs_.front();
+    PostedRange& r = recvs_.front();
     if (r.left == 0) {  // an empty receive
       recvs_.advance(0);
       break;

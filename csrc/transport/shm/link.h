@@ -112,7 +112,7 @@ class Link final : public pycollect::Link {
   uint64_t queueRecv(void* data, size_t bytes) override;
 
  private:
-  struct SendRange : Range {
+  struct SendRange : PostedRange {
     bool single;      // read by the peer from our memory
     uint64_t ackEnd;  // single: done once `acked` reaches this
   };
