@@ -37,6 +37,9 @@ KNOWN = frozenset(_INTEGERS) | {"PYCOLLECT_ALGO", "PYCOLLECT_SOCKET_IFNAME", "PY
                                  "PYCOLLECT_SECRET", "PYCOLLECT_SECRET_FILE", "PYCOLLECT_TRANSPORT",
                                  "PYCOLLECT_HOST_TAG", "PYCOLLECT_TRACE", "PYCOLLECT_MODEL",
                                  "PYCOLLECT_BLOCKING_WAIT", "PYCOLLECT_FLIGHT_DIR", "PYCOLLECT_LINKS"}
+# Read outside a group's Options, where they are used (from_env lets them pass): the cache's
+# place (cache.py) and the torch backend's first-use build (torch_backend/builder.py).
+ELSEWHERE = frozenset({"PYCOLLECT_CACHE_DIR", "PYCOLLECT_BUILD_TORCH_BACKEND"})
 TRANSPORTS = ("auto", "tcp", "shm")
 LINKS = ("used", "all")  # made when first used (the ring's at formation), or every one at formation
 
@@ -89,10 +92,10 @@ class Options:
     def from_env(cls, environ: Optional[Mapping[str, str]] = None) -> "Options":
         """Read every PYCOLLECT_* variable; an unknown name or a bad value raises ValueError naming it."""
         env = os.environ if environ is None else environ
-        unknown = sorted(k for k in env if k.startswith("PYCOLLECT_") and k not in KNOWN)
+        unknown = sorted(k for k in env if k.startswith("PYCOLLECT_") and k not in KNOWN | ELSEWHERE)
         if unknown:
             raise ValueError(f"unknown environment variable(s) {', '.join(unknown)}; pycollect reads "
-                             f"{', '.join(sorted(KNOWN))}")
+                             f"{', '.join(sorted(KNOWN | ELSEWHERE))}")
         values = {}
         for name, (attr, lowest) in _INTEGERS.items():
             raw = env.get(name, "").strip()

@@ -801,22 +801,27 @@ def test_default_group_by_env():
 # -- the build: the backend is built against the torch it runs with ---------------------------
 
 
-def test_another_torch_is_refused_naming_both_versions_and_the_engine_works(monkeypatch):
-    """The native module is built against one torch (torch_build.txt beside it): under another,
-    loading it raises ImportError naming both versions and the command that rebuilds, before
-    anything of the mismatched module is loaded; pycollect's own API keeps working."""
+def test_another_torch_without_first_use_builds_is_refused_naming_both_versions(monkeypatch, tmp_path):
+    """The native module is built against one torch (torch_build.txt beside it). Under another
+    it is compiled on first use (builder.py); with that turned off, loading raises
+    ImportError naming both versions and the command that rebuilds, before anything of the
+    mismatched module is loaded, and nothing lands in the cache; pycollect's own API keeps
+    working."""
     import numpy as np
 
-    from pycollect.torch_backend import native
+    from pycollect.torch_backend import builder, native
 
     assert native.built_against() == torch.__version__  # this build: the running torch
     monkeypatch.setattr(native, "_module", None)
     monkeypatch.setattr(native, "built_against", lambda: "2.0.0+elsewhere")
+    monkeypatch.setenv(builder.SWITCH, "0")
+    monkeypatch.setenv("PYCOLLECT_CACHE_DIR", str(tmp_path / "cache"))
     with pytest.raises(ImportError) as e:
         native.load()
     message = str(e.value)
     assert "2.0.0+elsewhere" in message and torch.__version__ in message, message
-    assert "pip install --no-build-isolation" in message, message
+    assert "pip install --no-build-isolation" in message and builder.SWITCH in message, message
+    assert not (tmp_path / "cache").exists()
     pc.init_process_group(init_method=f"tcp://127.0.0.1:{free_port()}", rank=0, world_size=1)
     try:
         x = np.arange(4, dtype=np.float32)
@@ -824,6 +829,49 @@ def test_another_torch_is_refused_naming_both_versions_and_the_engine_works(monk
         assert x.tolist() == [0.0, 1.0, 2.0, 3.0]
     finally:
         pc.destroy_process_group()
+
+
+def test_first_use_build_without_a_compiler_says_so_and_leaves_no_module(monkeypatch, tmp_path):
+    """No compiler where one must compile: ImportError naming $CXX and the way out; the cache
+    holds no module (a later process with a compiler builds it)."""
+    from pycollect.torch_backend import builder, native
+
+    monkeypatch.setattr(native, "_module", None)
+    monkeypatch.setattr(native, "built_against", lambda: None)
+    monkeypatch.setenv("PYCOLLECT_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setenv("CXX", str(tmp_path / "no-such-compiler"))
+    with pytest.raises(ImportError) as e:
+        native.load()
+    assert "no-such-compiler" in str(e.value) and "pip install --no-build-isolation" in str(e.value), str(e.value)
+    assert not list((tmp_path / "cache").rglob("*.so"))
+
+
+def test_first_use_build_key_follows_torch_and_every_source(tmp_path):
+    """The cache entry is named for torch's version and a digest of what the binary depends
+    on: another torch (same version elsewhere too), or one changed header, is another entry;
+    the same inputs, the same entry."""
+    import shutil
+    import types
+
+    from pycollect.torch_backend import builder
+
+    src = tmp_path / "src"
+    shutil.copytree(builder.source_dir(), src)
+    assert (src / "torch_backend" / "backend.cc").exists() and (src / "comm" / "communicator.h").exists()
+
+    def fake(version, where):
+        return types.SimpleNamespace(__version__=version, __file__=where,
+                                     _C=types.SimpleNamespace(_GLIBCXX_USE_CXX11_ABI=True))
+
+    here = fake("2.13.0+cpu", "/a/torch/__init__.py")
+    key = builder.build_key(here, str(src))
+    assert key.startswith("torch-2.13.0+cpu-")
+    assert builder.build_key(here, str(src)) == key
+    assert builder.build_key(fake("2.14.0", "/a/torch/__init__.py"), str(src)) != key
+    assert builder.build_key(fake("2.13.0+cpu", "/b/torch/__init__.py"), str(src)) != key
+    with open(src / "comm" / "communicator.h", "a") as f:
+        f.write("\n")
+    assert builder.build_key(here, str(src)) != key
 
 
 def test_a_python_without_torch_configures_the_engine_alone(tmp_path):

@@ -91,6 +91,9 @@ PYBIND11_MODULE(_C, m) {
   pycollect::registerBuffers(m);
   // False in a build made with PYCOLLECT_TRACE_HOOKS=OFF (trace/hooks.h): it cannot trace.
   m.attr("TRACE_HOOKS") = pycollect::trace::kHooks;
+  // The C++ ABI the engine was built with (its std::string crosses into the torch backend,
+  // which takes torch's: pycollect/torch_backend/builder.py compares the two).
+  m.attr("CXX11_ABI") = static_cast<int>(_GLIBCXX_USE_CXX11_ABI);
   // The engine's constants that pycollect's pure-Python side (the model, pycollect.tuning)
   // needs without loading the engine, and the documented defaults the bindings' CommOptions
   // cannot show; tests/test_options.py holds the Python copies and the docs to these.

@@ -16,10 +16,9 @@ import os
 from .. import api
 from ..group import ProcessGroup as EngineGroup
 from ..rendezvous import _store_host, listen_address
-from . import BACKEND
+from . import BACKEND, builder
 
 BUILD_FILE = "torch_build.txt"  # written by the build beside the module (cmake/torch_backend.cmake)
-REBUILD = "pip install --no-build-isolation --force-reinstall --no-deps <pycollect's source directory>"
 
 _module = None
 _engines: dict = {}  # backend.engine_key -> the engine group behind it
@@ -39,23 +38,22 @@ def built_against():
 
 
 def load():
-    """pycollect._torch, once checked against the torch this process runs."""
+    """pycollect._torch for the torch this process runs: the one built with the package if
+    it was built against this torch, else one compiled for it on first use (builder.py)."""
     global _module
     if _module is not None:
         return _module
     import torch
 
     built = built_against()
-    if built is None:
-        raise ImportError("pycollect was built without its torch backend (torch did not import when it was built); "
-                          f"install torch first, then rebuild pycollect: {REBUILD}")
-    if built != torch.__version__:
-        raise ImportError(f"pycollect's torch backend was built against torch {built}, but this process runs torch "
-                          f"{torch.__version__}; rebuild it against this torch: {REBUILD} (the engine API, "
-                          "pycollect.all_reduce and the rest, works as it is)")
-    from .. import _torch
+    if built == torch.__version__:
+        from .. import _torch
 
-    _module = _torch
+        _module = _torch
+    else:
+        why = ("pycollect was installed without it: its build had no torch" if built is None else
+               f"pycollect's own was built against torch {built}")
+        _module = builder.load(torch, why)
     return _module
 
 

@@ -9,8 +9,8 @@ segment size, the algorithms and limits the choice runs among, and the source of
 tuning package itself (an edit to a formula is a new digest). A file that is missing,
 unreadable or not what it should be is rebuilt; one that cannot be written is skipped.
 
-The directory is $XDG_CACHE_HOME/pycollect (default ~/.cache/pycollect), one small
-JSON file per (model, size, segment) seen: safe to delete at any time.
+The directory is pycollect's cache's auto-tables (cache.py: ~/.cache/pycollect by default),
+one small JSON file per (model, size, segment) seen: safe to delete at any time.
 """
 from __future__ import annotations
 
@@ -21,13 +21,14 @@ import tempfile
 from pathlib import Path
 from typing import Callable, Dict, Optional
 
+from .. import cache
+
 _SOURCES = ("choice.py", "formulas.py", "params.py")  # what a table is computed by
 _source_digest: Optional[str] = None
 
 
 def directory() -> Path:
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(base) / "pycollect" / "auto-tables"
+    return cache.directory("auto-tables")
 
 
 def _code() -> str:
