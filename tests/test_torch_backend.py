@@ -846,6 +846,16 @@ def test_first_use_build_without_a_compiler_says_so_and_leaves_no_module(monkeyp
     assert not list((tmp_path / "cache").rglob("*.so"))
 
 
+def test_first_use_build_with_an_unwritable_cache_names_the_variable(monkeypatch):
+    from pycollect.torch_backend import native
+
+    monkeypatch.setattr(native, "_module", None)
+    monkeypatch.setattr(native, "built_against", lambda: None)
+    monkeypatch.setenv("PYCOLLECT_CACHE_DIR", "/proc/no-such-place")  # cannot be made, even by root
+    with pytest.raises(ImportError, match="PYCOLLECT_CACHE_DIR"):
+        native.load()
+
+
 def test_first_use_build_key_follows_torch_and_every_source(tmp_path):
     """The cache entry is named for torch's version and a digest of what the binary depends
     on: another torch (same version elsewhere too), or one changed header, is another entry;

@@ -166,8 +166,13 @@ def module_path(torch, why: str) -> str:
     path = os.path.join(entry, "_torch" + sysconfig.get_config_var("EXT_SUFFIX"))
     if os.path.exists(path):
         return path
-    os.makedirs(root, exist_ok=True)
-    with open(f"{entry}.lock", "w") as lock:
+    try:
+        os.makedirs(root, exist_ok=True)
+        lock = open(f"{entry}.lock", "w")
+    except OSError as e:
+        raise ImportError(f"pycollect must compile its torch backend and cannot write its cache ({root}: "
+                          f"{e.strerror}); point PYCOLLECT_CACHE_DIR at a writable directory") from None
+    with lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # another process may be compiling it: wait for it
         if not os.path.exists(path):
             _compile(torch, src, entry, why)
