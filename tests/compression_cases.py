@@ -146,3 +146,35 @@ def round_trip(x: np.ndarray, fmt: str) -> np.ndarray:
     y = np.ascontiguousarray(x, dtype=np.float32).copy()
     _C.wire_round_trip(y.ctypes.data, y.size, int(pc.Compress.parse(fmt, "fmt")))
     return y
+
+
+def case_ddp_hook(fmt: str, steps: int = 6):
+    """DDP (over the pool's Gloo default group) with compressed_allreduce_hook on pycollect's
+    default group: (digest of the parameters, max distance from the same run uncompressed,
+    residual count)."""
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    from pycollect.hooks import CompressionState, compressed_allreduce_hook
+
+    def train(hooked: bool):
+        torch.manual_seed(0)
+        model = torch.nn.Sequential(torch.nn.Linear(64, 300), torch.nn.Tanh(), torch.nn.Linear(300, 3))
+        ddp = DDP(model, bucket_cap_mb=0.05)  # several buckets, one not a multiple of 256 values
+        state = CompressionState(compress=fmt)
+        if hooked:
+            ddp.register_comm_hook(state, compressed_allreduce_hook)
+        opt = torch.optim.SGD(ddp.parameters(), lr=0.1)
+        g = torch.Generator().manual_seed(100 + dist.get_rank())
+        for _ in range(steps):
+            x = torch.randn(16, 64, generator=g)
+            loss = ddp(x).pow(2).mean()
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+        return torch.cat([p.detach().flatten() for p in model.parameters()]), state
+
+    plain, _ = train(False)
+    hooked, state = train(True)
+    return (hashlib.sha1(hooked.numpy().tobytes()).hexdigest(), float((hooked - plain).abs().max()),
+            len(state.residuals))

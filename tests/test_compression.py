@@ -4,7 +4,8 @@ odd counts and int8 block boundaries; across (tagged) hosts only the inter-host 
 compressed; every other dtype refused with its name. The cases: compression_cases.py."""
 import numpy as np
 import pytest
-from compression_cases import bound, case_compressed, case_compressed_hierarchy, case_mismatch, case_refusals, round_trip
+from compression_cases import (bound, case_compressed, case_compressed_hierarchy, case_ddp_hook, case_mismatch, case_refusals,
+                               round_trip)
 
 
 def _same(digests):
@@ -54,3 +55,12 @@ def test_int8_block_with_inf_decodes_to_nan():
     x[300] = np.inf
     y = round_trip(x, "int8")
     assert np.isnan(y[256:512]).all() and (y[:256] == 1).all() and (y[512:] == 1).all()
+
+
+@pytest.mark.parametrize("fmt", ["bf16", "int8"])
+def test_ddp_hook_keeps_replicas_identical_and_close(pool3, fmt):
+    results = pool3.run(case_ddp_hook, fmt)
+    _same([d for d, _, _ in results])
+    for _, dist, residuals in results:
+        assert 0 < dist < 1e-2, dist  # compressed (not exact), and close to the exact run
+        assert residuals >= 1, residuals

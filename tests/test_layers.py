@@ -22,7 +22,7 @@ LAYERS: List[List[str]] = [
     ["cli"],                                   # argparse and printing
     ["demo"],                                  # the lesson's jobs
     ["pp"],                                    # pipeline parallelism (its stages are FSDP units)
-    ["ddp", "fsdp", "tp", "mesh"],             # training wrappers
+    ["ddp", "fsdp", "tp", "mesh", "hooks"],    # training wrappers; DDP comm hooks
     ["memory"],                                # the memory planner
     ["costmodel", "trace", "benchmark"],       # study tools: fitting, tracing, measuring
     ["measuring", "launch", "torch_backend"],  # what the study tools share; local ranks; torch's backend
