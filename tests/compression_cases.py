@@ -6,11 +6,8 @@ Every case draws every rank's input from the seed, so each rank knows the exact 
 its result bytes, and the test asserts that the digests of all ranks are equal (the
 results bit-identical, not merely close).
 
-The bound, for a ring of k members (the group on one host, its hosts across hosts),
-A = sum over ranks of |x| at each position:
-    bf16: |got - exact| <= k * 2^-8 * A               (+ float32's rounding of the sums)
-    int8: |got - exact| <= k * max(A over the 511 values centred on the position) / 254
-AVG divides A by the group's size as it divides the sum.
+The bound is pycollect.compression.error_bound's (k: the ring's length, the group on one
+host, its hosts across hosts); AVG divides A by the group's size as it divides the sum.
 """
 from __future__ import annotations
 
@@ -23,13 +20,14 @@ from rank_pool import paired_groups
 
 import pycollect as pc
 from pycollect import _C
+from pycollect.compression import INT8_BLOCK, error_bound
 
 FORMATS = ("bf16", "int8")
-BLOCK = 256
+BLOCK = INT8_BLOCK
 # Odd counts, one short of, at and past an int8 block, a prime, and (with the pool's 512
 # KiB segments, 128 Ki values a unit) several units per chunk with a ragged last one.
 COUNTS = (0, 1, 13, BLOCK - 1, BLOCK, BLOCK + 1, 3 * BLOCK + 7, 30011, 600_001)
-SLACK = 1.0 + 1e-3  # float32's rounding of the sums and of the scales, well inside this
+SLACK = 1.0 + 1e-3  # float32's rounding of the scales, well inside this
 
 
 def inputs(n: int, count: int, seed: int) -> np.ndarray:
@@ -40,16 +38,8 @@ def inputs(n: int, count: int, seed: int) -> np.ndarray:
 
 
 def bound(xs: np.ndarray, fmt: str, k: int, divisor: int = 1) -> np.ndarray:
-    """The stated error bound per position (docs/compression.md), for ring length k."""
-    a = np.abs(xs.astype(np.float64)).sum(axis=0) / divisor
-    eps = 2.0 ** -24 * xs.shape[0] * a  # float32's own rounding of the partial sums
-    if fmt == "bf16":
-        return (k * 2.0 ** -8 * a + eps) * SLACK
-    if a.size == 0:
-        return a
-    pad = np.pad(a, BLOCK - 1, constant_values=0.0)
-    window = np.lib.stride_tricks.sliding_window_view(pad, 2 * BLOCK - 1).max(axis=1)
-    return (k * window / 254.0 + eps) * SLACK
+    """The stated error bound per position (pycollect.compression), for ring length k."""
+    return error_bound(np.abs(xs.astype(np.float64)).sum(axis=0) / divisor, fmt, k, xs.shape[0]) * SLACK
 
 
 def errors(got: np.ndarray, xs: np.ndarray, divisor: int = 1):
