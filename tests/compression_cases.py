@@ -168,3 +168,37 @@ def case_ddp_hook(fmt: str, steps: int = 6):
     hooked, state = train(True)
     return (hashlib.sha1(hooked.numpy().tobytes()).hexdigest(), float((hooked - plain).abs().max()),
             len(state.residuals))
+
+
+class _Bucket:
+    """What the hook reads of torch's GradBucket."""
+
+    def __init__(self, t, index=0):
+        self._t, self._i = t, index
+
+    def buffer(self):
+        return self._t
+
+    def index(self):
+        return self._i
+
+
+def case_error_feedback(fmt: str, steps: int = 32):
+    """The same gradient every step (each rank its own), through the hook with and without
+    error feedback: the largest error of the mean of what the group averaged over the steps
+    against the exact average, each way."""
+    from pycollect.hooks import CompressionState, compressed_allreduce_hook
+
+    n, r = pc.get_world_size(), pc.get_rank()
+    rng = np.random.default_rng(3)
+    grads = (rng.standard_normal((n, 1000)) * np.exp(rng.uniform(-4, 0, 1000))).astype(np.float32)
+    exact = grads.astype(np.float64).mean(axis=0)
+    out = []
+    for feedback in (True, False):
+        state = CompressionState(compress=fmt, error_feedback=feedback)
+        total = np.zeros(1000)
+        for _ in range(steps):
+            fut = compressed_allreduce_hook(state, _Bucket(torch.from_numpy(grads[r].copy())))
+            total += fut.wait().numpy()
+        out.append(float(np.abs(total / steps - exact).max()))
+    return out

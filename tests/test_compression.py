@@ -4,8 +4,8 @@ odd counts and int8 block boundaries; across (tagged) hosts only the inter-host 
 compressed; every other dtype refused with its name. The cases: compression_cases.py."""
 import numpy as np
 import pytest
-from compression_cases import (bound, case_compressed, case_compressed_hierarchy, case_ddp_hook, case_mismatch, case_refusals,
-                               round_trip)
+from compression_cases import (bound, case_compressed, case_compressed_hierarchy, case_ddp_hook, case_error_feedback,
+                               case_mismatch, case_refusals, round_trip)
 
 
 def _same(digests):
@@ -64,3 +64,13 @@ def test_ddp_hook_keeps_replicas_identical_and_close(pool3, fmt):
     for _, dist, residuals in results:
         assert 0 < dist < 1e-2, dist  # compressed (not exact), and close to the exact run
         assert residuals >= 1, residuals
+
+
+@pytest.mark.parametrize("fmt", ["bf16", "int8"])
+def test_error_feedback_keeps_the_error_from_piling_up(pool3, fmt):
+    """A constant gradient: without feedback every step drops the same rounding, so the
+    average over the steps keeps it; with feedback each rank's own encode error is sent
+    later, and the average's error shrinks (measured: to 0.57 of it at 3 ranks, 32 steps;
+    the ring's re-encoding of partial sums is not fed back)."""
+    for with_feedback, without in pool3.run(case_error_feedback, fmt):
+        assert without > 0 and with_feedback < 0.75 * without, (with_feedback, without)
