@@ -74,3 +74,14 @@ def test_error_feedback_keeps_the_error_from_piling_up(pool3, fmt):
     the ring's re-encoding of partial sums is not fed back)."""
     for with_feedback, without in pool3.run(case_error_feedback, fmt):
         assert without > 0 and with_feedback < 0.75 * without, (with_feedback, without)
+
+
+def test_int8_tiny_blocks_stay_finite_and_close():
+    """A block whose largest value is near float32's smallest: 127 / max overflows unless
+    scaled; the result stays finite, within the bound (its subnormal slack included)."""
+    rng = np.random.default_rng(8)
+    for scale in (1e-30, 1e-37, 1e-39, 1e-44):
+        x = (rng.standard_normal(600) * scale).astype(np.float32)
+        y = round_trip(x, "int8")
+        assert np.isfinite(y).all(), scale
+        assert (np.abs(y.astype(np.float64) - x) <= bound(x[None], "int8", 1)).all(), scale

@@ -52,9 +52,11 @@ PYCOLLECT_CLONES float int8EncodeBlock(const float* in, size_t n, int8_t* q) {
     std::memset(q, 0, n);
     return std::numeric_limits<float>::quiet_NaN();
   }
-  const float inv = m > 0.0f ? 127.0f / m : 0.0f;
+  // Near the subnormals 127 / m overflows: scale the block up by 2^64 first (exact).
+  const float pre = m < 0x1p-64f ? 0x1p64f : 1.0f;
+  const float inv = m > 0.0f ? 127.0f / (m * pre) : 0.0f;
   for (size_t i = 0; i < n; ++i) {
-    float y = in[i] * inv;
+    float y = (in[i] * pre) * inv;
     y = std::min(127.0f, std::max(-127.0f, y));
     q[i] = static_cast<int8_t>(static_cast<int>(y + (y >= 0.0f ? 0.5f : -0.5f)));  // nearest, ties away
   }
