@@ -76,12 +76,13 @@ def test_error_feedback_keeps_the_error_from_piling_up(pool3, fmt):
         assert without > 0 and with_feedback < 0.75 * without, (with_feedback, without)
 
 
-def test_int8_tiny_blocks_stay_finite_and_close():
-    """A block whose largest value is near float32's smallest: 127 / max overflows unless
-    scaled; the result stays finite, within the bound (its subnormal slack included)."""
+@pytest.mark.parametrize("fmt", ["bf16", "int8"])
+def test_tiny_values_stay_finite_and_close(fmt):
+    """Values near float32's smallest (int8: 127 / max overflows unless scaled): the result
+    stays finite, within the bound (its subnormal slack included)."""
     rng = np.random.default_rng(8)
-    for scale in (1e-30, 1e-37, 1e-39, 1e-44):
+    for scale in (1e-30, 1e-37, 1e-39, 1e-41, 1e-44):
         x = (rng.standard_normal(600) * scale).astype(np.float32)
-        y = round_trip(x, "int8")
+        y = round_trip(x, fmt)
         assert np.isfinite(y).all(), scale
-        assert (np.abs(y.astype(np.float64) - x) <= bound(x[None], "int8", 1)).all(), scale
+        assert (np.abs(y.astype(np.float64) - x) <= bound(x[None], fmt, 1)).all(), scale
