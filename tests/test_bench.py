@@ -229,3 +229,12 @@ def test_peer_mpi_times_open_mpi_beside_gloo(tmp_path, capsys):
     assert mpi_wrong == "0"
     assert mpi_ratio == pytest.approx(mpi_us / ours, rel=0.02, abs=0.01), line
     assert "# #wrong total (pycollect): 0; gloo: 0; mpi: 0" in printed
+
+
+def test_compression_forecast_says_where_it_pays():
+    from pycollect.benchmark.report import compression_forecast
+
+    across = compression_forecast(64 << 20, [2, 2], ["bf16", "int8"], 0.125)
+    assert across.count("(") >= 2 and "int8" in across and across.count(", pays)") == 2, across
+    one_host = compression_forecast(64 << 20, [4], ["int8"])
+    assert "does not pay" in one_host, one_host

@@ -143,6 +143,9 @@ def run(cfg: Config, json_path: Optional[str] = None, plot_path: Optional[str] =
     print(report.summary(rows, cfg.op, shown, link, line, memcpy,
                          hosts=hosts_n if cfg.netns_hosts and cfg.ranks_per_host > 1 else None),
           file=stream, flush=True)
+    if cfg.compress and rows and cfg.op == "all_reduce":
+        layout = [cfg.ranks_per_host] * hosts_n if cfg.netns_hosts else [cfg.world_size]
+        print(report.compression_forecast(rows[-1]["size"], layout, cfg.compress, line), file=stream, flush=True)
     meta["link_limit_GBps"] = link
     meta["line_rate_GBps"] = line
     meta["memcpy_GBps"] = memcpy

@@ -99,6 +99,30 @@ def summary(rows: List[Dict], op: str, peers: Peers, link_limit: Optional[float]
     return "\n".join(lines)
 
 
+def compression_forecast(size: int, layout: Sequence[int], formats: Sequence[str],
+                         line_rate: Optional[float] = None) -> str:
+    """The cost model's word on compression beside a run that measured it: exact and
+    compressed seconds for an all-reduce of `size` bytes on hosts of `layout` ranks
+    (pycollect.tuning.compressed.pays), the machine's parameters (PYCOLLECT_MODEL, else the
+    built-in ones) and, between hosts, a cable of `line_rate` GB/s (else the model's own)."""
+    import os
+
+    from ..tuning import Params
+    from ..tuning.compressed import PAYS_MARGIN, pays
+    from ..tuning.hierarchy import between_hosts
+
+    params = Params.load(os.environ["PYCOLLECT_MODEL"]) if os.environ.get("PYCOLLECT_MODEL") else Params()
+    if line_rate and len(layout) > 1:
+        params = params.with_(inter_host=between_hosts(params).with_(beta=1 / (line_rate * 1e9)))
+    parts = []
+    for fmt in formats:
+        exact, fast = pays("all_reduce", size, layout, params, fmt)
+        verdict = "pays" if fast < (1 - PAYS_MARGIN) * exact else "does not pay"
+        parts.append(f"{fmt} {fast * 1e3:.1f} ms ({exact / fast:.2f}x, {verdict})")
+    return (f"# cost model at {format_size(size)}: exact {exact * 1e3:.1f} ms; " + "; ".join(parts)
+            + f" [{params.source}" + (f", cables {line_rate:.3f} GB/s" if line_rate and len(layout) > 1 else "") + "]")
+
+
 def write_json(path: str, meta: Dict, rows: List[Dict]) -> None:
     with open(path, "w") as f:
         json.dump({"meta": meta, "rows": rows}, f, indent=2)
