@@ -49,9 +49,9 @@ _LAZY = {
     "export_torch_env": ("launcher", "export_torch_env"),
 }
 
-from .types import Algo, ReduceOp, TraceEvent  # noqa: E402  (pure Python)
+from .types import Algo, Compress, ReduceOp, TraceEvent  # noqa: E402  (pure Python)
 
-__all__ = sorted(_API | _ERRORS | set(_LAZY) | {"Algo", "ReduceOp", "TraceEvent", "ProcessGroup", "Work",
+__all__ = sorted(_API | _ERRORS | set(_LAZY) | {"Algo", "Compress", "ReduceOp", "TraceEvent", "ProcessGroup", "Work",
                                                 "NON_GROUP_MEMBER"})
 
 

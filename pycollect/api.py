@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import functools
 import sys
 from typing import Iterator, List, Optional, Sequence
 
@@ -29,7 +30,7 @@ from .topology import Topology
 from .group import NON_GROUP_MEMBER, ProcessGroup
 from .options import Options, to_timedelta
 from .rendezvous import listen_address, rendezvous
-from .types import DTYPE_SIZES, Algo, ReduceOp, TraceEvent, is_torch_tensor, to_reduce_op
+from .types import DTYPE_SIZES, Algo, Compress, ReduceOp, TraceEvent, is_torch_tensor, to_reduce_op
 from .work import Work
 from .world import default as _default, resolve as _group
 
@@ -216,7 +217,7 @@ def _input_output(g: ProcessGroup, call: str, inp, in_name: str, out, out_name: 
     return i, o, device_call(g, (i, o), call)
 
 
-def all_reduce(tensor, op=ReduceOp.SUM, group=None, async_op: bool = False, algo=None):
+def all_reduce(tensor, op=ReduceOp.SUM, group=None, async_op: bool = False, algo=None, compress=None):
     """Reduce `tensor` across the group, in place, on every rank.
 
     `algo` (pc.Algo or its name: "auto", "ring", "direct", "halving_doubling", "tree",
@@ -225,12 +226,28 @@ def all_reduce(tensor, op=ReduceOp.SUM, group=None, async_op: bool = False, algo
     once; `pycollect model --validate` shows its picks against measurement). All ranks must
     pass the same value (else every rank gets a MismatchError); an algorithm all_reduce
     does not have raises ValueError.
+
+    `compress` ("bf16", "int8", pc.Compress; default None: exact) sends a float32 tensor's
+    bytes compressed (docs/compression.md): bf16 halves them, int8 quarters them; the sums
+    are float32 and every rank ends with the same bits, within the bound the page states.
+    SUM and AVG only, algorithm "ring" (one host) or "hierarchical" (only the bytes
+    between hosts compressed); any other dtype raises ValueError naming it.
     """
     g = _group(group)
     op = to_reduce_op(op)
-    algo = g.algo_for("all_reduce", algo)
+    compress = Compress.parse(compress, "all_reduce(compress)")
+    chosen = g.algo_for("all_reduce", algo)
+    if compress and algo is None and chosen not in (Algo.RING, Algo.HIERARCHICAL):
+        chosen = Algo.AUTO  # the group's default algorithm has no compressed form: the engine picks
+    algo = chosen
     b = as_buffer(tensor, "all_reduce(tensor)", writable=True)
     dc = device_call(g, (b,), "all_reduce")
+    if compress:
+        if dc is not None:
+            raise NotImplementedError("all_reduce(compress=...) runs on host (CPU) tensors only: the staged CUDA "
+                                      "path has no encoder yet; all-reduce a CPU copy, or leave compress unset")
+        launch = functools.partial(g._comm.all_reduce, compress=int(compress))
+        return _run(g, launch, (b.address, b.numel, b.code, op, algo), (b,), async_op)
     if dc is not None:
         return _run(g, g._comm.all_reduce_staged, (b.address, b.numel, b.code, op, algo, *dc),
                     (b,), async_op)

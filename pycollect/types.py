@@ -90,6 +90,29 @@ class Algo(enum.IntEnum):
         return algo
 
 
+class Compress(enum.IntEnum):
+    """An all-reduce's wire format (codes shared with csrc/common/types.h;
+    docs/compression.md): NONE sends float32 as it is; BF16 sends bfloat16 (half the
+    bytes); INT8 sends int8 in blocks of 256 values with a float32 scale each (about a
+    quarter). Sums are made in float32 and every rank ends with the same bits."""
+
+    NONE = 0
+    BF16 = 1
+    INT8 = 2
+
+    @classmethod
+    def parse(cls, value, what: str) -> "Compress":
+        """A Compress from itself, its name ("int8", case-insensitive) or None (NONE)."""
+        if value is None:
+            return cls.NONE
+        if isinstance(value, cls):
+            return value
+        if isinstance(value, str) and value.upper() in cls.__members__:
+            return cls[value.upper()]
+        names = ", ".join(repr(c.name.lower()) for c in cls)
+        raise ValueError(f"{what}={value!r}: choose one of {names} (or None)")
+
+
 # The algorithms each call with a choice can run.
 CALL_ALGOS = {
     "all_reduce": (Algo.AUTO, Algo.RING, Algo.DIRECT, Algo.HALVING_DOUBLING, Algo.TREE, Algo.HIERARCHICAL,

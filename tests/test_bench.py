@@ -72,6 +72,17 @@ def test_sizes_and_factors():
         parse_size("lots")
 
 
+def test_bench_times_compressed_all_reduce_beside_and_says_if_it_pays(tmp_path, capsys):
+    out = tmp_path / "c.json"
+    assert main(["bench", "-g", "2", "-b", "1M", "-e", "1M", "-n", "2", "-r", "1", "-w", "1", "--no-link-limit",
+                 "--compress", "bf16,int8", "--json", str(out), "--plot", str(tmp_path / "c.png")]) == 0
+    printed = capsys.readouterr().out
+    assert "pycollect-int8: " in printed and ("(pays)" in printed or "(does not pay)" in printed), printed
+    row = json.loads(out.read_text())["rows"][0]
+    for engine in ("pycollect", "pycollect-bf16", "pycollect-int8", "gloo"):
+        assert row[engine]["wrong"] == 0, (engine, row[engine])  # compressed: none past the stated bound
+
+
 @pytest.mark.parametrize("argv, words", [
     (["-b", "1M", "-e", "8"], "min <= max"),
     (["-f", "1"], "step factor"),
@@ -88,6 +99,9 @@ def test_sizes_and_factors():
     (["--peer", "openmpi"], "peers are one or more of"),
     (["--peer", "mpi", "--latency"], "--peer mpi runs the table on CPU"),
     (["--peer", "mpi", "-d", "bfloat16"], "MPI has no bfloat16"),
+    (["--compress", "int8", "-o", "all_gather"], "--compress times all_reduce"),
+    (["--compress", "int8", "-d", "float64"], "--compress times all_reduce"),
+    (["--compress", "int4"], "--compress takes bf16 and int8, got int4"),
 ])
 def test_bench_refuses_nonsense(capsys, argv, words):
     assert main(["bench", *argv]) == 2
@@ -215,3 +229,12 @@ def test_peer_mpi_times_open_mpi_beside_gloo(tmp_path, capsys):
     assert mpi_wrong == "0"
     assert mpi_ratio == pytest.approx(mpi_us / ours, rel=0.02, abs=0.01), line
     assert "# #wrong total (pycollect): 0; gloo: 0; mpi: 0" in printed
+
+
+def test_compression_forecast_says_where_it_pays():
+    from pycollect.benchmark.report import compression_forecast
+
+    across = compression_forecast(64 << 20, [2, 2], ["bf16", "int8"], 0.125)
+    assert across.count("(") >= 2 and "int8" in across and across.count(", pays)") == 2, across
+    one_host = compression_forecast(64 << 20, [4], ["int8"])
+    assert "does not pay" in one_host, one_host

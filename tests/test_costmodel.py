@@ -906,3 +906,26 @@ def test_cli_formation_table_and_plot(tmp_path):
     assert plot.stat().st_size > 0 and f"# wrote {plot}" in r.stdout
     r = _cli("--formation", "--ranks-per-host", "0")
     assert r.returncode == 2 and "--ranks-per-host" in r.stderr
+
+
+def test_compression_prices_bytes_and_codec_and_says_where_it_pays():
+    from pycollect.costmodel import compressed_ring, pays, pays_from
+    from pycollect.tuning.compressed import WIRE_RATIO, codec_time
+    from pycollect.tuning.formulas import FORMULAS
+
+    p = Params(alpha=5e-6, beta=1 / 1e9, gamma=1 / 10e9)
+    s = 64 << 20
+    for fmt in ("bf16", "int8"):  # the ring on fewer bytes, plus the codec's time
+        want = FORMULAS["all_reduce"]["ring"](s * WIRE_RATIO[fmt], 4, p, 512 << 10) + codec_time(s, 4, p, fmt)
+        assert compressed_ring(s, 4, p, fmt) == pytest.approx(want)
+    assert WIRE_RATIO["int8"] == pytest.approx(0.25 + 1 / 256)
+    # 1 Gbit/s between hosts (the namespace runs): both pay, int8 more; memory-speed links: neither
+    net = Params(inter_host=Params(alpha=4.6e-6, beta=1 / 0.126e9, overlap=1.0))
+    exact, bf16 = pays("all_reduce", s, (2, 2), net, "bf16")
+    _, int8 = pays("all_reduce", s, (2, 2), net, "int8")
+    assert int8 < bf16 < exact / 1.7
+    assert pays_from((2, 2), net, "int8") is not None
+    fast = Params(alpha=1e-6, beta=1 / 20e9, gamma=1 / 10e9)
+    assert pays_from((4,), fast, "int8") is None
+    with pytest.raises(ValueError, match="only all_reduce"):
+        pays("all_gather", s, (2, 2), net, "int8")

@@ -22,7 +22,7 @@ LAYERS: List[List[str]] = [
     ["cli"],                                   # argparse and printing
     ["demo"],                                  # the lesson's jobs
     ["pp"],                                    # pipeline parallelism (its stages are FSDP units)
-    ["ddp", "fsdp", "tp", "mesh"],             # training wrappers
+    ["ddp", "fsdp", "tp", "mesh", "hooks"],    # training wrappers; DDP comm hooks
     ["memory"],                                # the memory planner
     ["costmodel", "trace", "benchmark"],       # study tools: fitting, tracing, measuring
     ["measuring", "launch", "torch_backend"],  # what the study tools share; local ranks; torch's backend
@@ -34,7 +34,7 @@ LAYERS: List[List[str]] = [
     ["work", "_device", "flight", "topology"],  # ...; the flight recorder's files; hosts
     ["options"],
     ["tuning"],                                # what the engine needs of the cost model at run time
-    ["_buffers", "errors", "_bounded"],        # ...; a call bound by our own deadline (store steps)
+    ["_buffers", "errors", "_bounded", "compression"],  # ...; a call bound by our own deadline; compress='s bound
     ["types", "_C", "_torch", "launcher", "dirstore"],  # enums; the extensions, the doors into C++ (_torch: torch's backend); the launcher's env; a store without torch
 ]
 

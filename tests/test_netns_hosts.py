@@ -2,7 +2,8 @@
 (tests/netns_hosts.py, pycollect.netns). Skipped, with the reason, where namespaces
 cannot be built (not root, no iproute2).
 
-- collectives at 3 and 4 hosts against numpy and Gloo, all ranks bit-identical;
+- collectives at 3 and 4 hosts against numpy and Gloo, all ranks bit-identical; the
+  compressed all-reduce within its bound;
 - torchrun with one node per host, training with pycollect DDP and with torch DDP on
   the "pycollect" backend: the replicas end identical;
 - a cable pulled mid-run: every rank raises a pycollect error naming a peer within the
@@ -17,6 +18,7 @@ import time
 
 import pytest
 import torch
+from compression_cases import case_compressed
 from fault_cases import case_all_reduce_until_failure, case_host_and_sum
 from netns_hosts import host_pool
 from rank_pool import RankPool
@@ -90,6 +92,13 @@ def _torchrun(hosts, job=(TRAIN, "6"), timeout: float = 150.0, json_lines: bool 
 
 
 @pytest.mark.slow
+def test_compressed_all_reduce_across_hosts(host_pool4):
+    """compress= over real cables (4 hosts, the hierarchy's one rail): within the bound,
+    the same bits on every host."""
+    digests = host_pool4.run(case_compressed, 4, 9, (0, 1, 257, 262147))
+    assert len(set(digests)) == 1, digests
+
+
 def test_torchrun_two_nodes_train_identical_replicas(netns_hosts4):
     nodes = _torchrun(netns_hosts4)
     for mode in ("pycollect", "torch"):

@@ -7,8 +7,11 @@
 // the error that names what is wrong. So refusals and their messages live in one place.
 #include <pybind11/numpy.h>
 
+#include <vector>
+
 #include "bindings/register.h"
 #include "common/types.h"
+#include "reduce/compress.h"
 
 namespace py = pybind11;
 
@@ -65,6 +68,24 @@ void registerBuffers(py::module_& m) {
         return py::make_tuple(reinterpret_cast<uintptr_t>(a.data()), a.size(), code);
       },
       py::arg("array"), py::arg("writable"));
+  // What one encode and decode in an all-reduce's wire format does to `count` float32
+  // values, in place (reduce/compress.h): the DDP hook's error feedback keeps the
+  // difference, the tests check the bound. The caller keeps the buffer alive.
+  m.def(
+      "wire_round_trip",
+      [](uintptr_t address, size_t count, int compress) {
+        const Compress c = checkedCompress(compress);
+        if (c == Compress::kNone) return;
+        float* data = reinterpret_cast<float*>(address);
+        py::gil_scoped_release release;  // our own buffer only, no Python object touched
+        std::vector<char> wire(wireBytes(c, count));
+        encode(c, data, count, wire.data());
+        decode(c, wire.data(), count, data);
+      },
+      py::arg("address"), py::arg("count"), py::arg("compress"));
+  m.def(
+      "wire_bytes", [](size_t count, int compress) { return wireBytes(checkedCompress(compress), count); },
+      py::arg("count"), py::arg("compress"));
 }
 
 }  // namespace pycollect

@@ -187,13 +187,15 @@ void registerCommunicator(py::module_& m) {
       // call that ended there without error returns None (unlessSettled).
       .def(
           "all_reduce",
-          [](Communicator& c, uintptr_t data, size_t count, int dtype, int op, int algo, bool blocking) {
+          [](Communicator& c, uintptr_t data, size_t count, int dtype, int op, int algo, bool blocking,
+             int compress) {
             Blocking scope(blocking);
-            return unlessSettled(
-                c.allReduce(ptr(data), count, checkedDType(dtype), checkedReduceOp(op), checkedAlgo(algo)), blocking);
+            return unlessSettled(c.allReduce(ptr(data), count, checkedDType(dtype), checkedReduceOp(op),
+                                             checkedAlgo(algo), checkedCompress(compress)),
+                                 blocking);
           },
           py::arg("data"), py::arg("count"), py::arg("dtype"), py::arg("op"), py::arg("algo") = 0,
-          py::arg("blocking") = false, R())
+          py::arg("blocking") = false, py::arg("compress") = 0, R())
       .def(
           "all_gather",
           [](Communicator& c, uintptr_t in, uintptr_t out, size_t count, int dtype, int algo, bool blocking) {

@@ -30,14 +30,32 @@
 //
 // Every rank ends with bit-identical results: each chunk is reduced in one order on one
 // rail and only copied from there. AVG sums, and divides once by the group's size.
+//
+// Compressed (compress="bf16" | "int8", allreduce_compressed.cc): only the rails' phase 2
+// crosses the network, so only it is compressed (CompressedRing in place of the rails'
+// exact ring); the host's phases 1 and 3 stay exact float32 over shared memory. A value is
+// then encoded once per host (h times), not once per rank, and the bound is the flat
+// compressed ring's with k = h.
+#include <memory>
+
 #include "collectives/collectives.h"
+#include "collectives/compressed_ring.h"
 #include "collectives/levels.h"
 #include "collectives/rail_pipeline.h"
 #include "reduce/reduce.h"
 
 namespace pycollect {
 
-void allreduceHierarchical(Context& ctx, void* data, size_t count, DType dtype, ReduceOp op) {
+namespace {
+// The compressed rail ring's blocks: our chunk cut in one share per host.
+std::vector<Range> railShares(const Range& mine, int hosts) {
+  std::vector<Range> shares;
+  for (int h = 0; h < hosts; ++h) shares.push_back(partOf(Block{mine}, h, hosts)[0]);
+  return shares;
+}
+}  // namespace
+
+void allreduceHierarchical(Context& ctx, void* data, size_t count, DType dtype, ReduceOp op, Compress compress) {
   const Levels levels(ctx);
   const Hierarchy& hy = levels.hy;
   const std::vector<int>& partners = levels.partners;
@@ -76,12 +94,28 @@ void allreduceHierarchical(Context& ctx, void* data, size_t count, DType dtype, 
     const std::vector<Block> blocks = blocksOf(0);
     const Range mine = blocks[hy.local()][0];
     reduceScatterRingBlocks(intra, base, blocks, base + mine.offset * es, dtype, inner);
-    allreduceRing(inter, base + mine.offset * es, mine.length, dtype, inner);
-    if (divisor > 1) divide(base + mine.offset * es, mine.length, dtype, divisor);
+    if (compress != Compress::kNone) {
+      runCompressedRing(inter, compress, divisor, reinterpret_cast<float*>(base), railShares(mine, hy.hosts()),
+                        [&](size_t b) { return ctx.stage(b); });
+    } else {
+      allreduceRing(inter, base + mine.offset * es, mine.length, dtype, inner);
+      if (divisor > 1) divide(base + mine.offset * es, mine.length, dtype, divisor);
+    }
     allgatherRingBlocks(intra, base, blocks, nullptr, dtype);
   } else {  // pipelined (rail_pipeline.h): slice k crosses hosts while k+1 and k-1 move within
     const size_t slotBytes = (Chunks(cut.length(0), hy.rails()).length(0) / hy.hosts() + 1) * es;
-    RailRing rails(inter, ctx.stage(slotBytes), dtype, inner, divisor);
+    std::unique_ptr<SliceRing> ring;
+    RailRing* exact = nullptr;
+    CompressedRing* compressed = nullptr;
+    if (compress == Compress::kNone) {
+      ring = std::make_unique<RailRing>(inter, ctx.stage(slotBytes), dtype, inner, divisor);
+      exact = static_cast<RailRing*>(ring.get());
+    } else {  // slice 0 is the largest: its wire memory serves every slice
+      ring = std::make_unique<CompressedRing>(inter, compress, divisor);
+      compressed = static_cast<CompressedRing*>(ring.get());
+      compressed->setWire(ctx.stage(compressed->wireCapacity(railShares(blocksOf(0)[hy.local()][0], hy.hosts()))));
+    }
+    SliceRing& rails = *ring;
     intra.setBackground(&rails);
     std::vector<Block> previous;  // slice k-1's blocks, all-gathered once its rails are done
     for (int k = 0; k <= slices; ++k) {
@@ -90,9 +124,13 @@ void allreduceHierarchical(Context& ctx, void* data, size_t count, DType dtype, 
         blocks = blocksOf(k);
         const Range mine = blocks[hy.local()][0];
         reduceScatterRingBlocks(intra, base, blocks, base + mine.offset * es, dtype, inner);
-        std::vector<Block> shares;  // the rail ring's: our chunk cut in one share per host
-        for (int h = 0; h < hy.hosts(); ++h) shares.push_back(partOf(Block{mine}, h, hy.hosts()));
-        rails.push(RailRing::Kind::kAllReduce, base, std::move(shares));
+        if (compressed != nullptr) {
+          compressed->push(reinterpret_cast<float*>(base), railShares(mine, hy.hosts()));
+        } else {
+          std::vector<Block> shares;  // the rail ring's: our chunk cut in one share per host
+          for (int h = 0; h < hy.hosts(); ++h) shares.push_back(partOf(Block{mine}, h, hy.hosts()));
+          exact->push(RailRing::Kind::kAllReduce, base, std::move(shares));
+        }
         rails.poll();
       }
       if (k > 0) {

@@ -22,7 +22,18 @@ void allreduceHalvingDoubling(Context& ctx, void* data, size_t count, DType dtyp
 void allreduceTree(Context& ctx, void* data, size_t count, DType dtype, ReduceOp op);
 // Two levels (ctx.hierarchy()): reduce-scatter within hosts, all-reduce across them on
 // each rail, all-gather within hosts.
-void allreduceHierarchical(Context& ctx, void* data, size_t count, DType dtype, ReduceOp op);
+// `compress` (float32, kSum or kAvg only): the inter-host level runs the compressed ring
+// (allreduce_compressed.cc), the intra-host levels stay exact.
+void allreduceHierarchical(Context& ctx, void* data, size_t count, DType dtype, ReduceOp op,
+                           Compress compress = Compress::kNone);
+// all_reduce(compress=): the ring with every send encoded in `compress` and every receive
+// decoded (allreduce_compressed.cc), on float32 `data`, op kSum or kAvg; every rank ends
+// with the same bits. algo kRing runs it over the group, kHierarchical on the rails only.
+void allreduceCompressed(Context& ctx, void* data, size_t count, ReduceOp op, Compress compress);
+void allreduceCompressedWith(Algo algo, Context& ctx, void* data, size_t count, ReduceOp op, Compress compress);
+// Throws InvalidArgument unless a compressed all-reduce can run: float32, SUM or AVG,
+// algorithm ring or hierarchical (kAuto resolved before).
+void checkCompressed(Compress compress, DType dtype, ReduceOp op, Algo algo);
 // The all-reduce `algo` names (kRing, kDirect, kHalvingDoubling, kTree or kHierarchical;
 // checked by checkAllreduceAlgo before the call was queued).
 void allreduceWith(Algo algo, Context& ctx, void* data, size_t count, DType dtype, ReduceOp op);

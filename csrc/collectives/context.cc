@@ -24,6 +24,9 @@ std::string describeCall(const WireHeader& h) {
     s += ", root=" + std::to_string(h.root);
   }
   if (kind == OpKind::kSend) s += ", tag=" + std::to_string(h.root);
+  if (kind == OpKind::kAllReduce && h.root > 0 && h.root < kNumCompress) {
+    s += std::string(", compress=") + compressName(static_cast<Compress>(h.root));
+  }
   if (kind == OpKind::kAllReduceCoalesced || kind == OpKind::kAllGatherCoalesced) {
     s += ", tensors=" + std::to_string(h.root);
   }

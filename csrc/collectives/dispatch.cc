@@ -45,6 +45,28 @@ void allreduceWith(Algo algo, Context& ctx, void* data, size_t count, DType dtyp
   }
 }
 
+void checkCompressed(Compress compress, DType dtype, ReduceOp op, Algo algo) {
+  if (compress == Compress::kNone) return;
+  const std::string what = std::string("all_reduce(compress=\"") + compressName(compress) + "\")";
+  if (dtype != DType::kFloat32) {
+    throw InvalidArgument(what + " takes float32 tensors, not " + dtypeName(dtype) +
+                          (isFloating(dtype) ? " (convert to float32, or all-reduce it uncompressed)"
+                                             : " (integers are never compressed: the result must be exact)"));
+  }
+  if (op != ReduceOp::kSum && op != ReduceOp::kAvg) {
+    throw InvalidArgument(what + " sums (SUM or AVG), not " + reduceOpName(op));
+  }
+  if (algo != Algo::kRing && algo != Algo::kHierarchical) {
+    throw InvalidArgument(what + " has no algorithm \"" + algoName(algo) +
+                          "\" (choose auto, ring or hierarchical)");
+  }
+}
+
+void allreduceCompressedWith(Algo algo, Context& ctx, void* data, size_t count, ReduceOp op, Compress compress) {
+  if (algo == Algo::kHierarchical) return allreduceHierarchical(ctx, data, count, DType::kFloat32, op, compress);
+  allreduceCompressed(ctx, data, count, op, compress);
+}
+
 void allgatherWith(Algo algo, Context& ctx, const void* in, void* out, size_t count, DType dtype) {
   if (algo == Algo::kBruck) return allgatherBruck(ctx, in, out, count, dtype);
   if (algo == Algo::kHierarchical) return allgatherHierarchical(ctx, in, out, count, dtype);

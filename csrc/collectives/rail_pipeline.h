@@ -39,7 +39,23 @@
 
 namespace pycollect {
 
-class RailRing : public Background {
+// A ring over the rails whose slices a pipelined hierarchical call queues, polled by the
+// intra-host level's waits: RailRing, or CompressedRing (compressed_ring.h) for a
+// compressed all-reduce.
+class SliceRing : public Background {
+ public:
+  bool done(size_t slice) const { return finished_ > slice; }
+  // What the ring waits for now, for a timeout's message: "slice 2 of 4, inter-host
+  // reduce-scatter step 0: receive from rank 3"; and that rank, for the flight recorder
+  // (flight::kAnyPeer when it waits on nobody).
+  virtual std::string waiting() const = 0;
+  virtual int waitingFor() const = 0;
+
+ protected:
+  size_t finished_ = 0;  // slices done; the next one runs
+};
+
+class RailRing : public SliceRing {
  public:
   enum class Kind { kAllReduce, kReduceScatter, kAllGather };
   // Rings over `rail` (a view of the call), one queued slice after another. `slot` takes
@@ -51,13 +67,9 @@ class RailRing : public Background {
   // packed; the other blocks of `buf` are overwritten with partial sums) or all-gather
   // (every block in place). Returns the slice's index.
   size_t push(Kind kind, char* buf, std::vector<Block> blocks, char* out = nullptr);
-  bool done(size_t slice) const { return finished_ > slice; }
   void poll() override;
-  // What the ring waits for now, for a timeout's message: "slice 2 of 4, inter-host
-  // reduce-scatter step 0: receive from rank 3"; and that rank, for the flight recorder
-  // (flight::kAnyPeer when it waits on nobody).
-  std::string waiting() const;
-  int waitingFor() const;
+  std::string waiting() const override;
+  int waitingFor() const override;
 
  private:
   struct Slice {
@@ -82,7 +94,6 @@ class RailRing : public Background {
   const int divisor_;
   const size_t es_;
   std::vector<Slice> slices_;
-  size_t finished_ = 0;  // slices done; the next one runs
   int step_ = 0;         // of the running slice
   bool posted_ = false;  // step_'s transfers are on the links
   uint64_t sendTicket_ = 0, recvTicket_ = 0;  // the step's last (each link's queue is FIFO)

@@ -15,8 +15,9 @@ struct WireHeader {
   uint8_t algo = 0;  // the Algo that runs: ranks that chose differently mismatch
   uint64_t seq = 0;
   uint64_t count = 0;
-  int32_t root = -1;  // root (broadcast, reduce, gather, scatter), a send/recv's tag, or the
-                      // number of tensors of a coalesced call
+  int32_t root = -1;  // root (broadcast, reduce, gather, scatter), a send/recv's tag, the
+                      // number of tensors of a coalesced call, or an all-reduce's wire
+                      // format (Compress; -1 none)
   int32_t rank = -1;  // sender's rank
 };
 static_assert(sizeof(WireHeader) == 32, "WireHeader is a fixed 32-byte record");

@@ -166,7 +166,17 @@ WireHeader Communicator::allGatherHeader(size_t count, DType dtype, Algo algo, s
 }
 
 std::shared_ptr<Work> Communicator::allReduce(void* data, size_t count, DType dtype, ReduceOp op,
-                                              Algo algo) {
+                                              Algo algo, Compress compress) {
+  if (compress != Compress::kNone) {
+    // The compressed ring runs over the whole group on one host, on the rails (inter-host
+    // only, the hosts' levels exact) across hosts. The header's root carries the format,
+    // so ranks that disagree on it mismatch.
+    const Algo chosen = algo != Algo::kAuto ? algo : hierarchy_.hosts() > 1 ? Algo::kHierarchical : Algo::kRing;
+    checkCompressed(compress, dtype, op, chosen);
+    WireHeader h = makeHeader(OpKind::kAllReduce, dtype, op, count, static_cast<int>(compress));
+    h.algo = static_cast<uint8_t>(chosen);
+    return enqueue(h, [=](Context& c) { allreduceCompressedWith(chosen, c, data, count, op, compress); });
+  }
   const WireHeader h = allReduceHeader(count, dtype, op, algo, count * dtypeSize(dtype));
   const Algo chosen = static_cast<Algo>(h.algo);
   return enqueue(h, [=](Context& c) { allreduceWith(chosen, c, data, count, dtype, op); });

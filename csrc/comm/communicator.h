@@ -148,7 +148,11 @@ class Communicator {
   // `algo`: kAuto chooses by size (options().allreduceAuto, the cost model's table, else
   // directMax*); kRing, kDirect, kHalvingDoubling or kTree forces one (another algorithm:
   // InvalidArgument).
-  std::shared_ptr<Work> allReduce(void* data, size_t count, DType dtype, ReduceOp op, Algo algo);
+  // `compress` (kBf16, kInt8; float32 SUM or AVG only): the wire format
+  // (allreduce_compressed.cc); with it kAuto runs the ring on one host and the
+  // hierarchical algorithm across hosts, compressing only between hosts.
+  std::shared_ptr<Work> allReduce(void* data, size_t count, DType dtype, ReduceOp op, Algo algo,
+                                  Compress compress = Compress::kNone);
   // `algo`: kAuto (options().allgatherAuto by the bytes each rank ends with, else the
   // ring), kRing or kBruck.
   std::shared_ptr<Work> allGather(const void* in, void* out, size_t count, DType dtype, Algo algo);

@@ -96,6 +96,15 @@ const char* algoName(Algo a) {
   return "?";
 }
 
+const char* compressName(Compress c) {
+  switch (c) {
+    case Compress::kNone: return "none";
+    case Compress::kBf16: return "bf16";
+    case Compress::kInt8: return "int8";
+  }
+  return "?";
+}
+
 DType checkedDType(int v) {
   if (v < 0 || v >= kNumDTypes) {
     throw InvalidArgument("unknown dtype code " + std::to_string(v));
@@ -116,6 +125,13 @@ Algo checkedAlgo(int v) {
                           " (0 auto, 1 ring, 2 direct, 3 halving_doubling, 4 tree, 5 bruck)");
   }
   return static_cast<Algo>(v);
+}
+
+Compress checkedCompress(int v) {
+  if (v < 0 || v >= kNumCompress) {
+    throw InvalidArgument("unknown compression code " + std::to_string(v) + " (0 none, 1 bf16, 2 int8)");
+  }
+  return static_cast<Compress>(v);
 }
 
 }  // namespace pycollect

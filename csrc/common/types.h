@@ -63,16 +63,27 @@ enum class Algo : uint8_t {
 };
 constexpr int kNumAlgos = 8;
 
+// An all-reduce's wire format (reduce/compress.h): float32 as it is, or compressed for the
+// network. Opt-in per call; the header carries it, so ranks that disagree mismatch.
+enum class Compress : uint8_t {
+  kNone = 0,
+  kBf16 = 1,  // bfloat16, rounded to nearest-even
+  kInt8 = 2,  // int8 in blocks of kInt8Block elements, one float32 scale per block
+};
+constexpr int kNumCompress = 3;
+
 size_t dtypeSize(DType t);
 bool isFloating(DType t);
 const char* dtypeName(DType t);
 const char* reduceOpName(ReduceOp op);
 const char* opKindName(OpKind k);
 const char* algoName(Algo a);
+const char* compressName(Compress c);
 
 // Throws InvalidArgument for values outside the enums (they come from Python as ints).
 DType checkedDType(int v);
 ReduceOp checkedReduceOp(int v);
 Algo checkedAlgo(int v);
+Compress checkedCompress(int v);
 
 }  // namespace pycollect

@@ -37,6 +37,12 @@ class Config:
     line_rate: str = "1gbit"  # those hosts' cables, each way (tc syntax)
     device: str = "cpu"  # "cuda": tensors on the GPU (rank r on cuda:r when there are enough, else cuda:0)
     algo: Optional[str] = None  # pycollect's algorithm for the timed op; None: the group's (PYCOLLECT_ALGO)
+    compress: List[str] = field(default_factory=list)  # all-reduce wire formats timed beside: "bf16", "int8"
+
+
+def compressed_names(cfg: Config) -> List[str]:
+    """The engines of cfg.compress: pycollect's all-reduce in each format ("pycollect-int8")."""
+    return [f"pycollect-{fmt}" for fmt in cfg.compress]
 
 
 PEERS = ("gloo", "nccl", "mpi")
@@ -56,7 +62,8 @@ def _job(rank: int, n: int, emit, cfg: Config) -> None:
     from . import linklimit, runner
     from .. import api as pc
 
-    peers = [runner.Engine(p) for p in peer_names(cfg.peer)]
+    peers = [runner.Engine(f"pycollect-{fmt}", algo=cfg.algo, compress=fmt) for fmt in cfg.compress]
+    peers += [runner.Engine(p) for p in peer_names(cfg.peer)]
     device = cfg.device
     if device == "cuda":
         import torch
@@ -84,6 +91,7 @@ def run(cfg: Config, json_path: Optional[str] = None, plot_path: Optional[str] =
     from .. import launch
 
     peers = peer_names(cfg.peer)
+    shown = compressed_names(cfg) + peers  # the columns beside pycollect's
     start_ranks = launch.run_ranks
     if "mpi" in peers:  # MPI's peer needs ranks that are MPI processes: mpirun starts them
         from . import mpi
@@ -103,7 +111,8 @@ def run(cfg: Config, json_path: Optional[str] = None, plot_path: Optional[str] =
              f"{cfg.line_rate} cables ({line:.3f} GB/s each way)" if cfg.netns_hosts else f"{cfg.world_size} ranks on loopback")
     print(f"# pycollect bench: {cfg.op}, {where}, {cfg.dtype} on {cfg.device}, "
           f"iters {cfg.iters} x {cfg.repeats} blocks (median), warm-up {cfg.warmup}, peer {','.join(peers) or 'none'}, "
-          f"algo {cfg.env.get('PYCOLLECT_ALGO', 'auto')}",
+          f"algo {cfg.env.get('PYCOLLECT_ALGO', 'auto')}"
+          + (f", compressed beside: {', '.join(cfg.compress)}" if cfg.compress else ""),
           file=stream, flush=True)
 
     def on_event(rank: int, event: tuple) -> None:
@@ -121,9 +130,9 @@ def run(cfg: Config, json_path: Optional[str] = None, plot_path: Optional[str] =
             print(f"# link limit: {link:.3f} GB/s per direction", file=stream, flush=True)
         else:
             if not rows:
-                print(report.header(cfg.op, peers), file=stream, flush=True)
+                print(report.header(cfg.op, shown), file=stream, flush=True)
             rows.append(value)
-            print(report.format_row(value, peers), file=stream, flush=True)
+            print(report.format_row(value, shown), file=stream, flush=True)
 
     backends = ("pycollect",) + tuple(p for p in peers if p in ("gloo", "nccl"))
     with contextlib.ExitStack() as stack:
@@ -131,9 +140,12 @@ def run(cfg: Config, json_path: Optional[str] = None, plot_path: Optional[str] =
         where = hosts.placement(cfg.world_size, cfg.ranks_per_host) if hosts else {}
         start_ranks(_job, cfg.world_size, backends, job_args=(cfg,), timeout=timeout, on_event=on_event, env=cfg.env,
                   **where)
-    print(report.summary(rows, cfg.op, peers, link, line, memcpy,
+    print(report.summary(rows, cfg.op, shown, link, line, memcpy,
                          hosts=hosts_n if cfg.netns_hosts and cfg.ranks_per_host > 1 else None),
           file=stream, flush=True)
+    if cfg.compress and rows and cfg.op == "all_reduce":
+        layout = [cfg.ranks_per_host] * hosts_n if cfg.netns_hosts else [cfg.world_size]
+        print(report.compression_forecast(rows[-1]["size"], layout, cfg.compress, line), file=stream, flush=True)
     meta["link_limit_GBps"] = link
     meta["line_rate_GBps"] = line
     meta["memcpy_GBps"] = memcpy
@@ -143,7 +155,7 @@ def run(cfg: Config, json_path: Optional[str] = None, plot_path: Optional[str] =
     if plot_path and rows:
         network = f"namespace hosts, {cfg.line_rate} cables" if cfg.netns_hosts else f"loopback ({meta['machine']})"
         try:
-            report.plot(plot_path, cfg.op, rows, peers, link,
+            report.plot(plot_path, cfg.op, rows, shown, link,
                         f"{cfg.op}, {cfg.world_size} ranks, {cfg.dtype}, links {meta.get('links', '?')}, {network}",
                         memcpy)
             print(f"# wrote {plot_path}", file=stream)

@@ -75,7 +75,12 @@ def summary(rows: List[Dict], op: str, peers: Peers, link_limit: Optional[float]
                      + (f" = {busbw / line_rate:.2f} x line rate" if line_rate else "")
                      + (f" = {busbw / memcpy:.2f} x memcpy" if memcpy else "")
                      + "".join(f"; {p} {big[p]['busbw']:.3f} GB/s" for p in peers))
-        for peer in peers:
+        for peer in (p for p in peers if p.startswith("pycollect-")):  # compressed: does it pay?
+            speedups = [1.0 / _ratio(r, peer) for r in rows]
+            lines.append(f"# {peer}: {speedups[-1]:.2f}x the speed of uncompressed pycollect at {format_size(big['size'])} "
+                         f"({'pays' if speedups[-1] > 1.0 else 'does not pay'}); over the sizes min {min(speedups):.2f}x, "
+                         f"max {max(speedups):.2f}x")
+        for peer in (p for p in peers if not p.startswith("pycollect-")):
             ratios = [_ratio(r, peer) for r in rows]
             slower = [format_size(r["size"]) for r, x in zip(rows, ratios) if x < 1.0]
             lines.append(f"# ratio {peer} time / pycollect time: min {min(ratios):.2f}x, "
@@ -86,11 +91,36 @@ def summary(rows: List[Dict], op: str, peers: Peers, link_limit: Optional[float]
                          f"({CABLE_SHARE[op](hosts):.3g} x size / line rate); pycollect "
                          f"{big['pycollect']['time_us'] / 1e3:.1f} ms = {bound * 1e6 / big['pycollect']['time_us']:.2f} x "
                          f"the bound's speed" + "".join(f", {p} {big[p]['time_us'] / 1e3:.1f} ms = "
-                                                        f"{bound * 1e6 / big[p]['time_us']:.2f} x" for p in peers))
+                                                        f"{bound * 1e6 / big[p]['time_us']:.2f} x" for p in peers)
+                         + (" (the bound of uncompressed bytes)" if any(p.startswith("pycollect-") for p in peers) else ""))
         wrong = sum(r["pycollect"]["wrong"] for r in rows)
         lines.append(f"# #wrong total (pycollect): {wrong}"
                      + "".join(f"; {p}: {sum(r[p]['wrong'] for r in rows)}" for p in peers))
     return "\n".join(lines)
+
+
+def compression_forecast(size: int, layout: Sequence[int], formats: Sequence[str],
+                         line_rate: Optional[float] = None) -> str:
+    """The cost model's word on compression beside a run that measured it: exact and
+    compressed seconds for an all-reduce of `size` bytes on hosts of `layout` ranks
+    (pycollect.tuning.compressed.pays), the machine's parameters (PYCOLLECT_MODEL, else the
+    built-in ones) and, between hosts, a cable of `line_rate` GB/s (else the model's own)."""
+    import os
+
+    from ..tuning import Params
+    from ..tuning.compressed import PAYS_MARGIN, pays
+    from ..tuning.hierarchy import between_hosts
+
+    params = Params.load(os.environ["PYCOLLECT_MODEL"]) if os.environ.get("PYCOLLECT_MODEL") else Params()
+    if line_rate and len(layout) > 1:
+        params = params.with_(inter_host=between_hosts(params).with_(beta=1 / (line_rate * 1e9)))
+    parts = []
+    for fmt in formats:
+        exact, fast = pays("all_reduce", size, layout, params, fmt)
+        verdict = "pays" if fast < (1 - PAYS_MARGIN) * exact else "does not pay"
+        parts.append(f"{fmt} {fast * 1e3:.1f} ms ({exact / fast:.2f}x, {verdict})")
+    return (f"# cost model at {format_size(size)}: exact {exact * 1e3:.1f} ms; " + "; ".join(parts)
+            + f" [{params.source}" + (f", cables {line_rate:.3f} GB/s" if line_rate and len(layout) > 1 else "") + "]")
 
 
 def write_json(path: str, meta: Dict, rows: List[Dict]) -> None:

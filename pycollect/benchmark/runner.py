@@ -5,7 +5,8 @@ peers, in even blocks; the reverse order in odd ones); a block's time divided by
 `iters` is one sample and the row reports the median sample, the slowest rank's (and
 the fastest sample as best_us, which the cost model's validation compares against).
 Then one call of each runs on a known pattern and #wrong counts the elements
-that differ from the expected result.
+that differ from the expected result (a compressed all-reduce's: those past the error
+bound that pycollect.compression states).
 """
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ import torch
 import torch.distributed as dist
 
 from .. import api as pc
+from ..compression import error_bound
 from ..measuring import DTYPE_BYTES, buffers, bus_factor, elements, max_over_ranks, run_op
 
 
@@ -25,11 +27,12 @@ class Engine:
     (mpi: mpi4py's COMM_WORLD on numpy views of the same CPU tensors, in ranks that mpirun
     started; see benchmark.mpi)."""
 
-    def __init__(self, name: str, group=None, algo: Optional[str] = None):
+    def __init__(self, name: str, group=None, algo: Optional[str] = None, compress: Optional[str] = None):
         self.name = name
         self.group = group
         self.algo = algo  # pycollect's algorithm for the timed op (None: the group's choice)
-        self._torch = name not in ("pycollect", "mpi")
+        self.compress = compress  # pycollect's all_reduce(compress=...): the engine "pycollect-<format>"
+        self._torch = name not in ("pycollect", "mpi") and compress is None
         self._mpi = None
         if name == "mpi":
             from mpi4py import MPI
@@ -58,6 +61,9 @@ class Engine:
                 _rs(b, a, group=g)
             else:
                 dist.broadcast(a, src=0, group=g)
+            return
+        if self.compress is not None:
+            pc.all_reduce(a, group=g, algo=self.algo, compress=self.compress)
             return
         run_op(op, a, b, g, self.algo)
 
@@ -97,6 +103,10 @@ def count_wrong(engine: Engine, op: str, count: int, rank: int, n: int, dtype: t
     a, b = a.to(device), None if b is None else b.to(device)
     engine.call(op, a, b)
     got = a if b is None else b
+    if engine.compress is not None:  # wrong: past the stated bound (k = n, at least the ring's length)
+        exact = expected.to(torch.float64).numpy()
+        err = (got.cpu().to(torch.float64).numpy() - exact).__abs__()
+        return int((err > error_bound(exact, engine.compress, n, n) * (1 + 1e-3)).sum())
     return int((got.cpu() != expected).sum())
 
 

@@ -34,6 +34,9 @@ def register(subparsers) -> None:
     p.add_argument("--algo", default=None, choices=[a.name.lower() for a in Algo],
                    help="force pycollect's algorithm (PYCOLLECT_ALGO): ring, direct, halving_doubling or tree "
                         "for -o all_reduce; ring or bruck for -o all_gather; hierarchical for any op")
+    p.add_argument("--compress", default="",
+                   help="all-reduce only: also time pycollect with these wire formats (bf16, int8, comma-separated: "
+                        "\"pycollect-int8\" columns; docs/compression.md) and say whether each pays")
     p.add_argument("--transport", default=None, choices=["auto", "tcp", "shm"],
                    help="what carries pycollect's links (PYCOLLECT_TRANSPORT; default auto: shared memory here)")
     p.add_argument("--no-link-limit", action="store_true", help="skip the TCP link-limit measurement")
@@ -121,6 +124,13 @@ def run(args) -> int:
         if args.algo and not args.latency and args.op in CALL_ALGOS and Algo[args.algo.upper()] not in CALL_ALGOS[args.op]:
             names = ", ".join(a.name.lower() for a in CALL_ALGOS[args.op])
             raise ValueError(f"--algo {args.algo} is not an algorithm of {args.op}: choose one of {names}")
+        compress = [f.strip() for f in args.compress.split(",") if f.strip()]
+        if compress and (args.op != "all_reduce" or args.dtype != "float32" or args.device != "cpu" or args.latency):
+            raise ValueError("--compress times all_reduce on float32 CPU tensors (-o all_reduce -d float32, no "
+                             "--device cuda, no --latency)")
+        bad = [f for f in compress if f not in ("bf16", "int8")]
+        if bad:
+            raise ValueError(f"--compress takes bf16 and int8, got {', '.join(bad)}")
         peers = peer_list(args.peer)
         check_mpi(peers, args.device, args.netns_hosts, args.latency, args.dtype)
         skip = check_device(args.device, peers, args.world_size, args.netns_hosts)
@@ -156,7 +166,7 @@ def run(args) -> int:
                  warmup=args.warmup_iters, repeats=args.repeats, peer=peer,
                  link_limit=not args.no_link_limit and args.ranks_per_host == 1, env=env,
                  netns_hosts=bool(args.netns_hosts), ranks_per_host=args.ranks_per_host,
-                 line_rate=args.line_rate, device=args.device)
+                 line_rate=args.line_rate, device=args.device, compress=compress)
     name = f"{args.op}_g{args.world_size}" + ("_cuda" if args.device == "cuda" else "")
     name += (f"_netns_{args.netns_hosts}x{args.ranks_per_host}_{args.line_rate}" if args.ranks_per_host > 1
              else f"_netns_{args.line_rate}" if args.netns_hosts else "")

@@ -38,6 +38,7 @@ import math
 from typing import Optional, Sequence
 
 from .choice import ENGINE_ALGOS, ENGINE_LIMITS, MAX_BYTES
+from .compressed import compressed_ring
 from .formulas import DEFAULT_SEGMENT_BYTES, FORMULAS
 from .params import Params
 
@@ -101,8 +102,10 @@ def flat(op: str, nbytes: float, layout: Sequence[int], params: Params, hosts_of
 
 
 def two_level(op: str, nbytes: float, layout: Sequence[int], params: Params,
-              segment_bytes: int = DEFAULT_SEGMENT_BYTES) -> float:
-    """Seconds for the hierarchical algorithm of `op` on hosts of `layout` ranks each."""
+              segment_bytes: int = DEFAULT_SEGMENT_BYTES, compress: Optional[str] = None) -> float:
+    """Seconds for the hierarchical algorithm of `op` on hosts of `layout` ranks each;
+    `compress` ("bf16", "int8"; all_reduce only): its inter-host ring compressed
+    (compressed.py), the host's levels exact."""
     if op not in OPS:
         raise ValueError(f"the two-level model knows no op {op!r}; choose one of {', '.join(OPS)}")
     _check(layout)
@@ -119,7 +122,8 @@ def two_level(op: str, nbytes: float, layout: Sequence[int], params: Params,
     P = pipeline_slices(S, seg)
     if op == "all_reduce":
         rs, ag = F["reduce_scatter"]["ring"](S / P, m, intra, seg), F["all_gather"]["ring"](S / P, m, intra, seg)
-        ar = F["all_reduce"]["ring"](S / (m * P), h, rails, seg)
+        ar = (compressed_ring(S / (m * P), h, rails, compress, seg) if compress
+              else F["all_reduce"]["ring"](S / (m * P), h, rails, seg))
         return t + rs + (P - 1) * max(rs + ag, ar) + ar + ag + (S * intra.gamma if extras else 0.0)
     if op == "all_gather":
         first, second = F["all_gather"]["ring"](S / (m * P), h, rails, seg), F["all_gather"]["ring"](S / P, m, intra, seg)
