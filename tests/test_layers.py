@@ -35,7 +35,7 @@ LAYERS: List[List[str]] = [
     ["options"],
     ["tuning"],                                # what the engine needs of the cost model at run time
     ["_buffers", "errors", "_bounded", "compression"],  # ...; a call bound by our own deadline; compress='s bound
-    ["types", "_C", "_torch", "launcher", "dirstore"],  # enums; the extensions, the doors into C++ (_torch: torch's backend); the launcher's env; a store without torch
+    ["types", "_C", "_torch", "launcher", "dirstore", "cache"],  # enums; the extensions, the doors into C++ (_torch: torch's backend); the launcher's env; a store without torch; where files are kept between runs
 ]
 
 

@@ -52,11 +52,10 @@ def _torch_paths(torch) -> tuple[str, str]:
 def build_key(torch, src: str) -> str:
     """The cache entry's name: torch's version, then a digest of everything else the
     binary depends on (a changed source or header, another torch install of the same
-    version, another Python, another ABI: another entry)."""
-    from .. import __version__
-
+    version, another Python, another ABI: another entry). The engine library it links is
+    described by its headers: what changes behind them does not change the module."""
     h = hashlib.sha256()
-    for part in (__version__, torch.__version__, os.path.dirname(torch.__file__),
+    for part in (torch.__version__, os.path.dirname(torch.__file__),
                  str(int(torch._C._GLIBCXX_USE_CXX11_ABI)), sysconfig.get_config_var("EXT_SUFFIX") or ""):
         h.update(part.encode() + b"\0")
     for folder, dirs, files in sorted(os.walk(src)):

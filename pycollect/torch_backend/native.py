@@ -16,7 +16,7 @@ import os
 from .. import api
 from ..group import ProcessGroup as EngineGroup
 from ..rendezvous import _store_host, listen_address
-from . import BACKEND, builder
+from . import BACKEND
 
 BUILD_FILE = "torch_build.txt"  # written by the build beside the module (cmake/torch_backend.cmake)
 
@@ -53,6 +53,8 @@ def load():
     else:
         why = ("pycollect was installed without it: its build had no torch" if built is None else
                f"pycollect's own was built against torch {built}")
+        from . import builder  # only here: its imports are no part of a formation's cost
+
         _module = builder.load(torch, why)
     return _module
 
