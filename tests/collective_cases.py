@@ -26,11 +26,12 @@ COUNTS = [0, 1, 13, BIG]
 # fewer elements than ranks at 4 ranks, so some blocks of the log-step algorithms are empty.
 # "auto" runs the shared-memory algorithms up to 1 MiB per rank in these single-host pools,
 # so the link algorithms are forced here at the small counts too. The shared-memory ones also
-# at 20011 elements (over 32 KiB in all but 8-bit dtypes: the all-reduce's two phases) and BIG
-# (more than one round of the 1 MiB slot).
+# at 70001 elements (over 32 KiB in every dtype: the all-reduce's pipeline of 128 KiB pieces,
+# one piece for 8-bit dtypes, a short last piece cut unevenly among the ranks for the others)
+# and BIG (more than one round of the 1 MiB slot).
 ALGO_COUNTS = [0, 1, 3, 13, BIG]
 LINK_COUNTS = [0, 1, 3, 13]
-SHM_COUNTS = [0, 1, 3, 13, 20011, BIG]
+SHM_COUNTS = [0, 1, 3, 13, 70001, BIG]
 ALGOS = {"all_reduce": ["halving_doubling", "tree", "ring", "direct", "shm"],
          "all_gather_into_tensor": ["bruck", "ring", "shm"], "all_gather": ["bruck", "shm"],
          "reduce_scatter_tensor": ["ring", "shm"], "broadcast": ["ring", "shm"]}

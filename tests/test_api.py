@@ -263,7 +263,7 @@ def case_bytes_sent():
     pc.all_reduce(torch.ones(10), group=g, algo="shm")  # forms the shared arena (over the links)
     before = g.bytes_sent()
     pc.all_reduce(torch.ones(1000), group=g, algo="shm")  # one phase: each rank puts its input
-    pc.all_reduce(torch.ones(1 << 16), group=g, algo="shm")  # two: its input, then its chunk
+    pc.all_reduce(torch.ones(1 << 16), group=g, algo="shm")  # pieces: the others' chunks, then its own reduced
     shared = g.bytes_sent() - before
     pc.destroy_process_group(g)
     return ring, gather, shared
@@ -396,6 +396,8 @@ def case_mismatch(kind_on_rank1: str):
             pc.all_gather_into_tensor(torch.empty(50 * pc.get_world_size()), torch.ones(50), group=g)
         elif r == 1 and kind_on_rank1 == "count":
             pc.all_reduce(torch.ones(99), group=g)
+        elif kind_on_rank1 == "count_pipelined":  # the arena's pipelined all-reduce, pieces cut apart
+            pc.all_reduce(torch.ones(99999 if r == 1 else 100000), group=g, algo="shm")
         elif kind_on_rank1 == "algo":  # same call, but rank 1 forces another algorithm
             pc.all_reduce(torch.ones(100), group=g, algo="direct" if r == 1 else "ring")
         elif kind_on_rank1 == "algo_hd":
@@ -586,7 +588,7 @@ def test_bytes_sent_is_the_ring_volume(pool4):
         assert payload <= ring <= payload + 2 * 32, ring  # plus a 32-byte header to each ring peer
         assert (n - 1) * 4000 <= gather <= (n - 1) * 4000 + 2 * 32, gather
         # Through the arena nothing goes on a link: what a rank put there for its peers.
-        assert shared == 4000 + (1 << 18) + (1 << 18) // n, shared
+        assert shared == 4000 + (1 << 18), shared
 
 
 def test_recv_without_sender_times_out(pool4):
@@ -662,11 +664,12 @@ def test_call_before_init_raises():
         pc.get_rank()
 
 
-@pytest.mark.parametrize("kind", ["all_gather", "count", "algo", "algo_hd", "algo_tree", "algo_bruck",
+@pytest.mark.parametrize("kind", ["all_gather", "count", "count_pipelined", "algo", "algo_hd", "algo_tree", "algo_bruck",
                                   "algo_bruck_coalesced", "reduce", "gather_size"])
 def test_mismatched_calls_fail_on_every_rank(pool4, kind):
     results = pool4.run(case_mismatch, kind, timeout=60)
-    other = {"all_gather": "all_gather(count=50", "count": "all_reduce(count=99", "algo": "direct)",
+    other = {"all_gather": "all_gather(count=50", "count": "all_reduce(count=99",
+             "count_pipelined": "all_reduce(count=99999", "algo": "direct)",
              "algo_hd": "halving_doubling)", "algo_tree": "tree)", "algo_bruck": "bruck)",
              "algo_bruck_coalesced": "bruck)",
              "reduce": "reduce(count=100, float32, SUM, root=0)", "gather_size": "gather(count=7"}[kind]

@@ -173,8 +173,12 @@ void SharedArena::waitArrived(Context& ctx, int peer, uint32_t round, const char
   waitFlag(ctx, line(peer).arrived, round, peer, what);
 }
 
-void SharedArena::waitReduced(Context& ctx, int peer, uint32_t round, const char* what) {
-  waitFlag(ctx, line(peer).reduced, round, peer, what);
+void SharedArena::waitFilled(Context& ctx, int peer, uint32_t piece, const char* what) {
+  waitFlag(ctx, line(peer).filled, piece, peer, what);
+}
+
+void SharedArena::waitDone(Context& ctx, int peer, uint32_t piece, const char* what) {
+  waitFlag(ctx, line(peer).done, piece, peer, what);
 }
 
 void SharedArena::waitAllArrived(Context& ctx, uint32_t round, const char* what) {
@@ -248,7 +252,8 @@ void SharedArena::poison(const std::string& why) {
   c.failed.store(static_cast<uint32_t>(rank_) + 1, std::memory_order_release);
   for (int r = 0; r < size_; ++r) {
     futexWakeAll(line(r).arrived);
-    futexWakeAll(line(r).reduced);
+    futexWakeAll(line(r).filled);
+    futexWakeAll(line(r).done);
   }
 }
 

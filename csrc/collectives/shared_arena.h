@@ -8,9 +8,16 @@
 // rank (1, 2, ...). In round k a rank first waits until every peer has *arrived* at round
 // k - 1 (each finished reading round k - 2, which used the same parity), writes its data
 // into its slot k % 2, then publishes arrived = k. Whoever needs a peer's data waits for
-// that peer's flag, and reads or reduces it in place. A second flag, *reduced*, marks a
-// rank's share of a two-phase reduction as written. Flags are 32-bit counters stored with
-// release and read with acquire, so a flag seen means the data before it is seen too.
+// that peer's flag, and reads or reduces it in place. Flags are 32-bit counters stored
+// with release and read with acquire, so a flag seen means the data before it is seen too.
+//
+// Pieces. A round may be cut into pieces at offsets of its own in the slot, so that a
+// peer works on piece j while this rank writes piece j + 1 (the all-reduce's pipeline,
+// allreduce_shared.cc). Pieces are numbered on from call to call (1, 2, ...), alike on
+// every rank, with flags of their own: `filled` (this rank's part of piece j is in its
+// slot) and `done` (its share of piece j is reduced and written back). A round that runs
+// in pieces raises `arrived` once, after its first piece, so that `arrived = k` still
+// means "done with round k - 1", which is all a slot's reuse needs.
 //
 // Waiting. A rank spins on a flag for a while (yielding the core between looks: ranks may
 // outnumber cores), then sleeps on it with futex(2), which works across processes on a
@@ -78,21 +85,32 @@ class SharedArena {
   // Copies `bytes` from `src` into this rank's slot of `round` at `offset`: what its peers
   // will read, counted as sent (bytesWritten).
   void put(uint32_t round, size_t offset, const void* src, size_t bytes);
+  // Counts `bytes` written into this rank's slot in place (not by put), for its peers to read.
+  void wrote(size_t bytes) { written_ += bytes; }
   // Bytes put into the arena so far (the communicator adds them to its links' bytes sent).
   uint64_t bytesWritten() const { return written_; }
 
-  // Round `round`: publish that this rank arrived (its slot holds its data), or that its
-  // share of a two-phase reduction is written.
+  // Round `round`: publish that this rank arrived (its slot holds its data).
   void arrive(uint32_t round) { publish(line(rank_).arrived, round); }
-  void reduced(uint32_t round) { publish(line(rank_).reduced, round); }
-  // Waits until `peer` arrived at (or reduced) `round`; the wait names `what`.
+  // Waits until `peer` arrived at `round`; the wait names `what`.
   void waitArrived(Context& ctx, int peer, uint32_t round, const char* what);
-  void waitReduced(Context& ctx, int peer, uint32_t round, const char* what);
   // Waits until every peer arrived at `round`, and checks that each announced this call.
   // Every shared-memory call does, once, so that every rank names a mismatch.
   void waitAllArrived(Context& ctx, uint32_t round, const char* what);
   // Before writing its slot for `round`: every peer is done with round - 2.
   void waitSlotFree(Context& ctx, uint32_t round);
+
+  // Pieces (above): the first of `count` new piece numbers; this rank's part of `piece`
+  // is in its slot, or its share of it is reduced; wait for `peer`'s.
+  uint32_t nextPieces(uint32_t count) {
+    const uint32_t first = piece_ + 1;
+    piece_ += count;
+    return first;
+  }
+  void filled(uint32_t piece) { publish(line(rank_).filled, piece); }
+  void done(uint32_t piece) { publish(line(rank_).done, piece); }
+  void waitFilled(Context& ctx, int peer, uint32_t piece, const char* what);
+  void waitDone(Context& ctx, int peer, uint32_t piece, const char* what);
 
   // Any thread: the group failed on this rank because of `why`; every peer's waits stop
   // at once, with an error that tells it.
@@ -102,10 +120,12 @@ class SharedArena {
   enum class State { kUntried, kReady, kUnavailable };
   struct alignas(64) Line {
     std::atomic<uint32_t> arrived;
-    std::atomic<uint32_t> reduced;
+    std::atomic<uint32_t> filled;  // pieces (above)
     std::atomic<uint64_t> version;    // the announcement's sequence lock: odd while written
     std::atomic<uint64_t> header[4];  // the announced WireHeader, as words
+    std::atomic<uint32_t> done;
   };
+  static_assert(sizeof(Line) == 64, "one cache line a rank");
   struct alignas(64) Control {
     std::atomic<uint32_t> failed;  // 1 + the rank that failed, 0 while none
     std::atomic<uint32_t> waiters;
@@ -132,6 +152,7 @@ class SharedArena {
   shm::Segment segment_;
   std::atomic<bool> mapped_{false};  // poison() may run on any thread
   uint32_t round_ = 0;
+  uint32_t piece_ = 0;
   uint64_t written_ = 0;
 };
 
@@ -154,8 +175,10 @@ void inRounds(Context& ctx, SharedArena& a, size_t total, size_t perRound, const
 
 // dst = slot 0 op slot 1 op ... op slot size-1 of round `round`, `count` elements from
 // `offset` bytes into each slot (AVG: divided by the size): the same order on every rank,
-// so the same bits (allreduce_shared.cc). dst may be any memory but a slot.
+// so the same bits (allreduce_shared.cc). dst may be any memory but a slot read here.
+// With `own`, rank `self`'s term is read from `own` instead of its slot (the same values:
+// a rank's own input need not pass through the arena to be reduced by itself).
 void reduceSlots(const SharedArena& a, int size, uint32_t round, size_t offset, size_t count, DType dtype,
-                 ReduceOp op, void* dst);
+                 ReduceOp op, void* dst, int self = -1, const void* own = nullptr);
 
 }  // namespace pycollect

@@ -437,7 +437,11 @@ std::map<int, std::string> Communicator::linkKinds() {
 std::map<std::string, uint64_t> Communicator::counters() {
   checkNotForked();
   std::lock_guard<std::mutex> lock(mu_);
-  return calls_;
+  std::map<std::string, uint64_t> out;  // the kinds called at least once
+  for (size_t k = 0; k < calls_.size(); ++k) {
+    if (calls_[k] != 0) out[opKindName(static_cast<OpKind>(k))] = calls_[k];
+  }
+  return out;
 }
 
 }  // namespace pycollect

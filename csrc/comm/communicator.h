@@ -11,6 +11,7 @@
 // GroupFailedError naming that first error.
 #pragma once
 
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -416,7 +417,8 @@ class Communicator {
 
   uint64_t seq_ = 0;                 // collective calls issued (under mu_)
   std::vector<uint64_t> sendSeq_;    // messages issued to each peer (under mu_)
-  std::map<std::string, uint64_t> calls_;
+  // Calls issued, by kind (counters() names them): an array, not a map, on every call's path.
+  std::array<uint64_t, static_cast<size_t>(OpKind::kAllGatherVaried) + 1> calls_{};
   std::atomic<bool> tracing_{false};
   trace::Recorder recorder_;
   flight::Recorder flight_;

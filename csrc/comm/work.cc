@@ -1,6 +1,7 @@
 #include "comm/work.h"
 
 #include <chrono>
+#include <string>
 
 namespace pycollect {
 
@@ -18,6 +19,13 @@ bool Work::wait(double timeoutSec) {
   }
   if (error_) std::rethrow_exception(error_);
   return true;
+}
+
+const std::string& Work::what() const {
+  std::call_once(describe_, [this] {
+    if (!described_) what_ = "rank " + std::to_string(rank_) + " " + describeCall(call_);
+  });
+  return what_;
 }
 
 bool Work::isCompleted() {

@@ -9,13 +9,17 @@
 #include <string>
 #include <vector>
 
+#include "collectives/wire_header.h"
 #include "trace/flight.h"
 
 namespace pycollect {
 
 class Work {
  public:
-  explicit Work(std::string what) : what_(std::move(what)) {}
+  explicit Work(std::string what) : what_(std::move(what)), described_(true) {}
+  // A collective's Work: what() says "rank <rank> <the call>", written only when first
+  // asked (errors, Python's Work.what), not on every call's path.
+  Work(int rank, const WireHeader& call) : rank_(rank), call_(call) {}
   virtual ~Work() = default;
 
   // Blocks until the op finished or `timeoutSec` passed (< 0: no limit). Returns
@@ -23,7 +27,7 @@ class Work {
   bool wait(double timeoutSec);
   bool isCompleted();
   bool failed();
-  const std::string& what() const { return what_; }
+  const std::string& what() const;
 
   // The first call decides the outcome; later ones (a second error) are ignored.
   void finish(std::exception_ptr error);
@@ -51,7 +55,11 @@ class Work {
   virtual void finished(bool /*failed*/) {}
 
  private:
-  std::string what_;
+  mutable std::string what_;
+  mutable std::once_flag describe_;
+  bool described_ = false;  // what_ given at construction
+  int rank_ = -1;
+  WireHeader call_{};
   std::mutex mu_;
   std::condition_variable cv_;
   bool done_ = false;

@@ -102,11 +102,11 @@ std::shared_ptr<Work> Communicator::enqueue(Collective c) {
   std::unique_lock<std::mutex> lock(mu_);
   checkIssuable();
   c.header.seq = seq_++;
-  std::string what = "rank " + std::to_string(rank_) + " " + describeCall(c.header);
-  auto work = c.makeWork ? c.makeWork(std::move(what)) : std::make_shared<Work>(std::move(what));
+  auto work = c.makeWork ? c.makeWork("rank " + std::to_string(rank_) + " " + describeCall(c.header))
+                         : std::make_shared<Work>(rank_, c.header);
   c.work = work;
   work->setFlight(flight_.issued(flightCall(c.header)));
-  ++calls_[opKindName(static_cast<OpKind>(c.header.kind))];
+  ++calls_[c.header.kind];
   c.trace = tracing_.load(std::memory_order_relaxed);
   if (tDriver == this) {  // issued by a completion hook on the driving thread
     std::deque<Collective> ahead;
@@ -156,7 +156,7 @@ std::shared_ptr<Work> Communicator::issueP2P(std::unique_ptr<P2POp> op) {
   call.peer = op->peer == kAnySource ? flight::kAnyPeer : op->peer;
   call.send = op->send;
   work->setFlight(flight_.issued(call));
-  ++calls_[opKindName(OpKind::kSend)];  // send and recv both count as "send/recv"
+  ++calls_[static_cast<size_t>(OpKind::kSend)];  // send and recv both count as "send/recv"
   op->posted = Clock::now();
   op->deadline = deadlineFromNow();
   if (tDriver == this) {  // issued by a completion hook on the driving thread: post it here

@@ -21,7 +21,8 @@ c10::intrusive_ptr<c10::ivalue::Future> makeFuture(const std::vector<at::Tensor>
       devices.push_back(t.device());
     }
   }
-  return c10::make_intrusive<c10::ivalue::Future>(c10::ListType::create(c10::TensorType::get()), std::move(devices));
+  // ofTensors: torch's one List[Tensor] type, not a new one made on every call.
+  return c10::make_intrusive<c10::ivalue::Future>(c10::ListType::ofTensors(), std::move(devices));
 }
 
 }  // namespace

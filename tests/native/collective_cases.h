@@ -134,6 +134,7 @@ struct Sweep {
   std::vector<size_t> allreduceCounts;
   std::vector<size_t> counts;  // the other collectives'
   bool int64 = true;
+  bool shared = false;  // the all-reduce forced through the shared arena too (a group on one host)
 };
 
 void collectiveSweep(Communicator& c, const Sweep& sweep);

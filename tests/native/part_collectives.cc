@@ -8,6 +8,7 @@
 // another way, and rounds of async calls queued back to back and waited on in reverse.
 // Every rank's result is checked against values.h. collectiveSweep is also part_shm.cc's.
 #include <condition_variable>
+#include <iterator>
 #include <deque>
 #include <functional>
 #include <mutex>
@@ -225,7 +226,9 @@ void collectiveSweep(Communicator& c, const Sweep& sweep) {
   const int rank = c.rank(), n = c.size();
   int style = rank;
   stage() = "all-reduce";
-  for (Algo algo : kAllreduceAlgos) {
+  std::vector<Algo> algos(std::begin(kAllreduceAlgos), std::end(kAllreduceAlgos));
+  if (sweep.shared) algos.push_back(Algo::kShared);
+  for (Algo algo : algos) {
     for (size_t count : sweep.allreduceCounts) {
       allReduceCase<float>(c, algo, count, ReduceOp::kSum, style++);
       if (sweep.int64) allReduceCase<int64_t>(c, algo, count, ReduceOp::kSum, style++);

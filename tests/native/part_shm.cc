@@ -3,7 +3,8 @@
 // and the p2p suite (part_p2p.cc) on 2 and 3, with fewer sizes and float32 only. The group
 // is told its ranks share a host, so the calls up to 1 MiB per rank run through the shared
 // arena (collectives/shared_arena.h: flags and futexes, with messages moving meanwhile) and
-// the larger ones as rings over the shared-memory links.
+// the larger ones as rings over the shared-memory links; the all-reduce also runs forced
+// through the arena at every count (its pipeline of pieces, several rounds at 4 MiB).
 #include "collective_cases.h"
 #include "parts.h"
 
@@ -14,6 +15,7 @@ void partShm() {
   sweep.allreduceCounts = {0, 7, size_t{1} << 16, size_t{1} << 20};
   sweep.counts = {0, 7, size_t{1} << 16};
   sweep.int64 = false;
+  sweep.shared = true;  // the arena's all-reduce forced at every count: one phase, pieces, rounds
   for (int n : {2, 3, 4}) {
     GroupSpec spec;
     spec.size = n;
