@@ -7,6 +7,8 @@ import re
 import subprocess
 import sys
 
+import pytest
+
 SCRIPT = os.path.join(os.path.dirname(__file__), "..", "bench", "formation.py")
 
 
@@ -62,3 +64,21 @@ def test_sixty_four_light_ranks_make_only_the_links_they_use():
     assert {r["links_all"] for r in ranks} == {63}
     for r in ranks:  # 61 more shared-memory links of 2 descriptors (the TCP doorbell, the peer's Bell); nothing else
         assert r["all"]["fds"] - r["ring"]["fds"] == 61 * 2, (r["rank"], r["all"], r["ring"])
+
+
+@pytest.mark.slow
+def test_torchrun_formation_bench_times_both_engines_in_the_same_ranks(tmp_path):
+    """bench/formation_torchrun.py: 2 torchrun-started ranks, both engines in each launch, the
+    order alternated; every row has its times, the CPU, and pycollect's imports apart."""
+    out = tmp_path / "rows.json"
+    script = os.path.join(os.path.dirname(SCRIPT), "formation_torchrun.py")
+    r = subprocess.run([sys.executable, script, "-n", "2", "--repeats", "2", "--json", str(out)],
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stdout + r.stderr
+    rows = json.loads(out.read_text())
+    assert [(g["engine"], g["position"]) for g in rows] == [("pycollect", 0), ("gloo", 1), ("gloo", 0),
+                                                            ("pycollect", 1)]
+    for g in rows:
+        assert 0 < g["rank0_s"] <= g["slowest_s"] < 60 and g["formed_s"] <= g["slowest_s"] and g["cpu_s"] > 0
+        assert (g["import_cpu_s"] > 0) == (g["engine"] == "pycollect")
+    assert "pycollect's lazy imports" in r.stdout and "ratio" in r.stdout
