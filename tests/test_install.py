@@ -2,7 +2,11 @@
 build has no torch and makes the engine alone) into a new virtual environment that has
 torch, then a 2-rank DDP step on "pycollect" under torchrun (each rank's gradients against
 the mean over both ranks' batches, computed alone). The first group compiles the torch backend (torch_backend/builder.py): one rank compiles, the other waits for it, and
-one line says so; a second run loads it from the cache without a word."""
+one line says so; a second run loads it from the cache without a word.
+
+Not part of the default suite (bash scripts/test.sh): it makes a virtual environment with
+torch and builds pycollect twice over (minutes of CPU). `bash scripts/test_install.sh` runs
+it with TEST_INSTALL=1; CI (.ci/run) does so after the suite."""
 import os
 import shutil
 import subprocess
@@ -10,6 +14,10 @@ import sys
 import textwrap
 
 import pytest
+
+if os.environ.get("TEST_INSTALL") != "1":
+    pytest.skip("install tier: run `bash scripts/test_install.sh` (a new venv, pip install ., the first-use "
+                "build; sets TEST_INSTALL=1)", allow_module_level=True)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
