@@ -125,19 +125,19 @@ def _check_buildable(torch, src: str, why: str) -> None:
                           f"pycollect with torch present: {REBUILD}")
 
 
-def _compile(torch, src: str, entry: str, why: str) -> None:
-    """Compiles into a fresh directory beside `entry`, then renames it into place: a reader
-    sees a whole module or none."""
+def _compile(torch, src: str, entry: str, name: str, why: str) -> None:
+    """Compiles the module `name` into a fresh directory beside `entry`, then renames it into
+    place: a reader sees a whole module or none."""
     cxx = compiler()
     work = f"{entry}.tmp{os.getpid()}"
     shutil.rmtree(work, ignore_errors=True)
     os.makedirs(work)
     unity = os.path.join(work, "torch_backend.cc")
     with open(unity, "w") as f:
-        for name in sorted(os.listdir(os.path.join(src, "torch_backend"))):
-            if name.endswith(".cc"):
-                f.write(f'#include "torch_backend/{name}"\n')
-    out = os.path.join(work, "_torch" + sysconfig.get_config_var("EXT_SUFFIX"))
+        for source in sorted(os.listdir(os.path.join(src, "torch_backend"))):
+            if source.endswith(".cc"):
+                f.write(f'#include "torch_backend/{source}"\n')
+    out = os.path.join(work, name)
     sys.stderr.write(f"pycollect: compiling its torch backend for torch {torch.__version__} ({why}; once, "
                      f"about a minute; cached in {os.path.dirname(entry)}) ...")
     sys.stderr.flush()
@@ -152,6 +152,7 @@ def _compile(torch, src: str, entry: str, why: str) -> None:
         sys.stderr.write(" failed\n")
         tail = "\n".join(done.stdout.splitlines()[-25:])
         raise ImportError(f"compiling pycollect's torch backend failed ({cxx}; the whole log: {log}):\n{tail}")
+    shutil.rmtree(entry, ignore_errors=True)  # an entry without its module (emptied by hand): replaced
     os.rename(work, entry)
     sys.stderr.write(f" done in {time.monotonic() - start:.0f} s\n")
 
@@ -162,7 +163,8 @@ def module_path(torch, why: str) -> str:
     _check_buildable(torch, src, why)
     root = str(cache.directory("torch-backend"))
     entry = os.path.join(root, build_key(torch, src))
-    path = os.path.join(entry, "_torch" + sysconfig.get_config_var("EXT_SUFFIX"))
+    name = "_torch" + sysconfig.get_config_var("EXT_SUFFIX")
+    path = os.path.join(entry, name)
     if os.path.exists(path):
         return path
     try:
@@ -174,7 +176,7 @@ def module_path(torch, why: str) -> str:
     with lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # another process may be compiling it: wait for it
         if not os.path.exists(path):
-            _compile(torch, src, entry, why)
+            _compile(torch, src, entry, name, why)
     return path
 
 
