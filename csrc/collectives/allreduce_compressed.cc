@@ -69,19 +69,17 @@ size_t roundUp8(size_t n) { return (n + 7) / 8 * 8; }
 CompressedRing::CompressedRing(Context& ring, Compress c, int divisor)
     : ring_(ring), c_(c), divisor_(divisor), per_(unitValues(ring)) {}
 
-size_t CompressedRing::wireCapacity(const std::vector<Range>& blocks) const {
-  size_t bytes = 0;
-  for (const Range& b : blocks) bytes += roundUp8(wireBytes(c_, b.length));
-  return bytes;
+std::vector<size_t> CompressedRing::wireLayout(const std::vector<Range>& blocks) const {
+  std::vector<size_t> at{0};
+  for (const Range& b : blocks) at.push_back(at.back() + roundUp8(wireBytes(c_, b.length)));
+  return at;
 }
 
+size_t CompressedRing::wireCapacity(const std::vector<Range>& blocks) const { return wireLayout(blocks).back(); }
+
 size_t CompressedRing::push(float* buf, std::vector<Range> blocks) {
-  std::vector<size_t> at;
-  size_t bytes = 0;
-  for (const Range& b : blocks) {
-    at.push_back(bytes);
-    bytes += roundUp8(wireBytes(c_, b.length));
-  }
+  std::vector<size_t> at = wireLayout(blocks);
+  at.pop_back();  // the total: wireCapacity's
   slices_.push_back({buf, std::move(blocks), std::move(at)});
   return slices_.size() - 1;
 }

@@ -45,6 +45,9 @@ class CompressedRing : public SliceRing {
     size_t offset, length;  // in buf, elements
     size_t wire, bytes;     // in wire_, bytes
   };
+  // Where each block's encoded bytes start in the wire memory (8-byte aligned), then the
+  // total: one layout for wireCapacity and push.
+  std::vector<size_t> wireLayout(const std::vector<Range>& blocks) const;
   std::vector<Unit> unitsOf(const Slice& sl, int block) const;
   bool scatters() const { return step_ < ring_.size - 1; }
   int outBlock() const;  // the block step_ sends
