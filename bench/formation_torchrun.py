@@ -28,6 +28,7 @@ pieces); alternating the order shares that out.
 from __future__ import annotations
 
 import argparse
+import datetime
 import json
 import os
 import statistics
@@ -55,7 +56,7 @@ def rank_side(order: list, connected: bool) -> None:
     import_s = time.process_time() - cpu
     rank, size = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     store = dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), size, False,
-                          timeout=__import__("datetime").timedelta(seconds=300))
+                          timeout=datetime.timedelta(seconds=300))
     x = torch.ones(AR_ELEMS)
     for step, engine in enumerate(order):
         store.add(f"bench/ready{step}", 1)
@@ -78,14 +79,17 @@ def rank_side(order: list, connected: bool) -> None:
         took, cpu = time.time() - start, time.process_time() - cpu
         dist.destroy_process_group()
         assert x[0].item() == size ** (step + 1), x[0].item()  # each all-reduce summed every rank's ones
-        store.set(f"bench/took{step}/{rank}", repr((took, cpu, import_s if engine == "pycollect" else 0.0, late, formed)))
+        mine = {"took": took, "cpu": cpu, "imports": import_s if engine == "pycollect" else 0.0, "late": late,
+                "formed": formed}
+        store.set(f"bench/took{step}/{rank}", json.dumps(mine))
         if rank == 0:
-            got = [eval(store.get(f"bench/took{step}/{r}")) for r in range(size)]
-            times = [g[0] for g in got]
-            print("FORMATION " + json.dumps({"engine": engine, "n": size, "position": step, "rank0_s": times[0],
-                                             "slowest_s": max(times), "cpu_s": sum(g[1] for g in got),
-                                             "import_cpu_s": sum(g[2] for g in got), "late_s": max(g[3] for g in got),
-                                             "formed_s": max(g[4] for g in got)}), flush=True)
+            got = [json.loads(store.get(f"bench/took{step}/{r}")) for r in range(size)]
+            print("FORMATION " + json.dumps({"engine": engine, "n": size, "position": step, "rank0_s": got[0]["took"],
+                                             "slowest_s": max(g["took"] for g in got),
+                                             "cpu_s": sum(g["cpu"] for g in got),
+                                             "import_cpu_s": sum(g["imports"] for g in got),
+                                             "late_s": max(g["late"] for g in got),
+                                             "formed_s": max(g["formed"] for g in got)}), flush=True)
 
 
 def launch(n: int, order: list, store: str) -> list:
