@@ -831,29 +831,72 @@ def test_another_torch_without_first_use_builds_is_refused_naming_both_versions(
         pc.destroy_process_group()
 
 
-def test_first_use_build_without_a_compiler_says_so_and_leaves_no_module(monkeypatch, tmp_path):
-    """No compiler where one must compile: ImportError naming $CXX and the way out; the cache
-    holds no module (a later process with a compiler builds it)."""
-    from pycollect.torch_backend import builder, native
-
-    monkeypatch.setattr(native, "_module", None)
-    monkeypatch.setattr(native, "built_against", lambda: None)
-    monkeypatch.setenv("PYCOLLECT_CACHE_DIR", str(tmp_path / "cache"))
-    monkeypatch.setenv("CXX", str(tmp_path / "no-such-compiler"))
-    with pytest.raises(ImportError) as e:
-        native.load()
-    assert "no-such-compiler" in str(e.value) and "pip install --no-build-isolation" in str(e.value), str(e.value)
-    assert not list((tmp_path / "cache").rglob("*.so"))
-
-
-def test_first_use_build_with_an_unwritable_cache_names_the_variable(monkeypatch):
+@pytest.fixture
+def first_use(monkeypatch, tmp_path):
+    """A process with no backend built for its torch, and a cache of its own."""
     from pycollect.torch_backend import native
 
     monkeypatch.setattr(native, "_module", None)
     monkeypatch.setattr(native, "built_against", lambda: None)
+    monkeypatch.setenv("PYCOLLECT_CACHE_DIR", str(tmp_path / "cache"))
+    return native
+
+
+def test_first_use_build_without_a_compiler_says_so_and_leaves_no_module(first_use, monkeypatch, tmp_path):
+    """No compiler where one must compile: ImportError naming $CXX and the way out; the cache
+    holds no module (a later process with a compiler builds it)."""
+    monkeypatch.setenv("CXX", str(tmp_path / "no-such-compiler"))
+    with pytest.raises(ImportError) as e:
+        first_use.load()
+    assert "no-such-compiler" in str(e.value) and "pip install --no-build-isolation" in str(e.value), str(e.value)
+    assert not list((tmp_path / "cache").rglob("*.so"))
+
+
+def test_first_use_build_with_an_unwritable_cache_names_the_variable(first_use, monkeypatch):
     monkeypatch.setenv("PYCOLLECT_CACHE_DIR", "/proc/no-such-place")  # cannot be made, even by root
     with pytest.raises(ImportError, match="PYCOLLECT_CACHE_DIR"):
-        native.load()
+        first_use.load()
+
+
+def test_first_use_build_refuses_an_engine_of_another_cxx_abi(first_use, monkeypatch):
+    import pycollect._C as C
+
+    monkeypatch.setattr(C, "CXX11_ABI", 1 - int(torch._C._GLIBCXX_USE_CXX11_ABI))
+    with pytest.raises(ImportError, match="_GLIBCXX_USE_CXX11_ABI") as e:
+        first_use.load()
+    assert "pip install --no-build-isolation" in str(e.value)
+
+
+def test_first_use_build_without_python_headers_says_so(first_use, monkeypatch, tmp_path):
+    import sysconfig
+
+    paths = dict(sysconfig.get_paths(), include=str(tmp_path / "no-headers"))
+    monkeypatch.setattr(sysconfig, "get_paths", lambda *a, **k: paths)
+    with pytest.raises(ImportError, match="Python.h"):
+        first_use.load()
+
+
+def test_first_use_build_without_shipped_sources_says_so(first_use, monkeypatch, tmp_path):
+    from pycollect.torch_backend import builder
+
+    monkeypatch.setattr(builder, "source_dir", lambda: str(tmp_path / "no-sources"))
+    with pytest.raises(ImportError, match="no sources for its torch backend"):
+        first_use.load()
+
+
+def test_a_failed_first_use_compile_keeps_its_log_and_names_it(first_use, monkeypatch, tmp_path):
+    """A compiler that fails: ImportError naming the log, which holds the command; no module
+    and no half-built directory left in the cache."""
+    fake = tmp_path / "failing-cxx"
+    fake.write_text("#!/bin/sh\necho 'error: this compiler always fails' >&2\nexit 1\n")
+    fake.chmod(0o755)
+    monkeypatch.setenv("CXX", str(fake))
+    with pytest.raises(ImportError, match="always fails") as e:
+        first_use.load()
+    logs = list((tmp_path / "cache").rglob("*.failed.log"))
+    assert len(logs) == 1 and str(logs[0]) in str(e.value), str(e.value)
+    assert str(fake) in logs[0].read_text() and "always fails" in logs[0].read_text()
+    assert not list((tmp_path / "cache").rglob("*.so")) and not list((tmp_path / "cache").rglob("*.tmp*"))
 
 
 def test_first_use_build_key_follows_torch_and_every_source(tmp_path):
