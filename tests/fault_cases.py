@@ -8,15 +8,15 @@ import torch
 import pycollect as pc
 
 
-def case_all_reduce_until_failure(count: int = 16 * 1024 * 1024, algo: str = "auto"):
-    """All-reduce `count` float32 (default 64 MiB) with `algo` until the group fails; return
-    the error (class name, message, wall-clock time), whether a later call fails at once,
-    and the calls made."""
+def case_all_reduce_until_failure(count: int = 16 * 1024 * 1024, algo: str = "auto", compress=None):
+    """All-reduce `count` float32 (default 64 MiB) with `algo` (and wire format `compress`)
+    until the group fails; return the error (class name, message, wall-clock time), whether
+    a later call fails at once, and the calls made."""
     t = torch.ones(count)
     calls = 0
     try:
         while True:
-            pc.all_reduce(t, algo=algo)
+            pc.all_reduce(t, algo=algo, compress=compress)
             calls += 1
     except pc.PyCollectError as e:
         err = (type(e).__name__, str(e), time.time())

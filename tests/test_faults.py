@@ -65,15 +65,18 @@ def case_link_kinds():
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("transport, algo", [("shm", "auto"), ("tcp", "auto"), ("shm", "tree"), ("shm", "shm")])
-def test_killed_rank_fails_every_other_rank_fast(transport, algo):
+@pytest.mark.parametrize("transport, algo, compress", [("shm", "auto", None), ("tcp", "auto", None),
+                                                       ("shm", "tree", None), ("shm", "shm", None),
+                                                       ("tcp", "ring", "int8")])
+def test_killed_rank_fails_every_other_rank_fast(transport, algo, compress):
     """The tree case: rank 3 talks only to its parent 2, and rank 2 to 0 and 3, so rank 1's
     loss reaches them through the ranks that saw it. The shm case: the ranks wait on flags in
     the shared arena, not on links; those with a link to rank 1 see its loss there, rank 3
-    (none) when they mark the arena failed."""
+    (none) when they mark the arena failed. The compressed ring waits on its links between
+    encodes and decodes."""
     with RankPool(4, init_gloo=False, timeout=60, env={"PYCOLLECT_TRANSPORT": transport}) as pool:
         assert pool.run(case_link_kinds) == [{transport}] * 4
-        pool.submit(case_all_reduce_until_failure, 16 * 1024 * 1024, algo)
+        pool.submit(case_all_reduce_until_failure, 16 * 1024 * 1024, algo, compress)
         time.sleep(1.5)
         killed_at = time.time()
         pool.kill(1)
