@@ -17,12 +17,14 @@ writes the rows for bench/plot_latency.py.
     .venv/bin/python bench/deepspeed_allreduce.py [-g 2] [-b 8] [-e 16M] [-n 200] [-r 5] [--json F]
 """
 import argparse
+import glob
 import json
 import os
 import sys
 import time
 
 ENGINES = ("engine", "api", "torch", "deepspeed", "gloo")
+DS_SEGMENTS = "/dev/shm/deepspeed_allreduce_buffer_*"  # the shared memory DeepSpeed's op makes
 
 
 def job(rank, world, emit, sizes, iters, repeats):
@@ -119,8 +121,16 @@ def main() -> int:
         print(f"{r['size']:>9} " + " ".join(f"{r[e]:>10.2f}" for e in ENGINES)
               + f" {r['deepspeed'] / r['api']:>6.2f}x {r['deepspeed'] / r['torch']:>7.2f}x", flush=True)
 
-    run_ranks(job, world, ["pycollect", "gloo"], job_args=(sizes, args.iters, args.repeats), timeout=3600,
-              on_event=on_event)
+    started = time.time()
+    try:
+        run_ranks(job, world, ["pycollect", "gloo"], job_args=(sizes, args.iters, args.repeats), timeout=3600,
+                  on_event=on_event)
+    finally:
+        # DeepSpeed's op never unlinks its buffers (one name per rank, reused run after run):
+        # those this run wrote go, ~69 MB each.
+        for path in glob.glob(DS_SEGMENTS):
+            if os.path.getmtime(path) >= started - 1:
+                os.unlink(path)
     print(f"# load average at the end {os.getloadavg()[0]:.2f}", flush=True)
     if args.json:
         with open(args.json, "w") as f:
