@@ -13,6 +13,7 @@ from typing import Any, Optional, Sequence
 import numpy as np
 
 from . import _C
+from ._torch_build import prebuilt
 from .types import DTYPE_CODES, SUPPORTED_DTYPES, is_torch_tensor
 
 
@@ -112,6 +113,12 @@ def _torch_kinds() -> list:
         for name in DTYPE_CODES:
             _TORCH_NAMES[getattr(torch, name)] = name
         _TORCH.extend((torch.Tensor, torch.strided))
+        # The API's fast calls read a CPU tensor's buffer in C++ from here on (host_span.h):
+        # its fields, through pycollect._torch where it was built for this torch, else its attributes.
+        _C.know_torch(torch.Tensor, torch.strided, {t: DTYPE_CODES[name] for t, name in _TORCH_NAMES.items()})
+        native = prebuilt(torch)
+        if native is not None:
+            _C.know_tensor_reader(native.tensor_reader)
     return _TORCH
 
 

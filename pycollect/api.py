@@ -234,6 +234,13 @@ def all_reduce(tensor, op=ReduceOp.SUM, group=None, async_op: bool = False, algo
     between hosts compressed); any other dtype raises ValueError naming it.
     """
     g = _group(group)
+    if g.fast is not None and not (async_op or algo is not None or compress is not None or _profiler_active()):
+        issued = g.fast.all_reduce(tensor, op)  # a plain host buffer, in one crossing (None: done)
+        if issued is None:
+            return None
+        if issued is not False:  # issued, not ended on this thread: waited on as any blocking call
+            g.wait_issued(issued, (tensor,))
+            return None
     op = to_reduce_op(op)
     compress = Compress.parse(compress, "all_reduce(compress)")
     chosen = g.algo_for("all_reduce", algo)
@@ -339,8 +346,15 @@ def broadcast(tensor, src: int = 0, group=None, async_op: bool = False, algo=Non
     """Copy rank `src`'s tensor (a global rank) to every rank of the group. `algo`: "auto",
     "ring" (a chain along the ring) or "hierarchical" (across hosts, then within them)."""
     g = _group(group)
-    algo = g.algo_for("broadcast", algo)
     root = g.group_rank(src, "broadcast(src)")
+    if g.fast is not None and not (async_op or algo is not None or _profiler_active()):
+        issued = g.fast.broadcast(tensor, root)  # as all_reduce's
+        if issued is None:
+            return None
+        if issued is not False:
+            g.wait_issued(issued, (tensor,))
+            return None
+    algo = g.algo_for("broadcast", algo)
     b = as_buffer(tensor, "broadcast(tensor)", writable=True)
     dc = device_call(g, (b,), "broadcast")
     if dc is not None:

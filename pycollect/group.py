@@ -78,6 +78,11 @@ class ProcessGroup:
         # What every rank must have alike (options.WIRE_SETTINGS), defaults resolved: checked as the ranks meet.
         wire = {name: getattr(comm_options, attr) for name, attr in WIRE_SETTINGS.items()}
         self._comm = _C.Communicator(self.rank, self.size, comm_options)
+        # The blocking all_reduce and broadcast of one plain host buffer in one crossing
+        # (csrc/bindings/register_fast_calls.cc); None: every call takes the general path.
+        self.fast: Optional[_C.FastCalls] = _C.FastCalls(self._comm, self._lock, self._pending,
+                                                         self._default_algos["all_reduce"],
+                                                         self._default_algos["broadcast"])
         formed = Formation(name, store, self.ranks, self.rank, timeout, self.options, self._comm, wire)
         formed.connect(host)
         self._store, self._keys = store, formed.keys  # where it formed (shrunk)
@@ -129,6 +134,11 @@ class ProcessGroup:
             if finish is not None:
                 finish()
             return cwork
+        return self.wait_issued(cwork, keepalive, finish)
+
+    def wait_issued(self, cwork, keepalive=(), finish=None):
+        """Wait for a blocking call that was issued but did not end on this thread (already
+        among the calls in flight): its error raised as any Work's. Returns the engine's Work."""
         Work(self, cwork, keepalive, finish).wait()
         return cwork
 
@@ -180,6 +190,7 @@ class ProcessGroup:
         (the comm's host_device_snapshot / host_device_synchronize)."""
         self._comm.use_host_device(copy_delay_us, fail_copy, sticky_errors, fail_flags, stream_wait)
         self.host_device = True
+        self.fast = None  # its calls take the staged path, which only the general path knows
         self.host_stream_wait = stream_wait
 
     def copy_result(self, dst, src) -> None:

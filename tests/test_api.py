@@ -4,8 +4,10 @@ sent. The session's 4-rank pool (conftest.py); a case that breaks a group uses a
 sub-group so the pool stays usable.
 """
 import datetime
+import mmap
 import threading
 import time
+import warnings
 
 import numpy as np
 import pytest
@@ -85,6 +87,83 @@ def case_forced_algorithms():
     t = torch.ones(5)
     pc.all_reduce(t, algo="tree")
     out["after"] = t.tolist()
+    return out
+
+
+class _Subclass(torch.Tensor):
+    """A tensor subclass: its attributes may be overridden, so the fast calls leave it to the
+    general path."""
+
+
+def case_fast_calls():
+    """The blocking all_reduce and broadcast of a plain host buffer run in one crossing
+    (ProcessGroup.fast, csrc/bindings/register_fast_calls.cc): what it takes, what it
+    declines (False, nothing issued: the next call still lines up on every rank), and the
+    same bits as the general path."""
+    import pycollect.api as api
+    from pycollect import _buffers
+    from pycollect.world import default
+
+    r, n = pc.get_rank(), pc.get_world_size()
+    g = default()
+    _buffers._torch_kinds()  # torch known to the fast calls (done by the first tensor's slow call)
+    out = {}
+    a = np.full(5, r + 1, dtype=np.float32)
+    out["numpy"] = (g.fast.all_reduce(a, pc.ReduceOp.SUM), a.tolist())
+    t = torch.full((3,), float(r + 1), dtype=torch.float64)
+    out["torch"] = (g.fast.all_reduce(t, int(pc.ReduceOp.MAX)), t.tolist())
+    b = torch.full((2,), float(r), dtype=torch.int64)
+    out["broadcast"] = (g.fast.broadcast(b, 1), b.tolist())
+    p = torch.nn.Parameter(torch.ones(2), requires_grad=False)  # torch reads a Parameter as a plain tensor
+    out["parameter"] = (g.fast.all_reduce(p, 0), p.tolist())
+    m = np.zeros((4, 4), dtype=np.float32)
+    read_only = np.zeros(4, dtype=np.float32)
+    read_only.flags.writeable = False
+    mapping = mmap.mmap(-1, 4096, prot=mmap.PROT_READ)
+    with warnings.catch_warnings():  # torch: "The given buffer is not writable"
+        warnings.simplefilter("ignore")
+        read_only_tensor = torch.frombuffer(mapping, dtype=torch.float32, count=4)
+    declined = {
+        "numpy_strided": (m[:, 1], 0), "numpy_read_only": (read_only, 0), "numpy_uint16": (np.zeros(2, np.uint16), 0),
+        "numpy_big_endian": (np.zeros(2, ">f4"), 0), "list": ([1.0, 2.0], 0), "torch_strided": (torch.ones(4, 4).t(), 0),
+        "subclass": (torch.ones(2).as_subclass(_Subclass), 0), "torch_uint16": (torch.ones(2, dtype=torch.uint16), 0),
+        "torch_read_only_mapping": (read_only_tensor, 0),
+        "op_bool": (np.ones(2, np.float32), True), "op_unknown": (np.ones(2, np.float32), 99),
+        "op_negative": (np.ones(2, np.float32), -1), "op_torch": (np.ones(2, np.float32), torch.distributed.ReduceOp.SUM),
+        "op_name": (np.ones(2, np.float32), "sum"),
+    }
+    out["declined"] = {k: g.fast.all_reduce(x, op) for k, (x, op) in declined.items()}
+    after = np.ones(1, np.float64)
+    pc.all_reduce(after)  # lines up only if no rank issued anything above
+    out["after"] = after.tolist()
+    # A call in flight: the fast call declines (the general path drops its buffers first).
+    big = torch.ones(1 << 16)
+    w = pc.all_reduce(big, async_op=True)
+    small = np.ones(2, np.float32)
+    out["in_flight"] = g.fast.all_reduce(small, 0)
+    pc.all_reduce(small)
+    w.wait()
+    out["after_flight"] = (small.tolist(), float(big[0]))
+    # Same bits as the general path (algo named: the general path), odd counts, every rank's values.
+    rng = np.random.default_rng(r)
+    x = rng.standard_normal(1001).astype(np.float32)
+    y = x.copy()
+    pc.all_reduce(x)
+    pc.all_reduce(y, algo="auto")
+    out["same_bits"] = x.tobytes() == y.tobytes()
+    # pc.all_reduce takes the fast call: with the general path's validation broken it still works.
+    real, api.as_buffer = api.as_buffer, None
+    try:
+        z = np.ones(3, np.int32)
+        pc.all_reduce(z)
+        out["api_fast"] = z.tolist()
+        try:
+            pc.all_reduce(z, async_op=True).wait()
+            out["async_general"] = "not general"
+        except TypeError:  # None is not callable: the general path ran
+            out["async_general"] = "general"
+    finally:
+        api.as_buffer = real
     return out
 
 
@@ -349,6 +428,10 @@ def case_bad_inputs():
            "expected")
     expect("readonly_numpy", ValueError,
            lambda: pc.all_reduce(np.frombuffer(b"\0" * 16, dtype=np.float32)), "read-only")
+    with warnings.catch_warnings():  # torch: "The given buffer is not writable"
+        warnings.simplefilter("ignore")
+        mapped = torch.frombuffer(mmap.mmap(-1, 4096, prot=mmap.PROT_READ), dtype=torch.float32, count=4)
+    expect("readonly_torch_mapping", ValueError, lambda: pc.all_reduce(mapped), "read-only")
     for np_dtype, torch_dtype in ((np.float64, torch.float64), (np.int64, torch.int64)):
         # an odd offset into a buffer (numpy and torch.frombuffer allow it): the kernels cast to T*
         odd = np.frombuffer(bytearray(8 * 4 + 1), dtype=np_dtype, count=4, offset=1)
@@ -516,6 +599,59 @@ def test_numpy_arrays(pool4):
         assert a == (np.arange(10) * WORLD).tolist()
         assert g == np.repeat(np.arange(WORLD, dtype=np.float64), 3).tolist()
         assert h == [float(WORLD)] * 2
+
+
+def test_fast_calls_take_plain_buffers_and_decline_the_rest(pool4):
+    half = WORLD * (WORLD + 1) / 2
+    for r, out in enumerate(pool4.run(case_fast_calls)):
+        assert out["numpy"] == (None, [half] * 5)
+        assert out["torch"] == (None, [float(WORLD)] * 3)
+        assert out["broadcast"] == (None, [1, 1])
+        assert out["parameter"] == (None, [float(WORLD)] * 2)
+        assert out["declined"] == {k: False for k in out["declined"]}, out["declined"]
+        assert out["after"] == [float(WORLD)]
+        assert out["in_flight"] is False
+        assert out["after_flight"] == ([float(WORLD)] * 2, float(WORLD))
+        assert out["same_bits"]
+        assert out["api_fast"] == [WORLD] * 3
+        assert out["async_general"] == "general"
+
+
+_ATTRIBUTE_READER = """
+import mmap, sys, warnings
+import torch
+import pycollect as pc
+from pycollect import _buffers
+from pycollect.world import default
+
+_buffers.prebuilt = lambda torch: None  # as where pycollect._torch was built for another torch
+pc.init_process_group(init_method=sys.argv[1], rank=0, world_size=1)
+assert "pycollect._torch" not in sys.modules
+_buffers._torch_kinds()
+g = default()
+t = torch.full((3,), 2.0)
+with warnings.catch_warnings():
+    warnings.simplefilter("ignore")
+    mapped = torch.frombuffer(mmap.mmap(-1, 4096, prot=mmap.PROT_READ), dtype=torch.float32, count=4)
+print(g.fast.all_reduce(t, 0), t.tolist(), g.fast.all_reduce(torch.ones(4, 4).t(), 0),
+      g.fast.all_reduce(torch.ones(2, dtype=torch.uint16), 0), g.fast.all_reduce(mapped, 0),
+      g.fast.all_reduce(torch.nn.Parameter(torch.ones(2)), 0), "pycollect._torch" in sys.modules)
+"""
+
+
+def test_fast_calls_read_tensors_by_attribute_without_the_native_backend():
+    """Where pycollect._torch does not fit the running torch, the fast calls read a tensor
+    through its Python attributes: the same answers (a Parameter, an exact type check, is
+    left to the general path there)."""
+    import subprocess
+    import sys
+
+    from pycollect.launch import free_port
+
+    out = subprocess.run([sys.executable, "-c", _ATTRIBUTE_READER, f"tcp://127.0.0.1:{free_port()}"],
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split("\n")[0] == "None [2.0, 2.0, 2.0] False False False False False"
 
 
 def test_in_place_all_gather(pool4):

@@ -35,6 +35,7 @@ LAYERS: List[List[str]] = [
     ["options"],
     ["tuning"],                                # what the engine needs of the cost model at run time
     ["_buffers", "errors", "_bounded", "compression"],  # ...; a call bound by our own deadline; compress='s bound
+    ["_torch_build"],                          # whether the built _torch fits the running torch
     ["types", "_C", "_torch", "launcher", "dirstore", "cache"],  # enums; the extensions, the doors into C++ (_torch: torch's backend); the launcher's env; a store without torch; where files are kept between runs
 ]
 

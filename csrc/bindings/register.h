@@ -12,4 +12,5 @@ void registerCommunicator(pybind11::module_& m);
 void registerTransport(pybind11::module_& m);
 void registerLatency(pybind11::module_& m);
 void registerBuffers(pybind11::module_& m);
+void registerFastCalls(pybind11::module_& m);
 }  // namespace pycollect

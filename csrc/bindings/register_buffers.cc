@@ -9,6 +9,7 @@
 
 #include <vector>
 
+#include "bindings/host_span.h"
 #include "bindings/register.h"
 #include "common/types.h"
 #include "reduce/compress.h"
@@ -17,57 +18,33 @@ namespace py = pybind11;
 
 namespace pycollect {
 
-namespace {
-
-// The engine's dtype for a numpy kind and element size; -1 where it has none.
-int dtypeCode(char kind, py::ssize_t itemsize) {
-  DType t;
-  switch (kind) {
-    case 'f':
-      if (itemsize == 4) t = DType::kFloat32;
-      else if (itemsize == 8) t = DType::kFloat64;
-      else if (itemsize == 2) t = DType::kFloat16;
-      else return -1;
-      break;
-    case 'i':
-      if (itemsize == 1) t = DType::kInt8;
-      else if (itemsize == 2) t = DType::kInt16;
-      else if (itemsize == 4) t = DType::kInt32;
-      else if (itemsize == 8) t = DType::kInt64;
-      else return -1;
-      break;
-    case 'u':
-      if (itemsize != 1) return -1;
-      t = DType::kUInt8;
-      break;
-    case 'b':
-      t = DType::kBool;
-      break;
-    default: return -1;
-  }
-  return static_cast<int>(t);
-}
-
-}  // namespace
-
 void registerBuffers(py::module_& m) {
   m.def(
       "array_span",
       [](const py::handle& obj, bool writable) -> py::object {
-        if (!py::isinstance<py::array>(obj)) return py::none();
-        auto a = py::reinterpret_borrow<py::array>(obj);
-        const int flags = a.flags();
-        const int need = py::detail::npy_api::NPY_ARRAY_C_CONTIGUOUS_ | py::detail::npy_api::NPY_ARRAY_ALIGNED_ |
-                         (writable ? py::detail::npy_api::NPY_ARRAY_WRITEABLE_ : 0);
-        if ((flags & need) != need) return py::none();
-        const py::dtype dt = a.dtype();
-        const char order = dt.byteorder();  // '=' native, '|' not applicable (1 byte)
-        if (order != '=' && order != '|') return py::none();
-        const int code = dtypeCode(dt.kind(), dt.itemsize());
-        if (code < 0) return py::none();
-        return py::make_tuple(reinterpret_cast<uintptr_t>(a.data()), a.size(), code);
+        HostSpan span;
+        if (!plainArraySpan(obj.ptr(), writable, span)) return py::none();
+        return py::make_tuple(span.address, span.count, span.dtype);
       },
       py::arg("array"), py::arg("writable"));
+  // Once the process has imported torch (pycollect/_buffers.py): what the fast calls need
+  // to read a CPU tensor's buffer in C++ (host_span.h).
+  m.def(
+      "know_torch",
+      [](const py::handle& tensorType, const py::handle& strided, const py::dict& dtypeCodes) {
+        knowTorch(tensorType.ptr(), strided.ptr(), dtypeCodes.ptr());
+      },
+      py::arg("tensor_type"), py::arg("strided"), py::arg("dtype_codes"));
+  // pycollect._torch's reader of tensors (its `tensor_reader` capsule), where the process
+  // loaded that module: the fast calls read a tensor's fields instead of its attributes.
+  m.def(
+      "know_tensor_reader",
+      [](const py::capsule& reader) {
+        void* p = PyCapsule_GetPointer(reader.ptr(), kTensorReaderCapsule);
+        if (p == nullptr) throw py::error_already_set();
+        knowTensorReader(reinterpret_cast<TensorReader>(p));
+      },
+      py::arg("reader"));
   // What one encode and decode in an all-reduce's wire format does to `count` float32
   // values, in place (reduce/compress.h): the DDP hook's error feedback keeps the
   // difference, the tests check the bound. The caller keeps the buffer alive.

@@ -5,8 +5,8 @@
 
 #include <algorithm>
 
+#include "bindings/blocking.h"
 #include "bindings/register.h"
-#include "common/interrupt.h"
 #include "comm/communicator.h"
 #include "comm/staged_work.h"
 #include "common/error.h"
@@ -37,13 +37,6 @@ namespace {
 
 void* ptr(uintptr_t address) { return reinterpret_cast<void*>(address); }
 
-// A blocking call may run on this thread (InlineScope); while it does, long waits ask
-// Python every 50 ms whether a signal handler wants to stop (interrupt.h).
-struct Blocking {
-  explicit Blocking(bool on) : inline_(on), checks_(on ? pythonSignalPending : nullptr) {}
-  InlineScope inline_;
-  interrupt::Scope checks_;
-};
 // Buffers as (address, element count) pairs, one per tensor of a list argument.
 using Buffers = std::vector<std::pair<uintptr_t, size_t>>;
 std::vector<Span> spans(const Buffers& buffers) {

@@ -73,6 +73,8 @@ PYBIND11_MODULE(_torch, m) {
   using namespace pycollect::torchb;
   py::module_::import("torch.distributed");  // c10d's classes registered first: our bases
   m.attr("TORCH_VERSION") = PYCOLLECT_TORCH_VERSION;
+  // The API's fast calls read tensors through it (pycollect._C.know_tensor_reader).
+  m.attr("tensor_reader") = py::capsule(reinterpret_cast<void*>(&readHostSpan), pycollect::kTensorReaderCapsule);
   py::class_<Backend, c10d::Backend, c10::intrusive_ptr<Backend>>(m, "Backend")
       .def(py::init([](const c10::intrusive_ptr<c10d::Store>& store, int rank, int size, const py::capsule& comm,
                        double timeoutSec, bool blockingWait, const py::object& onShutdown) {

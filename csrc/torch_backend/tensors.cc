@@ -3,6 +3,9 @@
 #include <c10/core/DeviceGuard.h>
 #include <c10/core/impl/DeviceGuardImplInterface.h>
 #include <c10/util/Exception.h>
+#include <torch/csrc/autograd/python_variable.h>
+
+#include "common/memory.h"
 
 namespace pycollect::torchb {
 
@@ -27,6 +30,24 @@ std::optional<DType> engineDType(at::ScalarType t) {
 constexpr const char* kSupported = "float32, float64, float16, bfloat16, int8, uint8, int32, int64, int16, bool";
 
 }  // namespace
+
+bool readHostSpan(void* obj, bool writable, HostSpan& out) {
+  auto* x = static_cast<PyObject*>(obj);
+  if (!THPVariable_CheckExact(x)) return false;  // a subclass may override what is read
+  const at::Tensor& t = THPVariable_Unpack(x);
+  if (!t.defined() || !t.device().is_cpu() || t.layout() != c10::kStrided || !t.is_contiguous()) return false;
+  const auto dtype = engineDType(t.scalar_type());
+  if (!dtype) return false;
+  const size_t elementBytes = t.element_size();
+  void* data = t.data_ptr();
+  if (reinterpret_cast<uintptr_t>(data) % elementBytes != 0) return false;
+  const size_t count = t.numel();
+  // Memory torch allocated itself is writable; only foreign memory (from_numpy, frombuffer:
+  // storage that cannot be resized) may be a read-only mapping.
+  if (writable && !t.storage().resizable() && !isWritable(data, count * elementBytes)) return false;
+  out = HostSpan{reinterpret_cast<uintptr_t>(data), count, static_cast<int>(*dtype)};
+  return true;
+}
 
 DType checkKind(const at::Tensor& t, const char* method, const char* what) {
   if (!t.defined()) C10_THROW_ERROR(ValueError, c10::str("pycollect backend: ", method, "(", what, "): undefined tensor"));

@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "common/host_span.h"
 #include "collectives/context.h"
 #include "common/types.h"
 
@@ -26,6 +27,10 @@ struct Buffer {
   Span span() const { return Span{data, count}; }
 };
 
+// pycollect._C's TensorReader (common/host_span.h): a plain CPU torch.Tensor's buffer read
+// from its fields, for the API's fast calls; false for anything else (the API then asks the
+// slow way, which names what is wrong). `obj`: a PyObject*.
+bool readHostSpan(void* obj, bool writable, HostSpan& out);
 // Checks `t` (argument `what` of call `method`) and returns its Buffer.
 Buffer check(const at::Tensor& t, const char* method, const char* what);
 // What check() asks of every tensor but contiguity and alignment: defined, on the host or a

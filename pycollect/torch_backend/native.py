@@ -13,28 +13,15 @@ from __future__ import annotations
 import datetime
 import os
 
-from .. import api
+from .. import _C, api
+from .._torch_build import built_against, prebuilt
 from ..group import ProcessGroup as EngineGroup
 from ..rendezvous import _store_host, listen_address
 from . import BACKEND
 
-BUILD_FILE = "torch_build.txt"  # written by the build beside the module (cmake/torch_backend.cmake)
-
 _module = None
 _engines: dict = {}  # backend.engine_key -> the engine group behind it
 _made: dict = {}  # torch group name -> groups of this backend made under it in this process
-
-
-def built_against():
-    """The torch version pycollect's backend was built against; None if it was built without."""
-    from .. import _C
-
-    path = os.path.join(os.path.dirname(_C.__file__), BUILD_FILE)
-    try:
-        with open(path) as f:
-            return f.read().strip()
-    except FileNotFoundError:
-        return None
 
 
 def load():
@@ -47,15 +34,14 @@ def load():
 
     built = built_against()
     if built == torch.__version__:
-        from .. import _torch
-
-        _module = _torch
+        _module = prebuilt(torch)
     else:
         why = ("pycollect was installed without it: its build had no torch" if built is None else
                f"pycollect's own was built against torch {built}")
         from . import builder  # only here: its imports are no part of a formation's cost
 
         _module = builder.load(torch, why)
+    _C.know_tensor_reader(_module.tensor_reader)  # the API's fast calls read tensors through it
     return _module
 
 
