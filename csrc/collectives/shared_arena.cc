@@ -19,6 +19,15 @@ namespace {
 
 // How long a wait spins before it sleeps, and how long one sleep lasts at most.
 constexpr auto kSpin = std::chrono::microseconds(100);
+
+// The CPU's spin-wait hint: the core idles a moment and its sibling thread runs.
+inline void cpuPause() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#elif defined(__aarch64__)
+  asm volatile("yield");
+#endif
+}
 constexpr auto kSlice = std::chrono::milliseconds(2);
 
 // Whether counter `value` has reached `target` (wrapping: rounds count on for ever).
@@ -200,17 +209,22 @@ void SharedArena::waitFlag(Context& ctx, std::atomic<uint32_t>& flag, uint32_t v
                            const char* what) {
   if (reached(flag.load(std::memory_order_acquire), value)) return;
   Control& c = control();
-  // Spin: a peer that arrives within microseconds is seen within nanoseconds.
+  // Spin: a peer that arrives within microseconds is seen within nanoseconds. Where this
+  // host's ranks fit its cores (tunables.spinUs > 0, options.default_spin_us) the peer has
+  // a core of its own: the looks keep this one, a pause apart. Where they outnumber the
+  // cores the peer may need this one: a yield between rounds of looks.
+  const bool ownCore = ctx.tunables.spinUs > 0;
   const auto spinEnd = Clock::now() + kSpin;
   int looks = 0;
   for (;;) {
     for (int i = 0; i < 64; ++i) {
       if (reached(flag.load(std::memory_order_acquire), value)) return;
       if (c.failed.load(std::memory_order_relaxed) != 0) throwPoisoned(ctx);
+      if (ownCore) cpuPause();
     }
     ctx.pollBackground();
     if (++looks % 4 == 0 && Clock::now() >= spinEnd) break;
-    std::this_thread::yield();  // ranks may outnumber cores: the peer may need this one
+    if (!ownCore) std::this_thread::yield();
   }
   // Sleep in slices; between them, what a wait on links would do.
   const bool checks = interrupt::installed();
