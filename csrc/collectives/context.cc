@@ -41,13 +41,9 @@ std::string describeCall(const WireHeader& h) {
 
 Context::Context(int rank, int size, Transport& transport, const std::vector<Link*>& links,
                  Background* messages, const WireHeader& call, Clock::time_point deadline,
-                 const Tunables& tunables, std::vector<char>& scratch)
+                 Clock::time_point start, const Tunables& tunables, std::vector<char>& scratch)
     : rank(rank), size(size), call(call), tunables(tunables), transport_(transport), messages_(messages),
-      links_(links), deadline_(deadline), start_(Clock::now()), scratch_(scratch), groupRank_(rank) {
-  for (Link* l : links_) {
-    if (l != nullptr) active_.push_back(l);
-  }
-}
+      links_(&links), deadline_(deadline), start_(start), scratch_(scratch), groupRank_(rank) {}
 
 namespace {
 
@@ -61,13 +57,10 @@ int indexIn(const std::vector<int>& ranks, int rank) {
 
 Context::Context(const Context& parent, const std::vector<int>& ranks, const char* level)
     : rank(indexIn(ranks, parent.rank)), size(static_cast<int>(ranks.size())), call(parent.call),
-      tunables(parent.tunables), transport_(parent.transport_), messages_(parent.messages_),
-      deadline_(parent.deadline_), start_(parent.start_), scratch_(parent.scratch_),
-      flight_(parent.flight_), groupRank_(parent.groupRank_), level_(level) {
-  for (int r : ranks) {
-    links_.push_back(parent.links_[r]);
-    if (parent.links_[r] != nullptr) active_.push_back(parent.links_[r]);
-  }
+      tunables(parent.tunables), transport_(parent.transport_), messages_(parent.messages_), links_(&viewLinks_),
+      deadline_(parent.deadline_), start_(parent.start_), scratch_(parent.scratch_), flight_(parent.flight_), groupRank_(parent.groupRank_), level_(level) {
+  viewLinks_.reserve(ranks.size());
+  for (int r : ranks) viewLinks_.push_back((*parent.links_)[r]);
 }
 
 const char* Context::named(const char* phase) {
@@ -246,8 +239,8 @@ void Context::waitSend(Link& l, uint64_t ticket) {
 }
 
 void Context::drainSends() {
-  for (Link* l : active_) {
-    if (!l->sendPending()) continue;
+  for (Link* l : *links_) {
+    if (l == nullptr || !l->sendPending()) continue;
     wait(*l, [l] { return !l->sendPending(); }, "send to");
   }
 }

@@ -59,8 +59,11 @@ class SharedArena;
 class Context {
  public:
   // `messages`: polled by every wait (the group's point-to-point messages), or nullptr.
+  Context(const Context&) = delete;  // a view holds its own links: made, never copied
+  Context& operator=(const Context&) = delete;
+  // `start`: when the call started (its deadline counts from then).
   Context(int rank, int size, Transport& transport, const std::vector<Link*>& links,
-          Background* messages, const WireHeader& call, Clock::time_point deadline,
+          Background* messages, const WireHeader& call, Clock::time_point deadline, Clock::time_point start,
           const Tunables& tunables, std::vector<char>& scratch);
   // A view of `parent` for an algorithm run among `ranks` (ranks of the parent, this rank
   // among them): rank and size are its place among them, its links theirs; deadline,
@@ -74,7 +77,7 @@ class Context {
   const WireHeader call;  // this rank's view of the call (sent in the header)
   const Tunables tunables;
 
-  Link& link(int peer) { return *links_[peer]; }
+  Link& link(int peer) { return *(*links_)[peer]; }
   // Position x on the ring of this context's ranks, wrapped into [0, size): a ring's
   // chunk and neighbour arithmetic (r - s - 1) steps below zero.
   int wrap(int x) const { return ((x % size) + size) % size; }
@@ -183,8 +186,9 @@ class Context {
   std::vector<HeaderRecv> theirs_;
   Transport& transport_;      // drives every link while we wait
   Background* messages_;      // the group's point-to-point messages, polled while we wait
-  std::vector<Link*> links_;  // indexed by rank, nullptr at self
-  std::vector<Link*> active_;  // non-null links
+  // Indexed by rank, nullptr at self: the group's own (no copy per call), or a view's.
+  const std::vector<Link*>* links_;
+  std::vector<Link*> viewLinks_;  // a view's links (links_ points here)
   Clock::time_point deadline_;
   Clock::time_point start_;
   std::vector<char>& scratch_;

@@ -394,9 +394,9 @@ std::shared_ptr<Work> Communicator::recvAny(void* data, size_t count, DType dtyp
   return issueP2P(std::move(op));
 }
 
-Clock::time_point Communicator::deadlineFromNow(double timeoutSec) const {
+Clock::time_point Communicator::deadlineFromNow(double timeoutSec, Clock::time_point now) const {
   double seconds = timeoutSec >= 0 ? timeoutSec : timeout();
-  return Clock::now() + std::chrono::duration_cast<Clock::duration>(
+  return now + std::chrono::duration_cast<Clock::duration>(
                             std::chrono::duration<double>(seconds));
 }
 

@@ -299,7 +299,7 @@ class Communicator {
   // Runs one collective on the thread that drives the links (the worker, or an inline
   // caller) and finishes its Work; on failure fails the group. Messages keep moving in its
   // waits (messages_); the hooks of those it completes run once it ended.
-  void runCollective(Collective& c);
+  void runCollective(Collective& c, Clock::time_point start = Clock::now());
   // Runs `ops` in order on this thread, which drives the group: a call issued by a completion
   // hook (last), after what was queued before it (worker.cc, [Note: calls from a completion]).
   void runHere(std::deque<Collective>& ops);
@@ -326,7 +326,7 @@ class Communicator {
   void progressP2P();
   // (under mu_, nobody driving) Nothing for a driver to do on the point-to-point side.
   bool p2pIdle() const { return submitted_.empty() && !p2p_.busy(); }
-  Clock::time_point deadlineFromNow(double timeoutSec = -1) const;
+  Clock::time_point deadlineFromNow(double timeoutSec = -1, Clock::time_point now = Clock::now()) const;
   // The header of a call by this rank; refuses an (op, dtype) the kernels lack.
   WireHeader makeHeader(OpKind kind, DType dtype, ReduceOp op, size_t count, int root);
   void checkPeer(int peer, const char* what) const;

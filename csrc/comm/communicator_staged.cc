@@ -155,7 +155,7 @@ std::shared_ptr<Work> Communicator::enqueueStaged(const WireHeader& header, size
     call.onWire = [this, base, deadline](size_t count, const std::function<void(Context&)>& body) {
       WireHeader h = base;
       h.count = count;  // each piece is a collective of its own size: cuts must agree
-      Context pc(rank_, size_, *transport_, links_, &messages_, h, deadline, options_.tunables, scratch_);
+      Context pc(rank_, size_, *transport_, links_, &messages_, h, deadline, Clock::now(), options_.tunables, scratch_);
       pc.setHierarchy(&hierarchy_, &stage_);
       body(pc);
       pc.drainSends();

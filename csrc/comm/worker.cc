@@ -105,7 +105,8 @@ std::shared_ptr<Work> Communicator::enqueue(Collective c) {
   auto work = c.makeWork ? c.makeWork("rank " + std::to_string(rank_) + " " + describeCall(c.header))
                          : std::make_shared<Work>(rank_, c.header);
   c.work = work;
-  work->setFlight(flight_.issued(flightCall(c.header)));
+  const auto issued = Clock::now();  // run here at once: also when it started, and its deadline's start
+  work->setFlight(flight_.issued(flightCall(c.header), issued));
   ++calls_[c.header.kind];
   c.trace = tracing_.load(std::memory_order_relaxed);
   if (tDriver == this) {  // issued by a completion hook on the driving thread
@@ -119,7 +120,7 @@ std::shared_ptr<Work> Communicator::enqueue(Collective c) {
   if (tInline && queue_.empty() && !driving_) {
     driving_ = true;  // the worker waits for us; nobody else touches the links meanwhile
     lock.unlock();
-    runCollective(c);
+    runCollective(c, issued);
     lock.lock();
     driving_ = false;
     const bool wake = othersNeedWaking();
@@ -376,7 +377,7 @@ void Communicator::runHere(std::deque<Collective>& ops) {
   }
 }
 
-void Communicator::runCollective(Collective& c) {
+void Communicator::runCollective(Collective& c, Clock::time_point start) {
   DriverMark mark(this);
   trace::Recorder::Scope traced(c.trace ? &recorder_ : nullptr, c.header.kind, c.header.seq);
   // Messages completed by this call's waits keep their hooks until it ended: a hook may
@@ -392,8 +393,8 @@ void Communicator::runCollective(Collective& c) {
     Deferring deferring(p2p_);
     messages_.failure.clear();
     try {
-      c.work->flight().started();
-      Context ctx(rank_, size_, *transport_, links_, &messages_, c.header, deadlineFromNow(c.timeoutSec),
+      c.work->flight().started(start);
+      Context ctx(rank_, size_, *transport_, links_, &messages_, c.header, deadlineFromNow(c.timeoutSec, start), start,
                   options_.tunables, scratch_);
       ctx.setFlight(&c.work->flight());
       ctx.setHierarchy(&hierarchy_, &stage_);

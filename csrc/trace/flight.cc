@@ -4,15 +4,16 @@
 
 namespace pycollect {
 namespace flight {
-namespace {
-
-int64_t nowUs() {
-  return std::chrono::duration_cast<std::chrono::microseconds>(
-             std::chrono::system_clock::now().time_since_epoch())
-      .count();
+int64_t wallUs(Clock::time_point t) {
+  using std::chrono::microseconds;
+  static const int64_t offsetUs = [] {
+    const auto wall = std::chrono::system_clock::now();
+    const auto steady = Clock::now();
+    return std::chrono::duration_cast<microseconds>(wall.time_since_epoch()).count() -
+           std::chrono::duration_cast<microseconds>(steady.time_since_epoch()).count();
+  }();
+  return offsetUs + std::chrono::duration_cast<microseconds>(t.time_since_epoch()).count();
 }
-
-}  // namespace
 
 const char* stateName(State s) {
   switch (s) {
@@ -26,7 +27,7 @@ const char* stateName(State s) {
 
 Recorder::Recorder(size_t capacity) : slots_(capacity) {}
 
-Mark Recorder::issued(const Call& call) {
+Mark Recorder::issued(const Call& call, Clock::time_point now) {
   if (slots_.empty()) return Mark();  // off
   std::lock_guard<std::mutex> lock(mu_);
   uint64_t id = next_++;
@@ -34,7 +35,7 @@ Mark Recorder::issued(const Call& call) {
   s.id.store(id, std::memory_order_relaxed);
   s.call = call;
   s.state = State::kQueued;
-  s.issuedUs = nowUs();
+  s.issuedUs = wallUs(now);
   s.startedUs = s.endedUs = 0;
   s.phase.store(nullptr, std::memory_order_relaxed);
   s.step.store(0, std::memory_order_relaxed);
@@ -48,11 +49,12 @@ Recorder::Slot* Recorder::slotOf(uint64_t id) {
   return s.id.load(std::memory_order_relaxed) == id ? &s : nullptr;
 }
 
-void Recorder::setState(uint64_t id, State state, int64_t Slot::*when) {
+void Recorder::setState(uint64_t id, State state, int64_t Slot::*when, Clock::time_point now) {
+  const int64_t us = wallUs(now);
   std::lock_guard<std::mutex> lock(mu_);
   if (Slot* s = slotOf(id)) {
     s->state = state;
-    s->*when = nowUs();
+    s->*when = us;
   }
 }
 
@@ -85,8 +87,8 @@ std::vector<Record> Recorder::snapshot() const {
   return out;
 }
 
-void Mark::started() const {
-  if (recorder_ != nullptr) recorder_->setState(id_, State::kRunning, &Recorder::Slot::startedUs);
+void Mark::started(Clock::time_point now) const {
+  if (recorder_ != nullptr) recorder_->setState(id_, State::kRunning, &Recorder::Slot::startedUs, now);
 }
 
 void Mark::numbered(uint64_t seq) const {
@@ -95,7 +97,7 @@ void Mark::numbered(uint64_t seq) const {
 
 void Mark::ended(bool failed) const {
   if (recorder_ != nullptr) {
-    recorder_->setState(id_, failed ? State::kFailed : State::kDone, &Recorder::Slot::endedUs);
+    recorder_->setState(id_, failed ? State::kFailed : State::kDone, &Recorder::Slot::endedUs, Clock::now());
   }
 }
 

@@ -19,8 +19,16 @@
 #include <string>
 #include <vector>
 
+#include "common/clock.h"
+
 namespace pycollect {
 namespace flight {
+
+// A time point of the engine's clock in microseconds of the system clock: the system clock
+// read once (at the first record of the process), plus the steady clock since. So the
+// clock read that starts a call's deadline also stamps its record (a read is some 25 ns,
+// and a small call made five of them).
+int64_t wallUs(Clock::time_point t);
 
 enum class State : uint8_t { kQueued = 0, kRunning = 1, kDone = 2, kFailed = 3 };
 const char* stateName(State s);
@@ -58,7 +66,7 @@ class Mark {
  public:
   Mark() = default;
   Mark(Recorder* r, uint64_t id) : recorder_(r), id_(id) {}
-  void started() const;
+  void started(Clock::time_point now = Clock::now()) const;
   void numbered(uint64_t seq) const;  // a recv is numbered when it is posted
   void step(const char* phase, int step, int steps) const;
   void waiting(int peer) const;
@@ -72,7 +80,7 @@ class Mark {
 class Recorder {
  public:
   explicit Recorder(size_t capacity);  // 0: off (nothing is recorded)
-  Mark issued(const Call& call);
+  Mark issued(const Call& call, Clock::time_point now = Clock::now());
   // Oldest first.
   std::vector<Record> snapshot() const;
   size_t capacity() const { return slots_.size(); }
@@ -91,7 +99,7 @@ class Recorder {
   // The slot of `id` while it still holds it, else nullptr (overwritten). Under mu_, or
   // without it for the running call's steps and waits (each field is atomic).
   Slot* slotOf(uint64_t id);
-  void setState(uint64_t id, State s, int64_t Slot::*when);
+  void setState(uint64_t id, State s, int64_t Slot::*when, Clock::time_point now);
   void setSeq(uint64_t id, uint64_t seq);
 
   mutable std::mutex mu_;
