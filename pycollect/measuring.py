@@ -6,6 +6,7 @@ them.
 """
 from __future__ import annotations
 
+import functools
 import re
 from typing import List, Optional
 
@@ -95,16 +96,20 @@ def op_function(op: str):
 def run_op(op: str, a, b, group=None, algo: Optional[str] = None) -> None:
     """One pycollect call of `op` on buffers()'s (a, b); `algo` (pycollect.types.CALL_ALGOS)
     None or "auto": the group's choice; broadcast's root is rank 0."""
+    op_caller(op, a, b, group, algo)()
+
+
+def op_caller(op: str, a, b, group=None, algo: Optional[str] = None):
+    """run_op's call as a function of no arguments (what a timed loop calls)."""
     fn = op_function(op)
     kwargs = {"group": group}
     if algo and algo != "auto":
         kwargs["algo"] = algo
     if op == "broadcast":
-        fn(a, 0, **kwargs)
-    elif op == "all_reduce":
-        fn(a, **kwargs)
-    else:
-        fn(b, a, **kwargs)
+        return functools.partial(fn, a, 0, **kwargs)
+    if op == "all_reduce":
+        return functools.partial(fn, a, **kwargs)
+    return functools.partial(fn, b, a, **kwargs)
 
 
 def max_over_ranks(value: float, group=None) -> float:

@@ -10,6 +10,7 @@ bound that pycollect.compression states).
 """
 from __future__ import annotations
 
+import functools
 import statistics
 import time
 from typing import Dict, Iterator, Optional, Sequence
@@ -19,7 +20,7 @@ import torch.distributed as dist
 
 from .. import api as pc
 from ..compression import error_bound
-from ..measuring import DTYPE_BYTES, buffers, bus_factor, elements, max_over_ranks, run_op
+from ..measuring import DTYPE_BYTES, buffers, bus_factor, elements, max_over_ranks, op_caller
 
 
 class Engine:
@@ -40,32 +41,33 @@ class Engine:
             self._mpi, self._comm = MPI, MPI.COMM_WORLD
 
     def call(self, op: str, a, b) -> None:
+        self.caller(op, a, b)()
+
+    def caller(self, op: str, a, b):
+        """One call of `op` on (a, b) as a function of no arguments: what is asked once (the
+        numpy views MPI takes, the function, the group, the algorithm) is asked here, so the
+        timed loop charges each engine its own call and nothing of the harness's."""
         g = self.group
         if self._mpi is not None:
-            MPI, x = self._mpi, a.numpy()
+            MPI, comm, x = self._mpi, self._comm, a.numpy()
             if op == "all_reduce":
-                self._comm.Allreduce(MPI.IN_PLACE, x, op=MPI.SUM)
-            elif op == "all_gather":
-                self._comm.Allgather(x, b.numpy())
-            elif op == "reduce_scatter":
-                self._comm.Reduce_scatter_block(x, b.numpy(), op=MPI.SUM)
-            else:
-                self._comm.Bcast(x, root=0)
-            return
+                return functools.partial(comm.Allreduce, MPI.IN_PLACE, x, op=MPI.SUM)
+            if op == "all_gather":
+                return functools.partial(comm.Allgather, x, b.numpy())
+            if op == "reduce_scatter":
+                return functools.partial(comm.Reduce_scatter_block, x, b.numpy(), op=MPI.SUM)
+            return functools.partial(comm.Bcast, x, root=0)
         if self._torch:
             if op == "all_reduce":
-                dist.all_reduce(a, group=g)
-            elif op == "all_gather":
-                _ag(b, a, group=g)
-            elif op == "reduce_scatter":
-                _rs(b, a, group=g)
-            else:
-                dist.broadcast(a, src=0, group=g)
-            return
+                return functools.partial(dist.all_reduce, a, group=g)
+            if op == "all_gather":
+                return functools.partial(_ag, b, a, group=g)
+            if op == "reduce_scatter":
+                return functools.partial(_rs, b, a, group=g)
+            return functools.partial(dist.broadcast, a, src=0, group=g)
         if self.compress is not None:
-            pc.all_reduce(a, group=g, algo=self.algo, compress=self.compress)
-            return
-        run_op(op, a, b, g, self.algo)
+            return functools.partial(pc.all_reduce, a, group=g, algo=self.algo, compress=self.compress)
+        return op_caller(op, a, b, g, self.algo)
 
     def barrier(self) -> None:
         if self._mpi is not None:
@@ -130,18 +132,20 @@ def run(op: str, sizes, dtype_name: str, iters: int, warmup: int, repeats: int,
         row = {"size": count * esize, "count": count, "type": dtype_name,
                "redop": "sum" if op in ("all_reduce", "reduce_scatter") else "none"}
         bufs = {e.name: buffers(op, count, n, dtype, device) for e in engines}
+        calls = {e.name: e.caller(op, *bufs[e.name]) for e in engines}
         samples = {e.name: [] for e in engines}
         for e in engines:
             for _ in range(warmup):
-                e.call(op, *bufs[e.name])
+                calls[e.name]()
         for rep in range(repeats):
             order = engines if rep % 2 == 0 else engines[::-1]
             for e in order:
                 _sync(device)
                 e.barrier()
+                call = calls[e.name]
                 t0 = time.perf_counter()
                 for _ in range(iters):
-                    e.call(op, *bufs[e.name])
+                    call()
                 _sync(device)
                 samples[e.name].append((time.perf_counter() - t0) / iters)
         for e in engines:
