@@ -142,16 +142,16 @@ _StubEngine.recv = _stub_recv
 
 
 class _StubFast:
-    """Stands in for a group's fast calls (ProcessGroup.fast): each takes the buffer and is
+    """Stands in for a group's fast calls (ProcessGroup.fast): each takes its buffers and is
     done, as a small blocking call that ran to its end on the caller's thread is."""
 
-    @staticmethod
-    def all_reduce(_tensor, _op):
-        return None
 
-    @staticmethod
-    def broadcast(_tensor, _root):
-        return None
+def _stub_fast_call(*_args):
+    return None
+
+
+for _name in ("all_reduce", "broadcast", "reduce", "all_gather", "reduce_scatter", "send", "recv"):
+    setattr(_StubFast, _name, staticmethod(_stub_fast_call))
 
 
 def _time_calls(call, iters: int) -> float:

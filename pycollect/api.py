@@ -188,6 +188,24 @@ def _profiler_active() -> bool:
     return _torch_profiler._is_profiler_enabled
 
 
+def _fast(g: ProcessGroup, general: bool):
+    """The group's fast calls (ProcessGroup.fast: a blocking call on plain host buffers in one
+    crossing into C++), or None where this call takes the general path anyway (`general`: an
+    async call or an argument only the general path reads; a torch profiler recording, which
+    names the call)."""
+    return None if general or _profiler_active() else g.fast
+
+
+def _ran_fast(g: ProcessGroup, issued, keepalive) -> bool:
+    """Whether a fast call took the call: it ran to its end (None), or was issued and is
+    waited on here as any blocking call; False: it declined, nothing was issued."""
+    if issued is False:
+        return False
+    if issued is not None:
+        g.wait_issued(issued, keepalive)
+    return True
+
+
 def _run(g: ProcessGroup, launch, args, keepalive, async_op: bool, finish=None, profiled: bool = False):
     """launch(*args, blocking) queues the call (`launch`: a method of g's communicator);
     blocking (not async_op) lets the engine run it on this thread when nothing is queued,
@@ -234,13 +252,9 @@ def all_reduce(tensor, op=ReduceOp.SUM, group=None, async_op: bool = False, algo
     between hosts compressed); any other dtype raises ValueError naming it.
     """
     g = _group(group)
-    if g.fast is not None and not (async_op or algo is not None or compress is not None or _profiler_active()):
-        issued = g.fast.all_reduce(tensor, op)  # a plain host buffer, in one crossing (None: done)
-        if issued is None:
-            return None
-        if issued is not False:  # issued, not ended on this thread: waited on as any blocking call
-            g.wait_issued(issued, (tensor,))
-            return None
+    fast = _fast(g, async_op or algo is not None or compress is not None)
+    if fast is not None and _ran_fast(g, fast.all_reduce(tensor, op), (tensor,)):
+        return None
     op = to_reduce_op(op)
     compress = Compress.parse(compress, "all_reduce(compress)")
     chosen = g.algo_for("all_reduce", algo)
@@ -269,6 +283,9 @@ def all_gather_into_tensor(output_tensor, input_tensor, group=None, async_op: bo
     as all_reduce's). All ranks must pass the same value.
     """
     g = _group(group)
+    fast = _fast(g, async_op or algo is not None)
+    if fast is not None and _ran_fast(g, fast.all_gather(output_tensor, input_tensor), (input_tensor, output_tensor)):
+        return None
     algo = g.algo_for("all_gather", algo, "all_gather_into_tensor")
     i, o, dc = _input_output(g, "all_gather_into_tensor", input_tensor, "input_tensor", output_tensor, "output_tensor",
                              gathers=True)
@@ -310,6 +327,9 @@ def reduce_scatter_tensor(output, input, op=ReduceOp.SUM, group=None, async_op: 
     `algo` ("auto", "ring", "hierarchical") as all_reduce's: "auto" runs the hierarchy on
     groups that span hosts from the size the two-level model names (docs/hierarchy.md)."""
     g = _group(group)
+    fast = _fast(g, async_op or algo is not None)
+    if fast is not None and _ran_fast(g, fast.reduce_scatter(output, input, op), (input, output)):
+        return None
     op = to_reduce_op(op)
     algo = g.algo_for("reduce_scatter", algo, "reduce_scatter_tensor")
     i, o, dc = _input_output(g, "reduce_scatter_tensor", input, "input", output, "output", gathers=False)
@@ -347,13 +367,9 @@ def broadcast(tensor, src: int = 0, group=None, async_op: bool = False, algo=Non
     "ring" (a chain along the ring) or "hierarchical" (across hosts, then within them)."""
     g = _group(group)
     root = g.group_rank(src, "broadcast(src)")
-    if g.fast is not None and not (async_op or algo is not None or _profiler_active()):
-        issued = g.fast.broadcast(tensor, root)  # as all_reduce's
-        if issued is None:
-            return None
-        if issued is not False:
-            g.wait_issued(issued, (tensor,))
-            return None
+    fast = _fast(g, async_op or algo is not None)
+    if fast is not None and _ran_fast(g, fast.broadcast(tensor, root), (tensor,)):
+        return None
     algo = g.algo_for("broadcast", algo)
     b = as_buffer(tensor, "broadcast(tensor)", writable=True)
     dc = device_call(g, (b,), "broadcast")
@@ -383,6 +399,9 @@ def isend(tensor, dst: int, group=None, tag: int = 0) -> Work:
 
 def _send(tensor, dst: int, group, tag: int, async_op: bool):
     g = _group(group)
+    fast = _fast(g, async_op)
+    if fast is not None and _ran_fast(g, fast.send(tensor, g.group_rank(dst, "send(dst)"), tag), (tensor,)):
+        return None
     if needs_host_staging(g, [tensor], "send"):
         return _settled(through_host([tensor], [], lambda i, _o: isend(i[0], dst, group, tag)), async_op)
     peer = g.group_rank(dst, "send(dst)")
@@ -404,6 +423,9 @@ def irecv(tensor, src: Optional[int] = None, group=None, tag: int = 0) -> Work:
 
 def _recv(tensor, src: Optional[int], group, tag: int, async_op: bool):
     g = _group(group)
+    fast = _fast(g, async_op or src is None)  # from any source: the general path names the sender
+    if fast is not None and _ran_fast(g, fast.recv(tensor, g.group_rank(src, "recv(src)"), tag), (tensor,)):
+        return src
     if needs_host_staging(g, [tensor], "recv"):
         work = through_host([], [tensor], lambda _i, o: irecv(o[0], src, group, tag))
         return _settled(work, async_op, work.source_rank)
@@ -455,8 +477,11 @@ def reduce(tensor, dst: int = 0, op=ReduceOp.SUM, group=None, async_op: bool = F
     """Reduce every rank's `tensor` into global rank `dst`'s, in place; the other ranks'
     tensors are left as they were (a pipelined chain towards `dst`)."""
     g = _group(group)
-    op = to_reduce_op(op)
     root = g.group_rank(dst, "reduce(dst)")
+    fast = _fast(g, async_op)
+    if fast is not None and _ran_fast(g, fast.reduce(tensor, op, root), (tensor,)):
+        return None
+    op = to_reduce_op(op)
     b = as_buffer(tensor, "reduce(tensor)", writable=True)
     dc = device_call(g, (b,), "reduce")
     if dc is not None:

@@ -10,6 +10,7 @@ import collections
 import datetime
 import os
 import threading
+import weakref
 from typing import Dict, List, Optional, Sequence
 
 from . import _C
@@ -78,11 +79,13 @@ class ProcessGroup:
         # What every rank must have alike (options.WIRE_SETTINGS), defaults resolved: checked as the ranks meet.
         wire = {name: getattr(comm_options, attr) for name, attr in WIRE_SETTINGS.items()}
         self._comm = _C.Communicator(self.rank, self.size, comm_options)
-        # The blocking all_reduce and broadcast of one plain host buffer in one crossing
-        # (csrc/bindings/register_fast_calls.cc); None: every call takes the general path.
+        # The blocking calls on plain host buffers in one crossing (csrc/bindings/
+        # register_fast_calls.cc); None: every call takes the general path.
+        algos = self._default_algos
         self.fast: Optional[_C.FastCalls] = _C.FastCalls(self._comm, self._lock, self._pending,
-                                                         self._default_algos["all_reduce"],
-                                                         self._default_algos["broadcast"])
+                                                         weakref.WeakMethod(self._release_settled),
+                                                         algos["all_reduce"], algos["broadcast"],
+                                                         algos["all_gather"], algos["reduce_scatter"])
         formed = Formation(name, store, self.ranks, self.rank, timeout, self.options, self._comm, wire)
         formed.connect(host)
         self._store, self._keys = store, formed.keys  # where it formed (shrunk)

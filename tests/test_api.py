@@ -136,14 +136,44 @@ def case_fast_calls():
     after = np.ones(1, np.float64)
     pc.all_reduce(after)  # lines up only if no rank issued anything above
     out["after"] = after.tolist()
-    # A call in flight: the fast call declines (the general path drops its buffers first).
-    big = torch.ones(1 << 16)
-    w = pc.all_reduce(big, async_op=True)
+    # A call still running (a receive not yet matched): the fast call declines, the general
+    # path runs it; once it ended, the fast call drops its buffers and runs again.
+    box = torch.zeros(2)
+    w = pc.irecv(box, src=(r - 1) % n, tag=77)
     small = np.ones(2, np.float32)
     out["in_flight"] = g.fast.all_reduce(small, 0)
     pc.all_reduce(small)
+    pc.send(torch.full((2,), float(r)), (r + 1) % n, tag=77)
     w.wait()
-    out["after_flight"] = (small.tolist(), float(big[0]))
+    out["after_flight"] = (small.tolist(), box.tolist())
+    done = pc.all_reduce(np.ones(1, np.float32), async_op=True)
+    done.wait()
+    out["ended_dropped"] = (g.fast.all_reduce(small, 0), len(g._pending))
+    # The other calls: reduce to rank 1, the gathers, a message around the ring.
+    red = np.full(3, r + 1, dtype=np.int64)
+    out["reduce"] = (g.fast.reduce(red, pc.ReduceOp.SUM, 1), red.tolist())
+    gathered = torch.zeros(2 * n)
+    out["all_gather"] = (g.fast.all_gather(gathered, torch.full((2,), float(r))), gathered.tolist())
+    part = np.zeros(2, np.float64)
+    out["reduce_scatter"] = (g.fast.reduce_scatter(part, np.arange(2 * n, dtype=np.float64), 0), part.tolist())
+    got = np.zeros(3, np.int32)
+    if r % 2 == 0:
+        sent = g.fast.send(np.full(3, r, np.int32), (r + 1) % n, 5)
+        received = g.fast.recv(got, (r - 1) % n, 5)
+    else:
+        received = g.fast.recv(got, (r - 1) % n, 5)
+        sent = g.fast.send(np.full(3, r, np.int32), (r + 1) % n, 5)
+    out["message"] = (sent, received, got.tolist())
+    out["declined_more"] = {
+        "gather_size": g.fast.all_gather(torch.zeros(2 * n + 1), torch.ones(2)),
+        "gather_dtype": g.fast.all_gather(torch.zeros(2 * n, dtype=torch.float64), torch.ones(2)),
+        "scatter_size": g.fast.reduce_scatter(np.zeros(3), np.zeros(2 * n), 0),
+        "recv_any": g.fast.recv(got, -1, 5), "tag_big": g.fast.send(got, (r + 1) % n, 1 << 40),
+        "tag_bool": g.fast.send(got, (r + 1) % n, True), "reduce_op": g.fast.reduce(red, 8, 0),
+    }
+    check = np.ones(1, np.float64)
+    pc.all_reduce(check)  # nothing was issued by the declined calls
+    out["after_more"] = check.tolist()
     # Same bits as the general path (algo named: the general path), odd counts, every rank's values.
     rng = np.random.default_rng(r)
     x = rng.standard_normal(1001).astype(np.float32)
@@ -611,7 +641,14 @@ def test_fast_calls_take_plain_buffers_and_decline_the_rest(pool4):
         assert out["declined"] == {k: False for k in out["declined"]}, out["declined"]
         assert out["after"] == [float(WORLD)]
         assert out["in_flight"] is False
-        assert out["after_flight"] == ([float(WORLD)] * 2, float(WORLD))
+        assert out["after_flight"] == ([float(WORLD)] * 2, [float((r - 1) % WORLD)] * 2)
+        assert out["ended_dropped"] == (None, 0)
+        assert out["reduce"] == (None, [half if r == 1 else r + 1] * 3)
+        assert out["all_gather"] == (None, [float(k) for k in range(WORLD) for _ in range(2)])
+        assert out["reduce_scatter"] == (None, [float(WORLD * (2 * r + k)) for k in range(2)])
+        assert out["message"] == (None, None, [(r - 1) % WORLD] * 3)
+        assert out["declined_more"] == {k: False for k in out["declined_more"]}, out["declined_more"]
+        assert out["after_more"] == [float(WORLD)]
         assert out["same_bits"]
         assert out["api_fast"] == [WORLD] * 3
         assert out["async_general"] == "general"
