@@ -165,11 +165,16 @@ DEFAULT_SPIN_US = 50
 
 def ranks_fit_cores(local_ranks: int) -> bool:
     """Whether each of this host's `local_ranks` can have a core of its own (this process's
-    CPU affinity, else the machine's count)."""
+    CPU affinity, else the machine's count). A process allowed one core alone, on a machine
+    with a core for every rank, was bound to it by its launcher (mpirun --bind-to core, srun
+    --cpu-bind=cores, launch.pin_to_core), each rank to its own: its peers have theirs."""
+    machine = os.cpu_count() or 1
     try:
         cores = len(os.sched_getaffinity(0))
     except (AttributeError, OSError):
-        cores = os.cpu_count() or 1
+        cores = machine
+    if cores == 1 and local_ranks <= machine:
+        return True
     return local_ranks <= cores
 
 

@@ -236,6 +236,21 @@ def test_transport_option_is_checked():
         Options.from_env({"PYCOLLECT_TRANSPORT": "udp"})
 
 
+def test_a_rank_bound_to_one_core_counts_its_peers_as_on_cores_of_their_own(monkeypatch):
+    """A process allowed a single core was bound to it by its launcher (mpirun --bind-to
+    core, launch.pin_to_core): where the machine has a core for every rank, the ranks fit
+    (spinning and the 1 MiB single-copy threshold), else not; several cores allowed are
+    counted as before."""
+    from pycollect.options import default_spin_us, ranks_fit_cores
+
+    monkeypatch.setattr(os, "cpu_count", lambda: 4)
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {3})
+    assert ranks_fit_cores(2) and ranks_fit_cores(4) and not ranks_fit_cores(5)
+    assert default_spin_us(4) > 0 and default_spin_us(5) == 0
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1})
+    assert ranks_fit_cores(2) and not ranks_fit_cores(3)
+
+
 def test_single_copy_threshold_follows_the_cores(monkeypatch):
     """Shared memory reads messages from the sender's memory from 1 MiB where this host's
     ranks each have a core, from 64 KiB where they outnumber the cores; the variable
