@@ -161,10 +161,12 @@ def test_ft_replica_group_killed_and_rejoined(tmp_path, job):
     all-reduce across groups); replica group 1 is SIGKILLed (its torchrun and both ranks)
     mid-training. Replica group 0 keeps stepping alone; group 1, started again, heals from
     group 0's live checkpoint (its first step is past 0) and both end at the same step with
-    the same parameters (or shards), rank by rank."""
+    the same parameters (or shards), rank by rank. Where they end is set once group 1 is back
+    (OUT/stop: 20 steps on), so group 0 cannot finish while group 1 restarts (it did, at a
+    fixed 80 steps, when the restart took longer than group 0's remaining steps)."""
     from torchft._torchft import LighthouseServer
 
-    steps, out = 80, str(tmp_path)
+    steps, out = 100_000, str(tmp_path)
     lighthouse = LighthouseServer(bind="[::]:0", min_replicas=1, join_timeout_ms=2000)
     jobs = [_replica_group(job, r, lighthouse.address(), out, steps) for r in (0, 1)]
     try:
@@ -174,13 +176,18 @@ def test_ft_replica_group_killed_and_rejoined(tmp_path, job):
         killed_at, before = time.time(), len(_steps(out, 1))
         _wait("replica group 0 to step on alone", lambda: len([s for s, t in _steps(out, 0) if t > killed_at]) >= 5)
         jobs[1] = _replica_group(job, 1, lighthouse.address(), out, steps)
-        for job in jobs:
-            job.wait(timeout=300)
-            assert job.returncode == 0, _logs(out)
+        _wait("replica group 1 to rejoin", lambda: len(_steps(out, 1)) > before)
+        end = max(s for r in (0, 1) for s, _ in _steps(out, r)) + 20
+        with open(os.path.join(out, "stop.tmp"), "w") as f:
+            f.write(str(end))
+        os.replace(os.path.join(out, "stop.tmp"), os.path.join(out, "stop"))  # read whole or not at all
+        for proc in jobs:
+            proc.wait(timeout=300)
+            assert proc.returncode == 0, _logs(out)
     finally:
-        for job in jobs:
-            if job.poll() is None:
-                _kill_tree(job.pid)
+        for proc in jobs:
+            if proc.poll() is None:
+                _kill_tree(proc.pid)
         lighthouse.shutdown()
     rejoined = _steps(out, 1)[before:]
     assert rejoined and rejoined[0][0] > 1, f"replica group 1 did not heal from a live checkpoint: {rejoined[:3]}"

@@ -24,11 +24,21 @@ def manager(replica_id: str, state_dict, load_state_dict) -> Manager:
                    timeout=timedelta(seconds=10), quorum_retries=3)
 
 
+def last_step(out: str, steps: int) -> int:
+    """Where training ends: `steps`, or the step the test wrote into OUT/stop since (it sets the
+    end once a killed replica group has rejoined, so the other cannot finish before it is back)."""
+    try:
+        with open(os.path.join(out, "stop")) as f:
+            return int(f.read())
+    except (FileNotFoundError, ValueError):
+        return steps
+
+
 def train(manager: Manager, optimizer, forward, out: str, replica: str, rank: int, steps: int) -> None:
-    """Steps until the Manager reached `steps`, rank r on its own batches (the same in every
+    """Steps until the Manager reached last_step(), rank r on its own batches (the same in every
     replica group), appending "step time" to OUT/progress.REPLICA.RANK after each."""
     progress = open(os.path.join(out, f"progress.{replica}.{rank}"), "a", buffering=1)
-    while manager.current_step() < steps:
+    while manager.current_step() < last_step(out, steps):
         step = manager.current_step()
         x = torch.randn(8, 16, generator=torch.Generator().manual_seed(1000 * step + rank))
         optimizer.zero_grad()
