@@ -116,7 +116,10 @@ def _torch_kinds() -> list:
         # The API's fast calls read a CPU tensor's buffer in C++ from here on (host_span.h):
         # its fields, through pycollect._torch where it was built for this torch, else its attributes.
         _C.know_torch(torch.Tensor, torch.strided, {t: DTYPE_CODES[name] for t, name in _TORCH_NAMES.items()})
-        native = prebuilt(torch)
+        try:
+            native = prebuilt(torch)
+        except ImportError:  # its attributes serve; the backend, when used, says what is wrong
+            native = None
         if native is not None:
             _C.know_tensor_reader(native.tensor_reader)
     return _TORCH
