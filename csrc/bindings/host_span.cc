@@ -115,7 +115,8 @@ bool plainTensorSpan(PyObject* x, bool writable, HostSpan& out) {
   static PyObject *kDtype = name("dtype"), *kIsCpu = name("is_cpu"), *kLayout = name("layout"),
                   *kIsContiguous = name("is_contiguous"), *kDataPtr = name("data_ptr"), *kNumel = name("numel"),
                   *kStorage = name("untyped_storage"), *kResizable = name("resizable");
-  if (knownTorch.tensorType == nullptr || Py_TYPE(x) != reinterpret_cast<PyTypeObject*>(knownTorch.tensorType)) return false;
+  const auto* tensorType = reinterpret_cast<PyTypeObject*>(knownTorch.tensorType);
+  if (tensorType == nullptr || Py_TYPE(x) != tensorType) return false;
   PyObject* dtype = attr(x, kDtype);
   if (dtype == nullptr) return false;
   PyObject* code = PyDict_GetItemWithError(knownTorch.dtypeCodes, dtype);  // borrowed

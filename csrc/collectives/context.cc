@@ -58,7 +58,8 @@ int indexIn(const std::vector<int>& ranks, int rank) {
 Context::Context(const Context& parent, const std::vector<int>& ranks, const char* level)
     : rank(indexIn(ranks, parent.rank)), size(static_cast<int>(ranks.size())), call(parent.call),
       tunables(parent.tunables), transport_(parent.transport_), messages_(parent.messages_), links_(&viewLinks_),
-      deadline_(parent.deadline_), start_(parent.start_), scratch_(parent.scratch_), flight_(parent.flight_), groupRank_(parent.groupRank_), level_(level) {
+      deadline_(parent.deadline_), start_(parent.start_), scratch_(parent.scratch_), flight_(parent.flight_),
+      groupRank_(parent.groupRank_), level_(level) {
   viewLinks_.reserve(ranks.size());
   for (int r : ranks) viewLinks_.push_back((*parent.links_)[r]);
 }

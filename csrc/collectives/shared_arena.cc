@@ -19,6 +19,7 @@ namespace {
 
 // How long a wait spins before it sleeps, and how long one sleep lasts at most.
 constexpr auto kSpin = std::chrono::microseconds(100);
+constexpr auto kSlice = std::chrono::milliseconds(2);
 
 // The CPU's spin-wait hint: the core idles a moment and its sibling thread runs.
 inline void cpuPause() {
@@ -28,7 +29,6 @@ inline void cpuPause() {
   asm volatile("yield");
 #endif
 }
-constexpr auto kSlice = std::chrono::milliseconds(2);
 
 // Whether counter `value` has reached `target` (wrapping: rounds count on for ever).
 bool reached(uint32_t value, uint32_t target) { return static_cast<int32_t>(value - target) >= 0; }

@@ -19,11 +19,12 @@
 // in pieces raises `arrived` once, after its first piece, so that `arrived = k` still
 // means "done with round k - 1", which is all a slot's reuse needs.
 //
-// Waiting. A rank spins on a flag for a while (yielding the core between looks: ranks may
-// outnumber cores), then sleeps on it with futex(2), which works across processes on a
-// shared mapping. A waiter counts itself in the arena's `waiters` before its last look,
-// and a publisher wakes the flag's sleepers only when that count is not zero (fences on
-// both sides: no lost wake-up, and no system call on the fast path). Sleeps last at most
+// Waiting. A rank spins on a flag for a while (a pause between looks where the host's ranks
+// fit its cores; where they outnumber them, a yield of the core between rounds of looks),
+// then sleeps on it with futex(2), which works across processes on a shared mapping. A
+// waiter counts itself in the arena's `waiters` before its last look, and a publisher wakes
+// the flag's sleepers only when that count is not zero (fences on both sides: no lost
+// wake-up, and no system call on the fast path). Sleeps last at most
 // kSlice; between them the wait moves the group's links and point-to-point messages,
 // checks that every peer still lives (transport.h, checkPeers), the deadline and the
 // program's Ctrl-C. A rank whose group fails marks the arena failed and wakes every

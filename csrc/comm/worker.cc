@@ -156,10 +156,11 @@ std::shared_ptr<Work> Communicator::issueP2P(std::unique_ptr<P2POp> op) {
   flight::Call call = flightCall(op->call);
   call.peer = op->peer == kAnySource ? flight::kAnyPeer : op->peer;
   call.send = op->send;
-  work->setFlight(flight_.issued(call));
+  const auto now = Clock::now();  // one read: its record, its posting and its deadline's start
+  work->setFlight(flight_.issued(call, now));
   ++calls_[static_cast<size_t>(OpKind::kSend)];  // send and recv both count as "send/recv"
-  op->posted = Clock::now();
-  op->deadline = deadlineFromNow();
+  op->posted = now;
+  op->deadline = deadlineFromNow(-1, now);
   if (tDriver == this) {  // issued by a completion hook on the driving thread: post it here
     lock.unlock();
     try {

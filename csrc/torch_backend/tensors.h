@@ -12,8 +12,8 @@
 #include <string>
 #include <vector>
 
-#include "common/host_span.h"
 #include "collectives/context.h"
+#include "common/host_span.h"
 #include "common/types.h"
 
 namespace pycollect::torchb {
