@@ -661,7 +661,14 @@ import pycollect as pc
 from pycollect import _buffers
 from pycollect.world import default
 
-_buffers.prebuilt = lambda torch: None  # as where pycollect._torch was built for another torch
+
+def no_native(torch):  # as where pycollect._torch was built for another torch, or fails to import
+    if sys.argv[2] == "fails":
+        raise ImportError("pycollect._torch: undefined symbol (a stand-in)")
+    return None
+
+
+_buffers.prebuilt = no_native
 pc.init_process_group(init_method=sys.argv[1], rank=0, world_size=1)
 assert "pycollect._torch" not in sys.modules
 _buffers._torch_kinds()
@@ -676,16 +683,17 @@ print(g.fast.all_reduce(t, 0), t.tolist(), g.fast.all_reduce(torch.ones(4, 4).t(
 """
 
 
-def test_fast_calls_read_tensors_by_attribute_without_the_native_backend():
-    """Where pycollect._torch does not fit the running torch, the fast calls read a tensor
-    through its Python attributes: the same answers (a Parameter, an exact type check, is
-    left to the general path there)."""
+@pytest.mark.parametrize("native", ["another torch", "fails"])
+def test_fast_calls_read_tensors_by_attribute_without_the_native_backend(native):
+    """Where pycollect._torch does not fit the running torch, or fails to import, the fast
+    calls read a tensor through its Python attributes: the same answers (a Parameter, an
+    exact type check, is left to the general path there), and no API call fails for it."""
     import subprocess
     import sys
 
     from pycollect.launch import free_port
 
-    out = subprocess.run([sys.executable, "-c", _ATTRIBUTE_READER, f"tcp://127.0.0.1:{free_port()}"],
+    out = subprocess.run([sys.executable, "-c", _ATTRIBUTE_READER, f"tcp://127.0.0.1:{free_port()}", native],
                          capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
     assert out.stdout.split("\n")[0] == "None [2.0, 2.0, 2.0] False False False False False"
