@@ -188,22 +188,18 @@ def _profiler_active() -> bool:
     return _torch_profiler._is_profiler_enabled
 
 
-def _fast(g: ProcessGroup, general: bool):
-    """The group's fast calls (ProcessGroup.fast: a blocking call on plain host buffers in one
-    crossing into C++), or None where this call takes the general path anyway (`general`: an
-    async call or an argument only the general path reads; a torch profiler recording, which
-    names the call)."""
-    return None if general or _profiler_active() else g.fast
+# The API's blocking calls on plain host buffers in one crossing into C++ (csrc/bindings/
+# register_fast_calls.cc): each public function below hands it its own arguments first. It
+# returns None when the call ran to its end, False when it declined (nothing issued: the
+# general path runs, and raises what is wrong), else the engine's Work of a call it issued
+# that did not end on this thread, which _waited waits on.
+_fast = _C.fast_front(world)
 
 
-def _ran_fast(g: ProcessGroup, issued, keepalive) -> bool:
-    """Whether a fast call took the call: it ran to its end (None), or was issued and is
-    waited on here as any blocking call; False: it declined, nothing was issued."""
-    if issued is False:
-        return False
-    if issued is not None:
-        g.wait_issued(issued, keepalive)
-    return True
+def _waited(group, issued, keepalive) -> None:
+    """Wait for a call the fast path issued that did not end there (another thread's call
+    ran first, or it failed), as for any blocking call: its error raised as any Work's."""
+    _group(group).wait_issued(issued, keepalive)
 
 
 def _run(g: ProcessGroup, launch, args, keepalive, async_op: bool, finish=None, profiled: bool = False):
@@ -251,10 +247,11 @@ def all_reduce(tensor, op=ReduceOp.SUM, group=None, async_op: bool = False, algo
     SUM and AVG only, algorithm "ring" (one host) or "hierarchical" (only the bytes
     between hosts compressed); any other dtype raises ValueError naming it.
     """
+    if not (async_op or algo is not None or compress is not None):
+        issued = _fast.all_reduce(group, tensor, op)
+        if issued is not False:
+            return None if issued is None else _waited(group, issued, (tensor,))
     g = _group(group)
-    fast = _fast(g, async_op or algo is not None or compress is not None)
-    if fast is not None and _ran_fast(g, fast.all_reduce(tensor, op), (tensor,)):
-        return None
     op = to_reduce_op(op)
     compress = Compress.parse(compress, "all_reduce(compress)")
     chosen = g.algo_for("all_reduce", algo)
@@ -282,10 +279,11 @@ def all_gather_into_tensor(output_tensor, input_tensor, group=None, async_op: bo
     (PYCOLLECT_ALGO where it names an all-gather algorithm; "auto": the cost model's pick,
     as all_reduce's). All ranks must pass the same value.
     """
+    if not (async_op or algo is not None):
+        issued = _fast.all_gather(group, output_tensor, input_tensor)
+        if issued is not False:
+            return None if issued is None else _waited(group, issued, (input_tensor, output_tensor))
     g = _group(group)
-    fast = _fast(g, async_op or algo is not None)
-    if fast is not None and _ran_fast(g, fast.all_gather(output_tensor, input_tensor), (input_tensor, output_tensor)):
-        return None
     algo = g.algo_for("all_gather", algo, "all_gather_into_tensor")
     i, o, dc = _input_output(g, "all_gather_into_tensor", input_tensor, "input_tensor", output_tensor, "output_tensor",
                              gathers=True)
@@ -326,10 +324,11 @@ def reduce_scatter_tensor(output, input, op=ReduceOp.SUM, group=None, async_op: 
 
     `algo` ("auto", "ring", "hierarchical") as all_reduce's: "auto" runs the hierarchy on
     groups that span hosts from the size the two-level model names (docs/hierarchy.md)."""
+    if not (async_op or algo is not None):
+        issued = _fast.reduce_scatter(group, output, input, op)
+        if issued is not False:
+            return None if issued is None else _waited(group, issued, (input, output))
     g = _group(group)
-    fast = _fast(g, async_op or algo is not None)
-    if fast is not None and _ran_fast(g, fast.reduce_scatter(output, input, op), (input, output)):
-        return None
     op = to_reduce_op(op)
     algo = g.algo_for("reduce_scatter", algo, "reduce_scatter_tensor")
     i, o, dc = _input_output(g, "reduce_scatter_tensor", input, "input", output, "output", gathers=False)
@@ -365,11 +364,12 @@ def reduce_scatter(output, input_list, op=ReduceOp.SUM, group=None, async_op: bo
 def broadcast(tensor, src: int = 0, group=None, async_op: bool = False, algo=None):
     """Copy rank `src`'s tensor (a global rank) to every rank of the group. `algo`: "auto",
     "ring" (a chain along the ring) or "hierarchical" (across hosts, then within them)."""
+    if not (async_op or algo is not None):
+        issued = _fast.broadcast(group, tensor, src)
+        if issued is not False:
+            return None if issued is None else _waited(group, issued, (tensor,))
     g = _group(group)
     root = g.group_rank(src, "broadcast(src)")
-    fast = _fast(g, async_op or algo is not None)
-    if fast is not None and _ran_fast(g, fast.broadcast(tensor, root), (tensor,)):
-        return None
     algo = g.algo_for("broadcast", algo)
     b = as_buffer(tensor, "broadcast(tensor)", writable=True)
     dc = device_call(g, (b,), "broadcast")
@@ -399,9 +399,6 @@ def isend(tensor, dst: int, group=None, tag: int = 0) -> Work:
 
 def _send(tensor, dst: int, group, tag: int, async_op: bool):
     g = _group(group)
-    fast = _fast(g, async_op)
-    if fast is not None and _ran_fast(g, fast.send(tensor, g.group_rank(dst, "send(dst)"), tag), (tensor,)):
-        return None
     if needs_host_staging(g, [tensor], "send"):
         return _settled(through_host([tensor], [], lambda i, _o: isend(i[0], dst, group, tag)), async_op)
     peer = g.group_rank(dst, "send(dst)")
@@ -423,9 +420,6 @@ def irecv(tensor, src: Optional[int] = None, group=None, tag: int = 0) -> Work:
 
 def _recv(tensor, src: Optional[int], group, tag: int, async_op: bool):
     g = _group(group)
-    fast = _fast(g, async_op or src is None)  # from any source: the general path names the sender
-    if fast is not None and _ran_fast(g, fast.recv(tensor, g.group_rank(src, "recv(src)"), tag), (tensor,)):
-        return src
     if needs_host_staging(g, [tensor], "recv"):
         work = through_host([], [tensor], lambda _i, o: irecv(o[0], src, group, tag))
         return _settled(work, async_op, work.source_rank)
@@ -464,23 +458,33 @@ def _settled(work, async_op: bool, result=lambda: None):
 
 def send(tensor, dst: int, group=None, tag: int = 0) -> None:
     """Send `tensor` to global rank `dst` (completes once the bytes left this process)."""
+    issued = _fast.send(group, tensor, dst, tag)
+    if issued is not False:
+        return None if issued is None else _waited(group, issued, (tensor,))
     _send(tensor, dst, group, tag, async_op=False)
 
 
 def recv(tensor, src: Optional[int] = None, group=None, tag: int = 0) -> int:
     """Receive into `tensor` a message with `tag` from global rank `src` (None: any rank), as
     irecv matches it; returns the sender."""
+    if src is not None:  # from any source the general path's Work names the sender
+        issued = _fast.recv(group, tensor, src, tag)
+        if issued is not False:
+            if issued is not None:
+                _waited(group, issued, (tensor,))
+            return src
     return _recv(tensor, src, group, tag, async_op=False)
 
 
 def reduce(tensor, dst: int = 0, op=ReduceOp.SUM, group=None, async_op: bool = False):
     """Reduce every rank's `tensor` into global rank `dst`'s, in place; the other ranks'
     tensors are left as they were (a pipelined chain towards `dst`)."""
+    if not async_op:
+        issued = _fast.reduce(group, tensor, dst, op)
+        if issued is not False:
+            return None if issued is None else _waited(group, issued, (tensor,))
     g = _group(group)
     root = g.group_rank(dst, "reduce(dst)")
-    fast = _fast(g, async_op)
-    if fast is not None and _ran_fast(g, fast.reduce(tensor, op, root), (tensor,)):
-        return None
     op = to_reduce_op(op)
     b = as_buffer(tensor, "reduce(tensor)", writable=True)
     dc = device_call(g, (b,), "reduce")

@@ -9,7 +9,6 @@ from __future__ import annotations
 import collections
 import datetime
 import os
-import threading
 import weakref
 from typing import Dict, List, Optional, Sequence
 
@@ -71,7 +70,7 @@ class ProcessGroup:
         # What each call with a choice runs when the caller names none (looked up per call).
         self._default_algos = {call: Algo.for_call(call, None, self.algo) for call in CALL_ALGOS}
         self._pending: collections.deque = collections.deque()  # (cwork, keepalive) not known done, under _lock
-        self._lock = threading.Lock()  # threads may submit on one group at once
+        self._lock = _C.IssueLock()  # threads may submit on one group at once (a threading.Lock's kind)
         self.cuda_device: Optional[int] = None  # the CUDA device its CUDA tensors live on (first use)
         self.host_device = False  # tests: CPU tensors take the staged path (use_host_device)
         self.host_stream_wait = False  # tests: wait() on them makes the host device's stream wait
@@ -82,10 +81,10 @@ class ProcessGroup:
         # The blocking calls on plain host buffers in one crossing (csrc/bindings/
         # register_fast_calls.cc); None: every call takes the general path.
         algos = self._default_algos
-        self.fast: Optional[_C.FastCalls] = _C.FastCalls(self._comm, self._lock, self._pending,
-                                                         weakref.WeakMethod(self._release_settled),
-                                                         algos["all_reduce"], algos["broadcast"],
-                                                         algos["all_gather"], algos["reduce_scatter"])
+        self.fast: Optional[_C.FastCalls] = _C.fast_calls(self._comm, self._lock, self._pending,
+                                                          weakref.WeakMethod(self._release_settled), self.ranks,
+                                                          algos["all_reduce"], algos["broadcast"],
+                                                          algos["all_gather"], algos["reduce_scatter"])
         formed = Formation(name, store, self.ranks, self.rank, timeout, self.options, self._comm, wire)
         formed.connect(host)
         self._store, self._keys = store, formed.keys  # where it formed (shrunk)
@@ -283,6 +282,7 @@ class ProcessGroup:
         self._comm.abort(reason)
 
     def destroy(self) -> None:
+        self.fast = None  # the API's calls on it take the general path, which says it was destroyed
         self._comm.shutdown()  # the staged copies in flight end first (at most 10 s)
         with self._lock:
             self._pending.clear()

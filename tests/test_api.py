@@ -197,6 +197,61 @@ def case_fast_calls():
     return out
 
 
+def case_fast_front():
+    """The API's fast calls (pycollect.api._fast, csrc/bindings/register_fast_calls.cc) find
+    the group (None: the default), map global ranks to the group's, and decline (False,
+    nothing issued) where the general path must run: no such group, a rank outside it, a
+    torch profiler recording, a destroyed group."""
+    import torch.profiler
+    from pycollect import _C, api
+
+    r, n = pc.get_rank(), pc.get_world_size()
+    front = api._fast
+    out = {}
+    a = np.full(2, r + 1, np.float32)
+    out["default"] = (front.all_reduce(None, a, 0), a.tolist())
+    odd = [q for q in range(n) if q % 2 == 1]  # global ranks 1 and 3: group ranks 0 and 1
+    sub = pc.new_group(odd)
+    if r in odd:
+        b = np.full(2, float(r), np.float64)
+        out["sub_broadcast"] = (front.broadcast(sub, b, 3), b.tolist())
+        out["outside_src"] = front.broadcast(sub, b, 0)
+        c = np.full(1, r, np.int64)
+        out["sub_reduce"] = (front.reduce(sub, c, 1, 0), c.tolist())
+        got, mine, peer = np.zeros(2, np.int32), np.full(2, r, np.int32), 4 - r
+        if r == 1:
+            out["sub_message"] = (front.send(sub, mine, peer, 3), front.recv(sub, got, peer, 3), got.tolist())
+        else:
+            received = front.recv(sub, got, peer, 3)
+            out["sub_message"] = (front.send(sub, mine, peer, 3), received, got.tolist())
+        try:
+            pc.broadcast(b, src=0, group=sub)
+            out["outside_src_api"] = "no error"
+        except ValueError as e:
+            out["outside_src_api"] = str(e)
+    else:
+        out["non_member"] = front.all_reduce(sub, a, 0)
+    out["not_a_group"] = front.all_reduce("g0", a, 0)
+    with torch.profiler.profile():
+        out["profiling"] = front.all_reduce(None, a, 0)
+    pc.destroy_process_group(sub)
+    out["destroyed"] = front.all_reduce(sub, a, 0) if r in odd else False
+    errors = {}
+    for name, call in (("arity", lambda: front.all_reduce(None, a)), ("keywords", lambda: front.all_reduce(None, a, op=0)),
+                       ("make_calls", _C.FastCalls), ("make_front", _C.FastFront),
+                       ("rank_type", lambda: pc.world.default().fast.broadcast(a, "0"))):
+        try:
+            call()
+            errors[name] = "no error"
+        except TypeError as e:
+            errors[name] = str(e)
+    out["errors"] = errors
+    after = np.ones(1, np.float64)
+    pc.all_reduce(after)  # lines up only if no rank issued anything above
+    out["after"] = after.tolist()
+    return out
+
+
 def case_numpy_inputs():
     r, n = pc.get_rank(), pc.get_world_size()
     a = np.arange(10, dtype=np.int32) * (r + 1)
@@ -652,6 +707,65 @@ def test_fast_calls_take_plain_buffers_and_decline_the_rest(pool4):
         assert out["same_bits"]
         assert out["api_fast"] == [WORLD] * 3
         assert out["async_general"] == "general"
+
+
+def test_fast_front_finds_the_group_and_declines_for_the_general_path(pool4):
+    for r, out in enumerate(pool4.run(case_fast_front)):
+        assert out["default"] == (None, [WORLD * (WORLD + 1) / 2] * 2)
+        if r % 2 == 1:
+            assert out["sub_broadcast"] == (None, [3.0, 3.0])
+            assert out["outside_src"] is False
+            assert out["outside_src_api"].startswith("broadcast(src): rank 0 is not in this group")
+            assert out["sub_reduce"] == (None, [4] if r == 1 else [3])
+            assert out["sub_message"] == (None, None, [4 - r] * 2)
+            assert out["destroyed"] is False
+        else:
+            assert out["non_member"] is False
+        assert out["not_a_group"] is False
+        assert out["profiling"] is False
+        errors = out["errors"]
+        assert "takes 3 arguments (2 given)" in errors["arity"]
+        assert "keyword" in errors["keywords"]
+        assert "not called" in errors["make_calls"] and "not called" in errors["make_front"]
+        assert "a rank is an int, got str" in errors["rank_type"]
+        assert out["after"] == [float(WORLD)]
+
+
+def test_issue_lock_is_a_lock_whose_waiters_release_the_gil():
+    """ProcessGroup._lock (csrc/bindings/issue_lock.h): threading.Lock's calls, only its holder
+    releases it, and a thread that finds it held waits without the GIL, so the holder (which
+    needs the GIL) goes on and releases it."""
+    from pycollect import _C
+
+    lock = _C.IssueLock()
+    assert not lock.locked()
+    with lock:
+        assert lock.locked()
+    assert not lock.locked()
+    with pytest.raises(RuntimeError, match="does not hold"):
+        lock.release()
+    with pytest.raises(TypeError, match="no arguments"):
+        _C.IssueLock(1)
+    order, refused = [], []
+
+    def other():
+        try:
+            lock.release()  # not its own
+        except RuntimeError as e:
+            refused.append(str(e))
+        with lock:
+            order.append("other")
+
+    lock.acquire()
+    t = threading.Thread(target=other)
+    t.start()
+    time.sleep(0.2)  # the other thread waits on the lock meanwhile, without the GIL
+    order.append("holder")
+    lock.release()
+    t.join(10)
+    assert not t.is_alive()
+    assert order == ["holder", "other"]
+    assert refused and "does not hold" in refused[0]
 
 
 _ATTRIBUTE_READER = """

@@ -27,6 +27,12 @@ struct StashedError {
 };
 thread_local StashedError tStashed;
 
+// The Python types of the engine's errors (registerErrors makes them).
+struct ErrorTypes {
+  py::handle base, invalid, timeout, lost, mismatch, groupFailed, device;
+};
+ErrorTypes errorTypes;
+
 }  // namespace
 
 bool pythonSignalPending() {
@@ -51,33 +57,49 @@ void registerErrors(py::module_& m) {
   static py::exception<MismatchError> mismatch(m, "MismatchError", base.ptr());
   static py::exception<GroupFailedError> groupFailed(m, "GroupFailedError", base.ptr());
   static py::exception<DeviceError> device(m, "DeviceError", base.ptr());
-  py::register_exception_translator([](std::exception_ptr p) {
-    try {
-      if (p) std::rethrow_exception(p);
-    } catch (const Interrupted& e) {
-      // The handler's own exception (KeyboardInterrupt for Ctrl-C), raised where it belongs.
-      if (tStashed.type != nullptr) {
-        PyErr_Restore(tStashed.type, tStashed.value, tStashed.traceback);
-        tStashed = StashedError();
-      } else {
-        PyErr_SetString(PyExc_KeyboardInterrupt, e.what());
-      }
-    } catch (const InvalidArgument& e) {
-      py::set_error(invalid, e.what());
-    } catch (const TimeoutError& e) {
-      py::set_error(timeout, e.what());
-    } catch (const PeerLostError& e) {
-      py::set_error(lost, e.what());
-    } catch (const MismatchError& e) {
-      py::set_error(mismatch, e.what());
-    } catch (const GroupFailedError& e) {
-      py::set_error(groupFailed, e.what());
-    } catch (const DeviceError& e) {
-      py::set_error(device, e.what());
-    } catch (const Error& e) {
-      py::set_error(base, e.what());
+  errorTypes = ErrorTypes{base, invalid, timeout, lost, mismatch, groupFailed, device};
+  py::register_exception_translator(translateEngineError);
+}
+
+void translateEngineError(std::exception_ptr p) {
+  const ErrorTypes& t = errorTypes;
+  try {
+    if (p) std::rethrow_exception(p);
+  } catch (const Interrupted& e) {
+    // The handler's own exception (KeyboardInterrupt for Ctrl-C), raised where it belongs.
+    if (tStashed.type != nullptr) {
+      PyErr_Restore(tStashed.type, tStashed.value, tStashed.traceback);
+      tStashed = StashedError();
+    } else {
+      PyErr_SetString(PyExc_KeyboardInterrupt, e.what());
     }
-  });
+  } catch (const InvalidArgument& e) {
+    py::set_error(t.invalid, e.what());
+  } catch (const TimeoutError& e) {
+    py::set_error(t.timeout, e.what());
+  } catch (const PeerLostError& e) {
+    py::set_error(t.lost, e.what());
+  } catch (const MismatchError& e) {
+    py::set_error(t.mismatch, e.what());
+  } catch (const GroupFailedError& e) {
+    py::set_error(t.groupFailed, e.what());
+  } catch (const DeviceError& e) {
+    py::set_error(t.device, e.what());
+  } catch (const Error& e) {
+    py::set_error(t.base, e.what());
+  }
+}
+
+void setPythonError(std::exception_ptr p) {
+  try {
+    translateEngineError(p);
+  } catch (const std::bad_alloc&) {
+    PyErr_NoMemory();
+  } catch (const std::exception& e) {
+    PyErr_SetString(PyExc_RuntimeError, e.what());
+  } catch (...) {
+    PyErr_SetString(PyExc_RuntimeError, "unknown C++ exception");
+  }
 }
 
 }  // namespace pycollect
@@ -89,6 +111,7 @@ PYBIND11_MODULE(_C, m) {
   pycollect::registerTransport(m);
   pycollect::registerLatency(m);
   pycollect::registerBuffers(m);
+  pycollect::registerIssueLock(m);
   pycollect::registerFastCalls(m);
   // False in a build made with PYCOLLECT_TRACE_HOOKS=OFF (trace/hooks.h): it cannot trace.
   m.attr("TRACE_HOOKS") = pycollect::trace::kHooks;

@@ -1,33 +1,26 @@
-// pycollect._C.FastCalls: the API's blocking calls on plain host buffers, in one crossing
-// (pycollect/api.py tries it first; ProcessGroup.fast holds one): all_reduce, broadcast,
-// reduce, all_gather_into_tensor, reduce_scatter_tensor, send, and recv from a named rank.
-//
-// An 8-byte all-reduce costs the engine half a microsecond, and the general path spent
-// three more in Python around it: a Buffer object, the op, the algorithm and the device
-// path resolved, then the group's lock and its list of calls in flight. Here the common
-// case is answered in C++: C-contiguous numpy arrays or CPU torch tensors of an engine
-// dtype (host_span.h), an op given as an int (pycollect.ReduceOp is one), the group's own
-// algorithm, nothing of the group's still running. Such a call takes the group's lock as
-// the general path does (calls stay in issue order across threads), runs on this thread
-// with the GIL released, and returns None when it ran to its end.
-//
-// Anything else is declined before anything is issued: False comes back, and Python takes
-// the general path, which raises the errors that name what is wrong (refusals live in one
-// place: a wrong size or a dtype that differs between two buffers is declined here too).
-// A call issued here that did not end here (queued behind another thread's, or failed)
-// comes back as the engine's Work, already in the group's list of calls in flight with its
-// buffers, and Python waits on it as on any blocking call.
+// pycollect._C.FastCalls and pycollect._C.FastFront: the calls of fast_calls.h as Python
+// sees them. Both are plain CPython types whose methods take their arguments as a vector
+// (METH_FASTCALL): entering one costs tens of nanoseconds, where pybind11's dispatcher
+// spent some 150 matching overloads and converting each argument, on a call whose engine
+// part is 400.
+//   FastCalls  one per group (ProcessGroup.fast; made by _C.fast_calls), in group ranks.
+//   FastFront  one per process (pycollect/api.py's _fast; made by _C.fast_front): the API's
+//              functions hand it their own arguments. It finds the group (None: the
+//              default one, read from pycollect.world) and its FastCalls, maps global
+//              ranks to group ranks, and declines where the general path must run: no
+//              such group or one without fast calls (destroyed, not a member, staging
+//              through a host device), a rank outside it, or a torch profiler recording
+//              (the general path names the call in the trace).
 #include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
 
 #include <climits>
-#include <cstdint>
 #include <memory>
+#include <vector>
 
-#include "bindings/blocking.h"
-#include "bindings/host_span.h"
+#include "bindings/fast_calls.h"
 #include "bindings/register.h"
 #include "comm/communicator.h"
-#include "common/types.h"
 
 namespace py = pybind11;
 
@@ -35,192 +28,303 @@ namespace pycollect {
 
 namespace {
 
-void* ptr(const HostSpan& s) { return reinterpret_cast<void*>(s.address); }
-DType dtypeOf(const HostSpan& s) { return static_cast<DType>(s.dtype); }
-
-// Default algorithms of the group's calls with a choice (ProcessGroup._default_algos).
-struct Algos {
-  Algo allReduce, broadcast, allGather, reduceScatter;
+struct FastCallsObject {
+  PyObject_HEAD
+  FastCalls* impl;
 };
 
-class FastCalls {
- public:
-  // `lock` and `pending`: the group's threading.Lock and deque of calls in flight
-  // (pycollect/group.py); `releaseSettled`: a weakref.WeakMethod of the group's method that
-  // drops those the engine is done with (under the lock): weak, so that the group and this
-  // object make no cycle (one the garbage collector cannot see through this object).
-  FastCalls(std::shared_ptr<Communicator> comm, const py::object& lock, py::object pending,
-            py::object releaseSettled, Algos algos)
-      : comm_(std::move(comm)),
-        acquire_(lock.attr("acquire")),
-        release_(lock.attr("release")),
-        pending_(std::move(pending)),
-        releaseSettled_(std::move(releaseSettled)),
-        algos_(algos) {}
-
-  py::object allReduce(py::handle tensor, py::handle op) {
-    ReduceOp o;
-    if (!reduceOp(op, o)) return declined();
-    return run({tensor}, {true}, [&](const HostSpan* s) {
-      return comm_->allReduce(ptr(s[0]), s[0].count, dtypeOf(s[0]), o, algos_.allReduce);
-    });
-  }
-
-  // `root`, `peer`: group ranks (Python maps the global ones).
-  py::object broadcast(py::handle tensor, int root) {
-    return run({tensor}, {true}, [&](const HostSpan* s) {
-      return comm_->broadcast(ptr(s[0]), s[0].count, dtypeOf(s[0]), root, algos_.broadcast);
-    });
-  }
-
-  py::object reduce(py::handle tensor, py::handle op, int root) {
-    ReduceOp o;
-    if (!reduceOp(op, o)) return declined();
-    return run({tensor}, {true}, [&](const HostSpan* s) {
-      return comm_->reduce(ptr(s[0]), s[0].count, dtypeOf(s[0]), o, root);
-    });
-  }
-
-  // output = every rank's input, in rank order.
-  py::object allGather(py::handle output, py::handle input) {
-    return run({input, output}, {false, true}, [&](const HostSpan* s) -> std::shared_ptr<Work> {
-      if (s[0].dtype != s[1].dtype || s[1].count != s[0].count * static_cast<size_t>(comm_->size())) return nullptr;
-      return comm_->allGather(ptr(s[0]), ptr(s[1]), s[0].count, dtypeOf(s[0]), algos_.allGather);
-    });
-  }
-
-  py::object reduceScatter(py::handle output, py::handle input, py::handle op) {
-    ReduceOp o;
-    if (!reduceOp(op, o)) return declined();
-    return run({input, output}, {false, true}, [&](const HostSpan* s) -> std::shared_ptr<Work> {
-      if (s[0].dtype != s[1].dtype || s[0].count != s[1].count * static_cast<size_t>(comm_->size())) return nullptr;
-      return comm_->reduceScatter(ptr(s[0]), ptr(s[1]), s[1].count, dtypeOf(s[0]), o, algos_.reduceScatter);
-    });
-  }
-
-  py::object send(py::handle tensor, int peer, py::handle tag) {
-    int t;
-    if (!messageTag(tag, t)) return declined();
-    return run({tensor}, {false}, [&](const HostSpan* s) {
-      return comm_->send(ptr(s[0]), s[0].count, dtypeOf(s[0]), peer, t);
-    });
-  }
-
-  // From a named rank only: a receive from any source keeps its Work (it names the sender).
-  py::object recv(py::handle tensor, int peer, py::handle tag) {
-    int t;
-    if (peer == kAnySource || !messageTag(tag, t)) return declined();
-    return run({tensor}, {true}, [&](const HostSpan* s) -> std::shared_ptr<Work> {
-      return comm_->recv(ptr(s[0]), s[0].count, dtypeOf(s[0]), peer, t);
-    });
-  }
-
- private:
-  static py::object declined() { return py::bool_(false); }
-
-  // An int (not a bool) in [lo, hi], into `out`; false for anything else.
-  static bool integer(py::handle v, long long lo, long long hi, long long& out) {
-    if (!PyLong_Check(v.ptr()) || PyBool_Check(v.ptr())) return false;
-    int overflow = 0;
-    out = PyLong_AsLongLongAndOverflow(v.ptr(), &overflow);
-    if (out == -1 && PyErr_Occurred()) PyErr_Clear();
-    return overflow == 0 && out >= lo && out <= hi;
-  }
-  static bool reduceOp(py::handle v, ReduceOp& out) {
-    long long code;
-    if (!integer(v, 0, kNumReduceOps - 1, code)) return false;
-    out = static_cast<ReduceOp>(code);
-    return true;
-  }
-  static bool messageTag(py::handle v, int& out) {  // a 32-bit tag, as api._check_tag
-    long long t;
-    if (!integer(v, INT32_MIN, INT32_MAX, t)) return false;
-    out = static_cast<int>(t);
-    return true;
-  }
-
-  // The group's lock, held for one call; released on every way out (the GIL held then).
-  class Held {
-   public:
-    explicit Held(FastCalls& f) : f_(f) {
-      PyObject* r = PyObject_CallNoArgs(f_.acquire_.ptr());
-      if (r == nullptr) throw py::error_already_set();
-      Py_DECREF(r);
-    }
-    ~Held() {
-      PyObject* r = PyObject_CallNoArgs(f_.release_.ptr());
-      if (r == nullptr) PyErr_WriteUnraisable(f_.release_.ptr());  // only if the lock was not ours
-      Py_XDECREF(r);
-    }
-    Held(const Held&) = delete;
-    Held& operator=(const Held&) = delete;
-
-   private:
-    FastCalls& f_;
-  };
-
-  // The call on `buffers` (each written where `writes` says), or declined. `issue` runs
-  // without the GIL and returns nullptr to decline (the buffers do not fit together).
-  template <size_t N, class Issue>
-  py::object run(const py::handle (&buffers)[N], const bool (&writes)[N], Issue issue) {
-    HostSpan spans[N];
-    for (size_t i = 0; i < N; ++i) {
-      if (!plainArraySpan(buffers[i].ptr(), writes[i], spans[i]) &&
-          !plainTensorSpan(buffers[i].ptr(), writes[i], spans[i])) {
-        return declined();
-      }
-    }
-    Held held(*this);
-    if (inFlight() != 0) {  // calls issued before: the buffers of those that ended are dropped
-      py::object release = releaseSettled_();
-      if (!release.is_none()) release();
-      if (inFlight() != 0) return declined();  // one still runs: the general path queues behind it
-    }
-    std::shared_ptr<Work> work;
-    {
-      py::gil_scoped_release nogil;  // the engine touches no Python object
-      Blocking scope(true);
-      work = issue(spans);
-    }
-    if (work == nullptr) return declined();
-    if (work->isCompleted() && !work->failed()) return py::none();
-    py::object w = py::cast(work);
-    py::tuple keep(N);
-    for (size_t i = 0; i < N; ++i) keep[i] = py::reinterpret_borrow<py::object>(buffers[i]);
-    pending_.attr("append")(py::make_tuple(w, keep));  // the buffers live until it ends
-    return w;
-  }
-
-  Py_ssize_t inFlight() const {
-    const Py_ssize_t n = PyObject_Size(pending_.ptr());
-    if (n < 0) throw py::error_already_set();
-    return n;
-  }
-
-  std::shared_ptr<Communicator> comm_;
-  py::object acquire_, release_, pending_, releaseSettled_;
-  const Algos algos_;
+struct FastFrontObject {
+  PyObject_HEAD
+  PyObject* world;    // the pycollect.world module
+  PyObject* modules;  // sys.modules
 };
+
+PyTypeObject* fastCallsType = nullptr;  // made once, in registerFastCalls
+PyTypeObject* fastFrontType = nullptr;
+
+FastCalls* calls(PyObject* self) { return reinterpret_cast<FastCallsObject*>(self)->impl; }
+
+PyObject* interned(const char* s) {
+  PyObject* n = PyUnicode_InternFromString(s);
+  if (n == nullptr) throw py::error_already_set();
+  return n;
+}
+
+// A method's result, or nullptr with the Python error of what it threw.
+template <class F>
+PyObject* guarded(F&& f) noexcept {
+  try {
+    return f().release().ptr();
+  } catch (py::error_already_set& e) {
+    e.restore();
+  } catch (...) {
+    setPythonError(std::current_exception());
+  }
+  return nullptr;
+}
+
+bool arity(const char* method, Py_ssize_t given, Py_ssize_t wanted) {
+  if (given == wanted) return true;
+  PyErr_Format(PyExc_TypeError, "%s takes %zd arguments (%zd given)", method, wanted, given);
+  return false;
+}
+
+// A group rank argument of FastCalls (an int; TypeError otherwise).
+bool rankArgument(const char* method, PyObject* v, int& out) {
+  long long r;
+  if (!fastInteger(v, INT_MIN, INT_MAX, r)) {
+    PyErr_Format(PyExc_TypeError, "%s: a rank is an int, got %s", method, Py_TYPE(v)->tp_name);
+    return false;
+  }
+  out = static_cast<int>(r);
+  return true;
+}
+
+// ---- FastCalls: group ranks ----------------------------------------------------------------
+
+PyObject* callsAllReduce(PyObject* self, PyObject* const* a, Py_ssize_t n) {
+  if (!arity("all_reduce(tensor, op)", n, 2)) return nullptr;
+  return guarded([&] { return calls(self)->allReduce(a[0], a[1]); });
+}
+
+PyObject* callsBroadcast(PyObject* self, PyObject* const* a, Py_ssize_t n) {
+  int root;
+  if (!arity("broadcast(tensor, root)", n, 2) || !rankArgument("broadcast", a[1], root)) return nullptr;
+  return guarded([&] { return calls(self)->broadcast(a[0], root); });
+}
+
+PyObject* callsReduce(PyObject* self, PyObject* const* a, Py_ssize_t n) {
+  int root;
+  if (!arity("reduce(tensor, op, root)", n, 3) || !rankArgument("reduce", a[2], root)) return nullptr;
+  return guarded([&] { return calls(self)->reduce(a[0], a[1], root); });
+}
+
+PyObject* callsAllGather(PyObject* self, PyObject* const* a, Py_ssize_t n) {
+  if (!arity("all_gather(output, input)", n, 2)) return nullptr;
+  return guarded([&] { return calls(self)->allGather(a[0], a[1]); });
+}
+
+PyObject* callsReduceScatter(PyObject* self, PyObject* const* a, Py_ssize_t n) {
+  if (!arity("reduce_scatter(output, input, op)", n, 3)) return nullptr;
+  return guarded([&] { return calls(self)->reduceScatter(a[0], a[1], a[2]); });
+}
+
+PyObject* callsSend(PyObject* self, PyObject* const* a, Py_ssize_t n) {
+  int peer;
+  if (!arity("send(tensor, peer, tag)", n, 3) || !rankArgument("send", a[1], peer)) return nullptr;
+  return guarded([&] { return calls(self)->send(a[0], peer, a[2]); });
+}
+
+PyObject* callsRecv(PyObject* self, PyObject* const* a, Py_ssize_t n) {
+  int peer;
+  if (!arity("recv(tensor, peer, tag)", n, 3) || !rankArgument("recv", a[1], peer)) return nullptr;
+  return guarded([&] { return calls(self)->recv(a[0], peer, a[2]); });
+}
+
+void callsDealloc(PyObject* self) {
+  PyTypeObject* type = Py_TYPE(self);
+  delete calls(self);
+  type->tp_free(self);
+  Py_DECREF(type);
+}
+
+// ---- FastFront: the API's arguments --------------------------------------------------------
+
+// The FastCalls of `group` (None: the default group), kept alive in `keep` for the call;
+// nullptr where the call takes the general path (the file's comment says when). Leaves no
+// Python error set.
+FastCalls* resolve(PyObject* self, PyObject* group, py::object& keep) {
+  static PyObject *kDefault = interned("default_group"), *kFast = interned("fast"),
+                  *kProfiler = interned("torch.autograd.profiler"), *kEnabled = interned("_is_profiler_enabled");
+  const auto* front = reinterpret_cast<FastFrontObject*>(self);
+  PyObject* profiler = PyDict_GetItemWithError(front->modules, kProfiler);  // borrowed
+  if (profiler != nullptr) {
+    PyObject* on = PyObject_GetAttr(profiler, kEnabled);
+    const int recording = on == nullptr ? 1 : PyObject_IsTrue(on);  // no flag (another torch): general
+    Py_XDECREF(on);
+    if (recording != 0) {
+      PyErr_Clear();
+      return nullptr;
+    }
+  }
+  py::object g = group == Py_None ? py::reinterpret_steal<py::object>(PyObject_GetAttr(front->world, kDefault))
+                                  : py::reinterpret_borrow<py::object>(group);
+  if (!g) {
+    PyErr_Clear();
+    return nullptr;
+  }
+  keep = py::reinterpret_steal<py::object>(PyObject_GetAttr(g.ptr(), kFast));
+  if (!keep || Py_TYPE(keep.ptr()) != fastCallsType) {
+    PyErr_Clear();
+    return nullptr;
+  }
+  return calls(keep.ptr());
+}
+
+// The method of FastFront for `call`, on a group's FastCalls found (declined otherwise).
+template <class Call>
+PyObject* onGroup(PyObject* self, PyObject* group, Call call) {
+  return guarded([&]() -> py::object {
+    py::object keep;
+    FastCalls* f = resolve(self, group, keep);
+    return f == nullptr ? fastDeclined() : call(*f);
+  });
+}
+
+PyObject* frontAllReduce(PyObject* self, PyObject* const* a, Py_ssize_t n) {
+  if (!arity("all_reduce(group, tensor, op)", n, 3)) return nullptr;
+  return onGroup(self, a[0], [&](FastCalls& f) { return f.allReduce(a[1], a[2]); });
+}
+
+PyObject* frontBroadcast(PyObject* self, PyObject* const* a, Py_ssize_t n) {
+  if (!arity("broadcast(group, tensor, src)", n, 3)) return nullptr;
+  return onGroup(self, a[0], [&](FastCalls& f) {
+    const int root = f.groupRank(a[2]);
+    return root < 0 ? fastDeclined() : f.broadcast(a[1], root);
+  });
+}
+
+PyObject* frontReduce(PyObject* self, PyObject* const* a, Py_ssize_t n) {
+  if (!arity("reduce(group, tensor, dst, op)", n, 4)) return nullptr;
+  return onGroup(self, a[0], [&](FastCalls& f) {
+    const int root = f.groupRank(a[2]);
+    return root < 0 ? fastDeclined() : f.reduce(a[1], a[3], root);
+  });
+}
+
+PyObject* frontAllGather(PyObject* self, PyObject* const* a, Py_ssize_t n) {
+  if (!arity("all_gather(group, output, input)", n, 3)) return nullptr;
+  return onGroup(self, a[0], [&](FastCalls& f) { return f.allGather(a[1], a[2]); });
+}
+
+PyObject* frontReduceScatter(PyObject* self, PyObject* const* a, Py_ssize_t n) {
+  if (!arity("reduce_scatter(group, output, input, op)", n, 4)) return nullptr;
+  return onGroup(self, a[0], [&](FastCalls& f) { return f.reduceScatter(a[1], a[2], a[3]); });
+}
+
+PyObject* frontSend(PyObject* self, PyObject* const* a, Py_ssize_t n) {
+  if (!arity("send(group, tensor, dst, tag)", n, 4)) return nullptr;
+  return onGroup(self, a[0], [&](FastCalls& f) {
+    const int peer = f.groupRank(a[2]);
+    return peer < 0 ? fastDeclined() : f.send(a[1], peer, a[3]);
+  });
+}
+
+PyObject* frontRecv(PyObject* self, PyObject* const* a, Py_ssize_t n) {
+  if (!arity("recv(group, tensor, src, tag)", n, 4)) return nullptr;
+  return onGroup(self, a[0], [&](FastCalls& f) {
+    const int peer = f.groupRank(a[2]);
+    return peer < 0 ? fastDeclined() : f.recv(a[1], peer, a[3]);
+  });
+}
+
+void frontDealloc(PyObject* self) {
+  PyTypeObject* type = Py_TYPE(self);
+  auto* front = reinterpret_cast<FastFrontObject*>(self);
+  Py_XDECREF(front->world);
+  Py_XDECREF(front->modules);
+  type->tp_free(self);
+  Py_DECREF(type);
+}
+
+// ---- the types -----------------------------------------------------------------------------
+
+PyObject* notFromPython(PyTypeObject* type, PyObject*, PyObject*) {
+  PyErr_Format(PyExc_TypeError, "%s is made by pycollect._C (fast_calls, fast_front), not called", type->tp_name);
+  return nullptr;
+}
+
+#define PYCOLLECT_FASTCALL(f) reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(f)), METH_FASTCALL
+
+PyMethodDef callsMethods[] = {
+    {"all_reduce", PYCOLLECT_FASTCALL(callsAllReduce), "all_reduce(tensor, op)"},
+    {"broadcast", PYCOLLECT_FASTCALL(callsBroadcast), "broadcast(tensor, root)"},
+    {"reduce", PYCOLLECT_FASTCALL(callsReduce), "reduce(tensor, op, root)"},
+    {"all_gather", PYCOLLECT_FASTCALL(callsAllGather), "all_gather(output, input)"},
+    {"reduce_scatter", PYCOLLECT_FASTCALL(callsReduceScatter), "reduce_scatter(output, input, op)"},
+    {"send", PYCOLLECT_FASTCALL(callsSend), "send(tensor, peer, tag)"},
+    {"recv", PYCOLLECT_FASTCALL(callsRecv), "recv(tensor, peer, tag): a named peer only"},
+    {nullptr, nullptr, 0, nullptr}};
+
+PyMethodDef frontMethods[] = {
+    {"all_reduce", PYCOLLECT_FASTCALL(frontAllReduce), "all_reduce(group, tensor, op)"},
+    {"broadcast", PYCOLLECT_FASTCALL(frontBroadcast), "broadcast(group, tensor, src)"},
+    {"reduce", PYCOLLECT_FASTCALL(frontReduce), "reduce(group, tensor, dst, op)"},
+    {"all_gather", PYCOLLECT_FASTCALL(frontAllGather), "all_gather(group, output, input)"},
+    {"reduce_scatter", PYCOLLECT_FASTCALL(frontReduceScatter), "reduce_scatter(group, output, input, op)"},
+    {"send", PYCOLLECT_FASTCALL(frontSend), "send(group, tensor, dst, tag)"},
+    {"recv", PYCOLLECT_FASTCALL(frontRecv), "recv(group, tensor, src, tag)"},
+    {nullptr, nullptr, 0, nullptr}};
+
+#undef PYCOLLECT_FASTCALL
+
+const char kCallsDoc[] =
+    "A group's blocking calls on plain host buffers, in group ranks (bindings/fast_calls.h).\n"
+    "Each returns None (ran to its end), False (declined: nothing issued) or the Work issued.";
+const char kFrontDoc[] =
+    "The API's fast calls: FastCalls' methods with the group (None: the default) first and\n"
+    "global ranks; declined where the general path must run (register_fast_calls.cc).";
+
+PyType_Slot callsSlots[] = {{Py_tp_dealloc, reinterpret_cast<void*>(callsDealloc)},
+                            {Py_tp_new, reinterpret_cast<void*>(notFromPython)},
+                            {Py_tp_methods, callsMethods},
+                            {Py_tp_doc, const_cast<char*>(kCallsDoc)},
+                            {0, nullptr}};
+PyType_Slot frontSlots[] = {{Py_tp_dealloc, reinterpret_cast<void*>(frontDealloc)},
+                            {Py_tp_new, reinterpret_cast<void*>(notFromPython)},
+                            {Py_tp_methods, frontMethods},
+                            {Py_tp_doc, const_cast<char*>(kFrontDoc)},
+                            {0, nullptr}};
+PyType_Spec callsSpec = {"pycollect._C.FastCalls", sizeof(FastCallsObject), 0, Py_TPFLAGS_DEFAULT, callsSlots};
+PyType_Spec frontSpec = {"pycollect._C.FastFront", sizeof(FastFrontObject), 0, Py_TPFLAGS_DEFAULT, frontSlots};
+
+PyTypeObject* makeType(py::module_& m, PyType_Spec& spec, const char* name) {
+  PyObject* type = PyType_FromSpec(&spec);
+  if (type == nullptr) throw py::error_already_set();
+  m.add_object(name, py::reinterpret_borrow<py::object>(type));
+  return reinterpret_cast<PyTypeObject*>(type);  // the module's reference and this one: never freed
+}
+
+// An instance of `type` (its fields zeroed), or the Python error.
+py::object allocate(PyTypeObject* type) {
+  PyObject* o = type->tp_alloc(type, 0);
+  if (o == nullptr) throw py::error_already_set();
+  return py::reinterpret_steal<py::object>(o);
+}
 
 }  // namespace
 
 void registerFastCalls(py::module_& m) {
-  py::class_<FastCalls>(m, "FastCalls")
-      .def(py::init([](std::shared_ptr<Communicator> comm, const py::object& lock, py::object pending,
-                       py::object releaseSettled, int allReduce, int broadcast, int allGather, int reduceScatter) {
-             return FastCalls(std::move(comm), lock, std::move(pending), std::move(releaseSettled),
-                              Algos{checkedAlgo(allReduce), checkedAlgo(broadcast), checkedAlgo(allGather),
-                                    checkedAlgo(reduceScatter)});
-           }),
-           py::arg("comm"), py::arg("lock"), py::arg("pending"), py::arg("release_settled"), py::arg("all_reduce_algo"),
-           py::arg("broadcast_algo"), py::arg("all_gather_algo"), py::arg("reduce_scatter_algo"))
-      .def("all_reduce", &FastCalls::allReduce, py::arg("tensor"), py::arg("op"))
-      .def("broadcast", &FastCalls::broadcast, py::arg("tensor"), py::arg("root"))
-      .def("reduce", &FastCalls::reduce, py::arg("tensor"), py::arg("op"), py::arg("root"))
-      .def("all_gather", &FastCalls::allGather, py::arg("output"), py::arg("input"))
-      .def("reduce_scatter", &FastCalls::reduceScatter, py::arg("output"), py::arg("input"), py::arg("op"))
-      .def("send", &FastCalls::send, py::arg("tensor"), py::arg("peer"), py::arg("tag"))
-      .def("recv", &FastCalls::recv, py::arg("tensor"), py::arg("peer"), py::arg("tag"));
+  fastCallsType = makeType(m, callsSpec, "FastCalls");
+  fastFrontType = makeType(m, frontSpec, "FastFront");
+  m.def(
+      "fast_calls",
+      [](std::shared_ptr<Communicator> comm, py::object lock, py::object pending, py::object releaseSettled,
+         std::vector<int> ranks, int allReduce, int broadcast, int allGather, int reduceScatter) {
+        if (static_cast<int>(ranks.size()) != comm->size()) throw InvalidArgument("fast_calls: one rank per member");
+        FastAlgos algos{checkedAlgo(allReduce), checkedAlgo(broadcast), checkedAlgo(allGather),
+                        checkedAlgo(reduceScatter)};
+        py::object o = allocate(fastCallsType);
+        reinterpret_cast<FastCallsObject*>(o.ptr())->impl =
+            new FastCalls(std::move(comm), std::move(lock), std::move(pending), std::move(releaseSettled),
+                          std::move(ranks), algos);
+        return o;
+      },
+      py::arg("comm"), py::arg("lock"), py::arg("pending"), py::arg("release_settled"), py::arg("ranks"),
+      py::arg("all_reduce_algo"), py::arg("broadcast_algo"), py::arg("all_gather_algo"),
+      py::arg("reduce_scatter_algo"),
+      "A group's FastCalls: its communicator, threading.Lock, deque of calls in flight, a WeakMethod of its "
+      "_release_settled, its members' global ranks (sorted) and its default algorithms.");
+  m.def(
+      "fast_front",
+      [](py::module_ world) {
+        py::object o = allocate(fastFrontType);
+        auto* front = reinterpret_cast<FastFrontObject*>(o.ptr());
+        front->world = world.release().ptr();
+        front->modules = py::object(py::module_::import("sys").attr("modules")).release().ptr();
+        return o;
+      },
+      py::arg("world"), "The API's FastFront, finding groups through `world` (the pycollect.world module).");
 }
 
 }  // namespace pycollect

@@ -1,0 +1,158 @@
+// fast_calls.h: the calls themselves; register_fast_calls.cc makes them Python's.
+#include "bindings/fast_calls.h"
+
+#include <algorithm>
+#include <climits>
+#include <cstdint>
+
+#include "bindings/blocking.h"
+#include "bindings/host_span.h"
+#include "bindings/issue_lock.h"
+#include "comm/communicator.h"
+
+namespace py = pybind11;
+
+namespace pycollect {
+
+namespace {
+
+void* ptr(const HostSpan& s) { return reinterpret_cast<void*>(s.address); }
+DType dtypeOf(const HostSpan& s) { return static_cast<DType>(s.dtype); }
+
+bool reduceOp(PyObject* v, ReduceOp& out) {
+  long long code;
+  if (!fastInteger(v, 0, kNumReduceOps - 1, code)) return false;
+  out = static_cast<ReduceOp>(code);
+  return true;
+}
+
+bool messageTag(PyObject* v, int& out) {  // a 32-bit tag, as api._check_tag
+  long long t;
+  if (!fastInteger(v, INT32_MIN, INT32_MAX, t)) return false;
+  out = static_cast<int>(t);
+  return true;
+}
+
+}  // namespace
+
+py::object fastDeclined() { return py::bool_(false); }
+
+bool fastInteger(PyObject* v, long long lo, long long hi, long long& out) {
+  if (!PyLong_Check(v) || PyBool_Check(v)) return false;
+  int overflow = 0;
+  out = PyLong_AsLongLongAndOverflow(v, &overflow);
+  if (out == -1 && PyErr_Occurred()) PyErr_Clear();
+  return overflow == 0 && out >= lo && out <= hi;
+}
+
+FastCalls::FastCalls(std::shared_ptr<Communicator> comm, py::object lock, py::object pending,
+                     py::object releaseSettled, std::vector<int> ranks, FastAlgos algos)
+    : comm_(std::move(comm)),
+      lock_(std::move(lock)),
+      pending_(std::move(pending)),
+      releaseSettled_(std::move(releaseSettled)),
+      ranks_(std::move(ranks)),
+      algos_(algos) {
+  if (!isIssueLock(lock_.ptr())) throw py::type_error("FastCalls: the group's lock must be a pycollect._C.IssueLock");
+}
+
+py::object FastCalls::allReduce(PyObject* tensor, PyObject* op) {
+  ReduceOp o;
+  if (!reduceOp(op, o)) return fastDeclined();
+  return run({tensor}, {true}, [&](const HostSpan* s) {
+    return comm_->allReduce(ptr(s[0]), s[0].count, dtypeOf(s[0]), o, algos_.allReduce);
+  });
+}
+
+py::object FastCalls::broadcast(PyObject* tensor, int root) {
+  return run({tensor}, {true}, [&](const HostSpan* s) {
+    return comm_->broadcast(ptr(s[0]), s[0].count, dtypeOf(s[0]), root, algos_.broadcast);
+  });
+}
+
+py::object FastCalls::reduce(PyObject* tensor, PyObject* op, int root) {
+  ReduceOp o;
+  if (!reduceOp(op, o)) return fastDeclined();
+  return run({tensor}, {true}, [&](const HostSpan* s) {
+    return comm_->reduce(ptr(s[0]), s[0].count, dtypeOf(s[0]), o, root);
+  });
+}
+
+py::object FastCalls::allGather(PyObject* output, PyObject* input) {
+  return run({input, output}, {false, true}, [&](const HostSpan* s) -> std::shared_ptr<Work> {
+    if (s[0].dtype != s[1].dtype || s[1].count != s[0].count * static_cast<size_t>(comm_->size())) return nullptr;
+    return comm_->allGather(ptr(s[0]), ptr(s[1]), s[0].count, dtypeOf(s[0]), algos_.allGather);
+  });
+}
+
+py::object FastCalls::reduceScatter(PyObject* output, PyObject* input, PyObject* op) {
+  ReduceOp o;
+  if (!reduceOp(op, o)) return fastDeclined();
+  return run({input, output}, {false, true}, [&](const HostSpan* s) -> std::shared_ptr<Work> {
+    if (s[0].dtype != s[1].dtype || s[0].count != s[1].count * static_cast<size_t>(comm_->size())) return nullptr;
+    return comm_->reduceScatter(ptr(s[0]), ptr(s[1]), s[1].count, dtypeOf(s[0]), o, algos_.reduceScatter);
+  });
+}
+
+py::object FastCalls::send(PyObject* tensor, int peer, PyObject* tag) {
+  int t;
+  if (!messageTag(tag, t)) return fastDeclined();
+  return run({tensor}, {false}, [&](const HostSpan* s) {
+    return comm_->send(ptr(s[0]), s[0].count, dtypeOf(s[0]), peer, t);
+  });
+}
+
+// From a named rank only: a receive from any source keeps its Work (it names the sender).
+py::object FastCalls::recv(PyObject* tensor, int peer, PyObject* tag) {
+  int t;
+  if (peer == kAnySource || !messageTag(tag, t)) return fastDeclined();
+  return run({tensor}, {true}, [&](const HostSpan* s) -> std::shared_ptr<Work> {
+    return comm_->recv(ptr(s[0]), s[0].count, dtypeOf(s[0]), peer, t);
+  });
+}
+
+int FastCalls::groupRank(PyObject* global) const {
+  long long g;
+  if (!fastInteger(global, INT_MIN, INT_MAX, g)) return -1;
+  const auto it = std::lower_bound(ranks_.begin(), ranks_.end(), static_cast<int>(g));
+  return it != ranks_.end() && *it == g ? static_cast<int>(it - ranks_.begin()) : -1;
+}
+
+// The call on `buffers` (each written where `writes` says), or declined. `issue` runs
+// without the GIL and returns nullptr to decline (the buffers do not fit together).
+template <size_t N, class Issue>
+py::object FastCalls::run(PyObject* const (&buffers)[N], const bool (&writes)[N], Issue issue) {
+  HostSpan spans[N];
+  for (size_t i = 0; i < N; ++i) {
+    if (!plainArraySpan(buffers[i], writes[i], spans[i]) && !plainTensorSpan(buffers[i], writes[i], spans[i])) {
+      return fastDeclined();
+    }
+  }
+  IssueLockHeld held(lock_.ptr());
+  if (inFlight() != 0) {  // calls issued before: the buffers of those that ended are dropped
+    py::object release = releaseSettled_();
+    if (!release.is_none()) release();
+    if (inFlight() != 0) return fastDeclined();  // one still runs: the general path queues behind it
+  }
+  std::shared_ptr<Work> work;
+  {
+    py::gil_scoped_release nogil;  // the engine touches no Python object
+    Blocking scope(true);
+    work = issue(spans);
+  }
+  if (work == nullptr) return fastDeclined();
+  if (work->isCompleted() && !work->failed()) return py::none();
+  py::object w = py::cast(work);
+  py::tuple keep(N);
+  for (size_t i = 0; i < N; ++i) keep[i] = py::reinterpret_borrow<py::object>(buffers[i]);
+  pending_.attr("append")(py::make_tuple(w, keep));  // the buffers live until it ends
+  return w;
+}
+
+Py_ssize_t FastCalls::inFlight() const {
+  const Py_ssize_t n = PyObject_Size(pending_.ptr());
+  if (n < 0) throw py::error_already_set();
+  return n;
+}
+
+}  // namespace pycollect

@@ -1,0 +1,82 @@
+#pragma once
+// The API's blocking calls on plain host buffers, in one crossing into C++: all_reduce,
+// broadcast, reduce, all_gather_into_tensor, reduce_scatter_tensor, send, and recv from a
+// named rank (pycollect/api.py tries them first; register_fast_calls.cc makes them Python's
+// pycollect._C.FastCalls, one per group, and pycollect._C.FastFront, which finds the group).
+//
+// An 8-byte all-reduce costs the engine half a microsecond, and the general path spent
+// three more in Python around it: a Buffer object, the op, the algorithm and the device
+// path resolved, then the group's lock and its list of calls in flight. Here the common
+// case is answered in C++: C-contiguous numpy arrays or CPU torch tensors of an engine
+// dtype (host_span.h), an op given as an int (pycollect.ReduceOp is one), the group's own
+// algorithm, nothing of the group's still running. Such a call takes the group's lock as
+// the general path does (calls stay in issue order across threads), runs on this thread
+// with the GIL released, and returns None when it ran to its end.
+//
+// Anything else is declined before anything is issued: False comes back, and Python takes
+// the general path, which raises the errors that name what is wrong (refusals live in one
+// place: a wrong size or a dtype that differs between two buffers is declined here too).
+// A call issued here that did not end here (queued behind another thread's, or failed)
+// comes back as the engine's Work, already in the group's list of calls in flight with its
+// buffers, and Python waits on it as on any blocking call.
+#include <pybind11/pybind11.h>
+
+#include <memory>
+#include <vector>
+
+#include "common/host_span.h"
+#include "common/types.h"
+
+namespace pycollect {
+
+class Communicator;
+class Work;
+
+// Default algorithms of the group's calls with a choice (ProcessGroup._default_algos).
+struct FastAlgos {
+  Algo allReduce, broadcast, allGather, reduceScatter;
+};
+
+// Hidden, as pybind11's own types are: it holds their objects.
+class __attribute__((visibility("hidden"))) FastCalls {
+ public:
+  // `lock` and `pending`: the group's IssueLock (issue_lock.h) and deque of calls in flight
+  // (pycollect/group.py); `releaseSettled`: a weakref.WeakMethod of the group's method that
+  // drops those the engine is done with (under the lock): weak, so that the group and this
+  // object make no cycle (one the garbage collector cannot see through this object).
+  // `ranks`: the group's members by global rank, in group-rank order.
+  FastCalls(std::shared_ptr<Communicator> comm, pybind11::object lock, pybind11::object pending,
+            pybind11::object releaseSettled, std::vector<int> ranks, FastAlgos algos);
+
+  // Each returns None (ran to its end), False (declined, nothing issued) or the Work of a
+  // call issued that did not end here. `root`, `peer`: group ranks; `op`, `tag`: Python ints.
+  pybind11::object allReduce(PyObject* tensor, PyObject* op);
+  pybind11::object broadcast(PyObject* tensor, int root);
+  pybind11::object reduce(PyObject* tensor, PyObject* op, int root);
+  pybind11::object allGather(PyObject* output, PyObject* input);  // output = every rank's input
+  pybind11::object reduceScatter(PyObject* output, PyObject* input, PyObject* op);
+  pybind11::object send(PyObject* tensor, int peer, PyObject* tag);
+  pybind11::object recv(PyObject* tensor, int peer, PyObject* tag);  // kAnySource: declined
+
+  // The group rank of a global rank given as a Python int; -1 for anything else (not an
+  // int, not a member).
+  int groupRank(PyObject* global) const;
+
+ private:
+  template <size_t N, class Issue>
+  pybind11::object run(PyObject* const (&buffers)[N], const bool (&writes)[N], Issue issue);
+  Py_ssize_t inFlight() const;
+
+  std::shared_ptr<Communicator> comm_;
+  pybind11::object lock_, pending_, releaseSettled_;
+  const std::vector<int> ranks_;
+  const FastAlgos algos_;
+};
+
+// What a declined call returns: False.
+pybind11::object fastDeclined();
+
+// An int (not a bool) in [lo, hi], into `out`; false (no Python error left set) otherwise.
+bool fastInteger(PyObject* v, long long lo, long long hi, long long& out);
+
+}  // namespace pycollect
