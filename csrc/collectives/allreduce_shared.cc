@@ -100,6 +100,19 @@ void pipelinedRound(Context& ctx, SharedArena& a, uint32_t k, char* out, size_t 
   }
 }
 
+// dst = term(0) op term(1) op ... op term(size - 1) (AVG: divided by the size).
+template <class Term>
+void reduceInOrder(int size, Term term, size_t count, DType dtype, ReduceOp op, void* dst) {
+  if (count == 0) return;
+  if (size == 1) {
+    std::memcpy(dst, term(0), count * dtypeSize(dtype));
+    return;
+  }
+  reduce(dst, term(0), term(1), count, dtype, op);
+  for (int p = 2; p < size; ++p) reduce(dst, dst, term(p), count, dtype, op);
+  if (op == ReduceOp::kAvg) divide(dst, count, dtype, size);
+}
+
 }  // namespace
 
 Algo linkAllreduce(int size, size_t bytes) {
@@ -108,15 +121,12 @@ Algo linkAllreduce(int size, size_t bytes) {
 
 void reduceSlots(const SharedArena& a, int size, uint32_t round, size_t offset, size_t count, DType dtype,
                  ReduceOp op, void* dst, int self, const void* own) {
-  if (count == 0) return;
-  auto term = [&](int p) -> const void* { return p == self ? own : a.slot(p, round) + offset; };
-  if (size == 1) {
-    std::memcpy(dst, term(0), count * dtypeSize(dtype));
-    return;
-  }
-  reduce(dst, term(0), term(1), count, dtype, op);
-  for (int p = 2; p < size; ++p) reduce(dst, dst, term(p), count, dtype, op);
-  if (op == ReduceOp::kAvg) divide(dst, count, dtype, size);
+  reduceInOrder(size, [&](int p) -> const void* { return p == self ? own : a.slot(p, round) + offset; }, count,
+                dtype, op, dst);
+}
+
+void reduceLines(const SharedArena& a, int size, uint32_t round, size_t count, DType dtype, ReduceOp op, void* dst) {
+  reduceInOrder(size, [&](int p) -> const void* { return a.lineSlot(p, round); }, count, dtype, op, dst);
 }
 
 void allreduceShared(Context& ctx, void* data, size_t count, DType dtype, ReduceOp op) {
@@ -127,9 +137,15 @@ void allreduceShared(Context& ctx, void* data, size_t count, DType dtype, Reduce
   char* out = static_cast<char*>(data);
   inRounds(ctx, *a, count, kArenaSlotBytes / es, "shared all-reduce", [&](uint32_t k, size_t off, size_t n) {
     if (n * es > kOnePhaseBytes) return pipelinedRound(ctx, *a, k, out + off * es, n, dtype, op);
-    a->put(k, 0, out + off * es, n * es);
+    const bool inLine = n * es <= SharedArena::kLineBytes;
+    if (inLine) {
+      a->putInLine(k, out + off * es, n * es);
+    } else {
+      a->put(k, 0, out + off * es, n * es);
+    }
     a->arrive(k);
     a->waitAllArrived(ctx, k, "its all-reduce input");
+    if (inLine) return reduceLines(*a, ctx.size, k, n, dtype, op, out + off * es);
     reduceSlots(*a, ctx.size, k, 0, n, dtype, op, out + off * es);
   });
 }

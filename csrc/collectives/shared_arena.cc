@@ -66,6 +66,11 @@ char* SharedArena::slot(int peer, uint32_t round) const {
   return base() + headBytes() + (static_cast<size_t>(peer) * 2 + (round & 1)) * kArenaSlotBytes;
 }
 
+void SharedArena::putInLine(uint32_t round, const void* src, size_t bytes) {
+  std::memcpy(lineSlot(rank_, round), src, bytes);
+  written_ += bytes;
+}
+
 void SharedArena::put(uint32_t round, size_t offset, const void* src, size_t bytes) {
   if (bytes == 0) return;
   std::memcpy(slot(rank_, round) + offset, src, bytes);
@@ -149,7 +154,7 @@ void SharedArena::announce(const WireHeader& call) {
   uint64_t words[4];
   std::memcpy(words, &h, sizeof(words));
   Line& l = line(rank_);
-  const uint64_t v = l.version.load(std::memory_order_relaxed);
+  const uint32_t v = l.version.load(std::memory_order_relaxed);
   l.version.store(v + 1, std::memory_order_relaxed);  // odd: being written
   std::atomic_thread_fence(std::memory_order_release);
   for (int i = 0; i < 4; ++i) l.header[i].store(words[i], std::memory_order_relaxed);
@@ -158,7 +163,7 @@ void SharedArena::announce(const WireHeader& call) {
 
 void SharedArena::checkAnnounced(const WireHeader& call, int peer) const {
   Line& l = line(peer);
-  const uint64_t v1 = l.version.load(std::memory_order_acquire);
+  const uint32_t v1 = l.version.load(std::memory_order_acquire);
   if (v1 == 0 || (v1 & 1)) return;  // nothing announced yet, or being written: the next look
   uint64_t words[4];
   for (int i = 0; i < 4; ++i) words[i] = l.header[i].load(std::memory_order_relaxed);
@@ -179,7 +184,13 @@ void SharedArena::publish(std::atomic<uint32_t>& flag, uint32_t value) {
 }
 
 void SharedArena::waitArrived(Context& ctx, int peer, uint32_t round, const char* what) {
+  waitArrivedAt(ctx, peer, round, what);
+}
+
+void SharedArena::waitArrivedAt(Context& ctx, int peer, uint32_t round, const char* what) {
+  if (reached(seenArrived_[peer], round)) return;
   waitFlag(ctx, line(peer).arrived, round, peer, what);
+  seenArrived_[peer] = round;
 }
 
 void SharedArena::waitFilled(Context& ctx, int peer, uint32_t piece, const char* what) {
@@ -193,7 +204,7 @@ void SharedArena::waitDone(Context& ctx, int peer, uint32_t piece, const char* w
 void SharedArena::waitAllArrived(Context& ctx, uint32_t round, const char* what) {
   for (int p = 0; p < size_; ++p) {
     if (p == rank_) continue;
-    waitFlag(ctx, line(p).arrived, round, p, what);
+    waitArrivedAt(ctx, p, round, what);
     checkAnnounced(ctx.call, p);
   }
 }
@@ -201,7 +212,7 @@ void SharedArena::waitAllArrived(Context& ctx, uint32_t round, const char* what)
 void SharedArena::waitSlotFree(Context& ctx, uint32_t round) {
   if (round < 2) return;
   for (int p = 0; p < size_; ++p) {
-    if (p != rank_) waitFlag(ctx, line(p).arrived, round - 1, p, "the peers to be done with the slot");
+    if (p != rank_) waitArrivedAt(ctx, p, round - 1, "the peers to be done with the slot");
   }
 }
 

@@ -50,6 +50,7 @@
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <vector>
 
 #include "collectives/context.h"
 #include "collectives/wire_header.h"
@@ -66,7 +67,7 @@ constexpr size_t kArenaPipeBytes = 64 << 10;
 
 class SharedArena {
  public:
-  SharedArena(int rank, int size) : rank_(rank), size_(size) {}
+  SharedArena(int rank, int size) : rank_(rank), size_(size), seenArrived_(size, 0) {}
 
   // Every rank, inside a call whose context is `ctx` (the group's first shared-memory
   // call forms the arena: see above). False: the group cannot share memory (then never).
@@ -90,6 +91,13 @@ class SharedArena {
   void wrote(size_t bytes) { written_ += bytes; }
   // Bytes put into the arena so far (the communicator adds them to its links' bytes sent).
   uint64_t bytesWritten() const { return written_; }
+
+  // A round of at most kLineBytes may travel in the ranks' flag lines instead of their
+  // slots: one cache line a rank is written and read in the call, not two. This rank's or
+  // `peer`'s place for round `round`, and this rank's data put there (counted as sent).
+  static constexpr size_t kLineBytes = 8;
+  char* lineSlot(int peer, uint32_t round) const { return line(peer).small[round & 1]; }
+  void putInLine(uint32_t round, const void* src, size_t bytes);
 
   // Round `round`: publish that this rank arrived (its slot holds its data).
   void arrive(uint32_t round) { publish(line(rank_).arrived, round); }
@@ -122,9 +130,10 @@ class SharedArena {
   struct alignas(64) Line {
     std::atomic<uint32_t> arrived;
     std::atomic<uint32_t> filled;  // pieces (above)
-    std::atomic<uint64_t> version;    // the announcement's sequence lock: odd while written
-    std::atomic<uint64_t> header[4];  // the announced WireHeader, as words
     std::atomic<uint32_t> done;
+    std::atomic<uint32_t> version;    // the announcement's sequence lock: odd while written
+    std::atomic<uint64_t> header[4];  // the announced WireHeader, as words
+    char small[2][kLineBytes];        // a small round's data, by parity (lineSlot)
   };
   static_assert(sizeof(Line) == 64, "one cache line a rank");
   struct alignas(64) Control {
@@ -142,6 +151,9 @@ class SharedArena {
 
   bool form(Context& ctx);
   void publish(std::atomic<uint32_t>& flag, uint32_t value);
+  // Waits until `peer`'s `arrived` reaches `round`, unless this rank saw it there already
+  // (seenArrived_): a look at a line its owner is writing costs both of them a cache miss.
+  void waitArrivedAt(Context& ctx, int peer, uint32_t round, const char* what);
   // Waits until `flag` (of `peer`) reaches `value`.
   void waitFlag(Context& ctx, std::atomic<uint32_t>& flag, uint32_t value, int peer, const char* what);
   // A peer marked the arena failed: a mismatch with a peer's announced call is named
@@ -153,6 +165,7 @@ class SharedArena {
   shm::Segment segment_;
   std::atomic<bool> mapped_{false};  // poison() may run on any thread
   uint32_t round_ = 0;
+  std::vector<uint32_t> seenArrived_;  // by rank: the highest round seen arrived (the driving thread)
   uint32_t piece_ = 0;
   uint64_t written_ = 0;
 };
@@ -181,5 +194,7 @@ void inRounds(Context& ctx, SharedArena& a, size_t total, size_t perRound, const
 // a rank's own input need not pass through the arena to be reduced by itself).
 void reduceSlots(const SharedArena& a, int size, uint32_t round, size_t offset, size_t count, DType dtype,
                  ReduceOp op, void* dst, int self = -1, const void* own = nullptr);
+// The same on the round's data in the ranks' flag lines (SharedArena::lineSlot).
+void reduceLines(const SharedArena& a, int size, uint32_t round, size_t count, DType dtype, ReduceOp op, void* dst);
 
 }  // namespace pycollect
