@@ -28,15 +28,9 @@ const std::string& Work::what() const {
   return what_;
 }
 
-bool Work::isCompleted() {
-  std::lock_guard<std::mutex> lock(mu_);
-  return done_;
-}
+bool Work::isCompleted() { return outcome_.load(std::memory_order_acquire) != 0; }
 
-bool Work::failed() {
-  std::lock_guard<std::mutex> lock(mu_);
-  return done_ && error_ != nullptr;
-}
+bool Work::failed() { return outcome_.load(std::memory_order_acquire) == 2; }
 
 void Work::whenDone(std::function<void()> fn) {
   {
@@ -56,6 +50,7 @@ std::vector<std::function<void()>> Work::complete(std::exception_ptr error, bool
     if (done_) return hooks;  // finished once, with its first outcome
     done_ = true;
     error_ = error;
+    outcome_.store(error != nullptr ? 2 : 1, std::memory_order_release);
     if (!deferHooks) hooks.swap(whenDone_);
   }
   flight_.ended(error != nullptr);

@@ -64,6 +64,9 @@ class Work {
   std::condition_variable cv_;
   bool done_ = false;
   std::exception_ptr error_;
+  // done_ and error_'s outcome, read without the lock (isCompleted, failed: each small
+  // call asks both): 0 running, 1 done, 2 failed; stored once, after error_.
+  std::atomic<uint8_t> outcome_{0};
   // Sets the outcome (the first time), wakes the waiters and runs finished(); returns the
   // hooks to run, which stay in whenDone_ for runHooks() if `deferHooks`.
   std::vector<std::function<void()>> complete(std::exception_ptr error, bool deferHooks);

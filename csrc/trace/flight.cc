@@ -34,33 +34,20 @@ Mark Recorder::issued(const Call& call, Clock::time_point now) {
   Slot& s = slots_[id % slots_.size()];
   s.id.store(id, std::memory_order_relaxed);
   s.call = call;
-  s.state = State::kQueued;
+  s.state.store(State::kQueued, std::memory_order_relaxed);
   s.issuedUs = wallUs(now);
-  s.startedUs = s.endedUs = 0;
+  s.startedUs.store(0, std::memory_order_relaxed);
+  s.endedUs.store(0, std::memory_order_relaxed);
   s.phase.store(nullptr, std::memory_order_relaxed);
   s.step.store(0, std::memory_order_relaxed);
   s.steps.store(0, std::memory_order_relaxed);
   s.waitingOn.store(call.send || call.peer == kNoPeer ? kNoPeer : call.peer, std::memory_order_relaxed);
-  return Mark(this, id);
+  return Mark(this, &s, id);
 }
 
-Recorder::Slot* Recorder::slotOf(uint64_t id) {
-  Slot& s = slots_[id % slots_.size()];
-  return s.id.load(std::memory_order_relaxed) == id ? &s : nullptr;
-}
-
-void Recorder::setState(uint64_t id, State state, int64_t Slot::*when, Clock::time_point now) {
-  const int64_t us = wallUs(now);
+void Recorder::setSeq(Slot& s, uint64_t id, uint64_t seq) {
   std::lock_guard<std::mutex> lock(mu_);
-  if (Slot* s = slotOf(id)) {
-    s->state = state;
-    s->*when = us;
-  }
-}
-
-void Recorder::setSeq(uint64_t id, uint64_t seq) {
-  std::lock_guard<std::mutex> lock(mu_);
-  if (Slot* s = slotOf(id)) s->call.seq = seq;
+  if (s.id.load(std::memory_order_relaxed) == id) s.call.seq = seq;
 }
 
 std::vector<Record> Recorder::snapshot() const {
@@ -73,38 +60,47 @@ std::vector<Record> Recorder::snapshot() const {
     Record r;
     r.id = s.id.load(std::memory_order_relaxed);
     r.call = s.call;
-    r.state = s.state;
+    r.state = s.state.load(std::memory_order_relaxed);
     const char* phase = s.phase.load(std::memory_order_relaxed);
     r.phase = phase != nullptr ? phase : "";
     r.step = s.step.load(std::memory_order_relaxed);
     r.steps = s.steps.load(std::memory_order_relaxed);
     r.waitingOn = s.waitingOn.load(std::memory_order_relaxed);
     r.issuedUs = s.issuedUs;
-    r.startedUs = s.startedUs;
-    r.endedUs = s.endedUs;
+    r.startedUs = s.startedUs.load(std::memory_order_relaxed);
+    r.endedUs = s.endedUs.load(std::memory_order_relaxed);
     out.push_back(std::move(r));
   }
   return out;
 }
 
+// The running call's own slot, written without the lock: each field is atomic, and an
+// entry overwritten meanwhile (its slot reused by a call issued a whole ring later) only
+// loses a diagnostic.
+Slot* Mark::mine() const {
+  return slot_ != nullptr && slot_->id.load(std::memory_order_relaxed) == id_ ? slot_ : nullptr;
+}
+
 void Mark::started(Clock::time_point now) const {
-  if (recorder_ != nullptr) recorder_->setState(id_, State::kRunning, &Recorder::Slot::startedUs, now);
-}
-
-void Mark::numbered(uint64_t seq) const {
-  if (recorder_ != nullptr) recorder_->setSeq(id_, seq);
-}
-
-void Mark::ended(bool failed) const {
-  if (recorder_ != nullptr) {
-    recorder_->setState(id_, failed ? State::kFailed : State::kDone, &Recorder::Slot::endedUs, Clock::now());
+  if (Slot* s = mine()) {
+    s->startedUs.store(wallUs(now), std::memory_order_relaxed);
+    s->state.store(State::kRunning, std::memory_order_relaxed);
   }
 }
 
-// A step or a wait: the running call's own slot, written without the lock (a snapshot
-// may read a half-updated step: it is a diagnostic, and each field is atomic).
+void Mark::numbered(uint64_t seq) const {
+  if (slot_ != nullptr) recorder_->setSeq(*slot_, id_, seq);
+}
+
+void Mark::ended(bool failed) const {
+  if (Slot* s = mine()) {
+    s->endedUs.store(wallUs(Clock::now()), std::memory_order_relaxed);
+    s->state.store(failed ? State::kFailed : State::kDone, std::memory_order_relaxed);
+  }
+}
+
 void Mark::step(const char* phase, int step, int steps) const {
-  if (Recorder::Slot* s = recorder_ != nullptr ? recorder_->slotOf(id_) : nullptr) {
+  if (Slot* s = mine()) {
     s->phase.store(phase, std::memory_order_relaxed);
     s->step.store(step, std::memory_order_relaxed);
     s->steps.store(steps, std::memory_order_relaxed);
@@ -112,9 +108,7 @@ void Mark::step(const char* phase, int step, int steps) const {
 }
 
 void Mark::waiting(int peer) const {
-  if (Recorder::Slot* s = recorder_ != nullptr ? recorder_->slotOf(id_) : nullptr) {
-    s->waitingOn.store(peer, std::memory_order_relaxed);
-  }
+  if (Slot* s = mine()) s->waitingOn.store(peer, std::memory_order_relaxed);
 }
 
 }  // namespace flight

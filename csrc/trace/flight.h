@@ -6,8 +6,9 @@
 // An entry is made when a call is issued (queued), marked when it starts running, then
 // at each step the algorithm enters (Context::setStep) and each peer it waits for
 // (Context's waits), and when it ends, done or failed. Nothing here allocates after the
-// ring is made; issue, start and end take an uncontended lock each, a step or a wait one
-// relaxed store: well under a microsecond a call (measured: docs/traces.md).
+// ring is made; issuing takes an uncontended lock, the start, the end, a step or a wait a
+// few relaxed stores: well under a microsecond a call (measured: docs/traces.md). A
+// snapshot may read an entry half-updated by its running call: it is a diagnostic.
 //
 // The ring is overwritten oldest first; a Mark whose entry was overwritten (more than
 // `capacity` later calls issued while it was still queued) records nothing more.
@@ -60,12 +61,13 @@ struct Record {
 };
 
 class Recorder;
+struct Slot;
 
 // A call's handle on its entry.
 class Mark {
  public:
   Mark() = default;
-  Mark(Recorder* r, uint64_t id) : recorder_(r), id_(id) {}
+  Mark(Recorder* r, Slot* slot, uint64_t id) : recorder_(r), slot_(slot), id_(id) {}
   void started(Clock::time_point now = Clock::now()) const;
   void numbered(uint64_t seq) const;  // a recv is numbered when it is posted
   void step(const char* phase, int step, int steps) const;
@@ -73,8 +75,24 @@ class Mark {
   void ended(bool failed) const;
 
  private:
+  // Its slot while the slot still holds its entry, else nullptr (overwritten, or off).
+  Slot* mine() const;
+
   Recorder* recorder_ = nullptr;
+  Slot* slot_ = nullptr;  // where its entry was made
   uint64_t id_ = 0;
+};
+
+// An entry of the ring. Written under the recorder's lock when issued, then by the thread
+// that runs the call (relaxed stores), read by a snapshot under the lock.
+struct Slot {
+  std::atomic<uint64_t> id{UINT64_MAX};  // UINT64_MAX: never used
+  Call call;
+  std::atomic<State> state{State::kQueued};
+  int64_t issuedUs = 0;
+  std::atomic<int64_t> startedUs{0}, endedUs{0};
+  std::atomic<const char*> phase{nullptr};
+  std::atomic<int32_t> step{0}, steps{0}, waitingOn{kNoPeer};
 };
 
 class Recorder {
@@ -87,20 +105,7 @@ class Recorder {
 
  private:
   friend class Mark;
-  struct Slot {
-    std::atomic<uint64_t> id{UINT64_MAX};  // UINT64_MAX: never used
-    Call call;
-    State state = State::kQueued;
-    int64_t issuedUs = 0, startedUs = 0, endedUs = 0;
-    // Written by the thread that runs the call while it runs, read by a snapshot.
-    std::atomic<const char*> phase{nullptr};
-    std::atomic<int32_t> step{0}, steps{0}, waitingOn{kNoPeer};
-  };
-  // The slot of `id` while it still holds it, else nullptr (overwritten). Under mu_, or
-  // without it for the running call's steps and waits (each field is atomic).
-  Slot* slotOf(uint64_t id);
-  void setState(uint64_t id, State s, int64_t Slot::*when, Clock::time_point now);
-  void setSeq(uint64_t id, uint64_t seq);
+  void setSeq(Slot& s, uint64_t id, uint64_t seq);
 
   mutable std::mutex mu_;
   std::vector<Slot> slots_;
