@@ -136,9 +136,17 @@ py::object FastCalls::run(PyObject* const (&buffers)[N], const bool (&writes)[N]
   }
   std::shared_ptr<Work> work;
   {
-    py::gil_scoped_release nogil;  // the engine touches no Python object
-    Blocking scope(true);
-    work = issue(spans);
+    // The engine touches no Python object. (CPython's own calls: pybind11's scope looks up
+    // its internals first.)
+    PyThreadState* saved = PyEval_SaveThread();
+    try {
+      Blocking scope(true);
+      work = issue(spans);
+    } catch (...) {
+      PyEval_RestoreThread(saved);
+      throw;
+    }
+    PyEval_RestoreThread(saved);
   }
   if (work == nullptr) return fastDeclined();
   if (work->isCompleted() && !work->failed()) return py::none();

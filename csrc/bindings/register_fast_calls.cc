@@ -35,8 +35,9 @@ struct FastCallsObject {
 
 struct FastFrontObject {
   PyObject_HEAD
-  PyObject* world;    // the pycollect.world module
-  PyObject* modules;  // sys.modules
+  PyObject* world;     // the pycollect.world module
+  PyObject* modules;   // sys.modules
+  PyObject* profiler;  // torch.autograd.profiler once imported (looked for in `modules` until then)
 };
 
 PyTypeObject* fastCallsType = nullptr;  // made once, in registerFastCalls
@@ -136,10 +137,13 @@ void callsDealloc(PyObject* self) {
 FastCalls* resolve(PyObject* self, PyObject* group, py::object& keep) {
   static PyObject *kDefault = interned("default_group"), *kFast = interned("fast"),
                   *kProfiler = interned("torch.autograd.profiler"), *kEnabled = interned("_is_profiler_enabled");
-  const auto* front = reinterpret_cast<FastFrontObject*>(self);
-  PyObject* profiler = PyDict_GetItemWithError(front->modules, kProfiler);  // borrowed
-  if (profiler != nullptr) {
-    PyObject* on = PyObject_GetAttr(profiler, kEnabled);
+  auto* front = reinterpret_cast<FastFrontObject*>(self);
+  if (front->profiler == nullptr) {
+    front->profiler = PyDict_GetItemWithError(front->modules, kProfiler);
+    Py_XINCREF(front->profiler);  // a module lives as long as the process: held, not looked up again
+  }
+  if (front->profiler != nullptr) {
+    PyObject* on = PyObject_GetAttr(front->profiler, kEnabled);
     const int recording = on == nullptr ? 1 : PyObject_IsTrue(on);  // no flag (another torch): general
     Py_XDECREF(on);
     if (recording != 0) {
@@ -223,6 +227,7 @@ void frontDealloc(PyObject* self) {
   auto* front = reinterpret_cast<FastFrontObject*>(self);
   Py_XDECREF(front->world);
   Py_XDECREF(front->modules);
+  Py_XDECREF(front->profiler);
   type->tp_free(self);
   Py_DECREF(type);
 }
