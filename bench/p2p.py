@@ -141,9 +141,10 @@ for _name in ("send", "all_reduce", "broadcast", "barrier", "reduce", "all_gathe
 _StubEngine.recv = _stub_recv
 
 
-class _StubFast:
-    """Stands in for a group's fast calls (ProcessGroup.fast): each takes its buffers and is
-    done, as a small blocking call that ran to its end on the caller's thread is."""
+class _StubFront:
+    """Stands in for the API's fast calls (pycollect.api._fast, which the public functions hand
+    their arguments first): each takes them and is done, as a small blocking call that ran to
+    its end on the caller's thread is."""
 
 
 def _stub_fast_call(*_args):
@@ -151,7 +152,7 @@ def _stub_fast_call(*_args):
 
 
 for _name in ("all_reduce", "broadcast", "reduce", "all_gather", "reduce_scatter", "send", "recv"):
-    setattr(_StubFast, _name, staticmethod(_stub_fast_call))
+    setattr(_StubFront, _name, staticmethod(_stub_fast_call))
 
 
 def _time_calls(call, iters: int) -> float:
@@ -171,14 +172,17 @@ def python_share(rank, ops, engines, stubbed, iters):
     each op's cost on the API when the engine costs nothing (the API's Python)."""
     if rank != 0:
         return {}
-    real = [(g._comm, g.fast) for g in stubbed]
+    api = engines["api"][0]
+    real, front = [g._comm for g in stubbed], api._fast
     for g in stubbed:
-        g._comm, g.fast = _StubEngine(g._comm), _StubFast()
+        g._comm = _StubEngine(g._comm)
+    api._fast = _StubFront()
     try:
-        return {op: {"api": _time_calls(_caller(engines["api"][0], 0, op, engines["api"][1]), iters)} for op in ops}
+        return {op: {"api": _time_calls(_caller(api, 0, op, engines["api"][1]), iters)} for op in ops}
     finally:
-        for g, (comm, fast) in zip(stubbed, real):
-            g._comm, g.fast = comm, fast
+        api._fast = front
+        for g, comm in zip(stubbed, real):
+            g._comm = comm
 
 
 def latency_job(rank, world, emit, ops, iters):
