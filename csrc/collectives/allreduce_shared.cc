@@ -5,7 +5,9 @@
 //     raises its `arrived` flag; every rank then reduces all the slots itself, in rank
 //     order, x0 op x1 op ... op x(n-1), straight into its output. One flag per rank per
 //     call: the whole cost of an 8-byte call is a copy, a store, the peers' stores seen,
-//     and a reduction.
+//     and a reduction. A round of at most 8 bytes a rank goes in the rank's flag line
+//     instead of its slot (SharedArena::lineSlot): each rank writes one cache line and
+//     reads one of each peer's.
 //   - Larger rounds run as a pipeline of pieces (shared_arena.h, "Pieces") of up to
 //     kPieceBytes, each cut into one chunk per rank. Rank r reduces chunk r of every piece
 //     and copies the other chunks from the ranks that reduced them:

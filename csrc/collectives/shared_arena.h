@@ -2,7 +2,8 @@
 // through which the shared-memory collectives (*_shared.cc) move their data without a
 // message on any link. Each rank owns a 64-byte line of flags and two slots of data (one
 // per parity of the round, so a rank may fill the next round's slot while its peers still
-// read this one's); every rank maps every other rank's lines and slots.
+// read this one's); every rank maps every other rank's lines and slots. A round of at most
+// 8 bytes may travel in the line itself, beside the flag that publishes it (lineSlot).
 //
 // Rounds. Every shared-memory call runs as one or more rounds, numbered alike on every
 // rank (1, 2, ...). In round k a rank first waits until every peer has *arrived* at round
