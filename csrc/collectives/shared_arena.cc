@@ -67,6 +67,7 @@ char* SharedArena::slot(int peer, uint32_t round) const {
 }
 
 void SharedArena::putInLine(uint32_t round, const void* src, size_t bytes) {
+  if (bytes == 0) return;  // a call of 0 elements may pass no buffer at all
   std::memcpy(lineSlot(rank_, round), src, bytes);
   written_ += bytes;
 }
