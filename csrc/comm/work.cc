@@ -8,8 +8,8 @@ namespace pycollect {
 bool Work::wait(double timeoutSec) {
   std::unique_lock<std::mutex> lock(mu_);
   if (timeoutSec < 0) {
-    cv_.wait(lock, [this] { return done_; });
-  } else if (!cv_.wait_for(lock, std::chrono::duration<double>(timeoutSec), [this] { return done_; })) {
+    cv_.wait(lock, [this] { return done(); });
+  } else if (!cv_.wait_for(lock, std::chrono::duration<double>(timeoutSec), [this] { return done(); })) {
     return false;
   }
   if (!whenDone_.empty()) {  // finished with its hooks deferred: the waiter runs them
@@ -28,14 +28,14 @@ const std::string& Work::what() const {
   return what_;
 }
 
-bool Work::isCompleted() { return outcome_.load(std::memory_order_acquire) != 0; }
+bool Work::isCompleted() { return done(); }
 
 bool Work::failed() { return outcome_.load(std::memory_order_acquire) == 2; }
 
 void Work::whenDone(std::function<void()> fn) {
   {
     std::lock_guard<std::mutex> lock(mu_);
-    if (!done_) {
+    if (!done()) {
       whenDone_.push_back(std::move(fn));
       return;
     }
@@ -47,8 +47,7 @@ std::vector<std::function<void()>> Work::complete(std::exception_ptr error, bool
   std::vector<std::function<void()>> hooks;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    if (done_) return hooks;  // finished once, with its first outcome
-    done_ = true;
+    if (done()) return hooks;  // finished once, with its first outcome
     error_ = error;
     outcome_.store(error != nullptr ? 2 : 1, std::memory_order_release);
     if (!deferHooks) hooks.swap(whenDone_);
@@ -69,7 +68,7 @@ void Work::runHooks() {
   std::vector<std::function<void()>> hooks;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    if (!done_) return;  // not finished: finish() will run them
+    if (!done()) return;  // not finished: finish() will run them
     hooks.swap(whenDone_);
   }
   for (auto& fn : hooks) fn();

@@ -62,11 +62,12 @@ class Work {
   WireHeader call_{};
   std::mutex mu_;
   std::condition_variable cv_;
-  bool done_ = false;
   std::exception_ptr error_;
-  // done_ and error_'s outcome, read without the lock (isCompleted, failed: each small
-  // call asks both): 0 running, 1 done, 2 failed; stored once, after error_.
+  // 0 running, 1 done, 2 failed (error_ set): stored once, under mu_ (waiters' predicate)
+  // after error_, and read without it where only the outcome is asked (isCompleted, failed:
+  // each small call asks both).
   std::atomic<uint8_t> outcome_{0};
+  bool done() const { return outcome_.load(std::memory_order_acquire) != 0; }
   // Sets the outcome (the first time), wakes the waiters and runs finished(); returns the
   // hooks to run, which stay in whenDone_ for runHooks() if `deferHooks`.
   std::vector<std::function<void()>> complete(std::exception_ptr error, bool deferHooks);
