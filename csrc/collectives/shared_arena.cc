@@ -185,10 +185,6 @@ void SharedArena::publish(std::atomic<uint32_t>& flag, uint32_t value) {
 }
 
 void SharedArena::waitArrived(Context& ctx, int peer, uint32_t round, const char* what) {
-  waitArrivedAt(ctx, peer, round, what);
-}
-
-void SharedArena::waitArrivedAt(Context& ctx, int peer, uint32_t round, const char* what) {
   if (reached(seenArrived_[peer], round)) return;
   waitFlag(ctx, line(peer).arrived, round, peer, what);
   seenArrived_[peer] = round;
@@ -205,7 +201,7 @@ void SharedArena::waitDone(Context& ctx, int peer, uint32_t piece, const char* w
 void SharedArena::waitAllArrived(Context& ctx, uint32_t round, const char* what) {
   for (int p = 0; p < size_; ++p) {
     if (p == rank_) continue;
-    waitArrivedAt(ctx, p, round, what);
+    waitArrived(ctx, p, round, what);
     checkAnnounced(ctx.call, p);
   }
 }
@@ -213,7 +209,7 @@ void SharedArena::waitAllArrived(Context& ctx, uint32_t round, const char* what)
 void SharedArena::waitSlotFree(Context& ctx, uint32_t round) {
   if (round < 2) return;
   for (int p = 0; p < size_; ++p) {
-    if (p != rank_) waitArrivedAt(ctx, p, round - 1, "the peers to be done with the slot");
+    if (p != rank_) waitArrived(ctx, p, round - 1, "the peers to be done with the slot");
   }
 }
 

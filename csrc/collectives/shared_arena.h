@@ -102,7 +102,9 @@ class SharedArena {
 
   // Round `round`: publish that this rank arrived (its slot holds its data).
   void arrive(uint32_t round) { publish(line(rank_).arrived, round); }
-  // Waits until `peer` arrived at `round`; the wait names `what`.
+  // Waits until `peer` arrived at `round`, unless this rank saw it there already
+  // (seenArrived_: a look at a line its owner is writing costs both a cache miss); the
+  // wait names `what`.
   void waitArrived(Context& ctx, int peer, uint32_t round, const char* what);
   // Waits until every peer arrived at `round`, and checks that each announced this call.
   // Every shared-memory call does, once, so that every rank names a mismatch.
@@ -152,9 +154,6 @@ class SharedArena {
 
   bool form(Context& ctx);
   void publish(std::atomic<uint32_t>& flag, uint32_t value);
-  // Waits until `peer`'s `arrived` reaches `round`, unless this rank saw it there already
-  // (seenArrived_): a look at a line its owner is writing costs both of them a cache miss.
-  void waitArrivedAt(Context& ctx, int peer, uint32_t round, const char* what);
   // Waits until `flag` (of `peer`) reaches `value`.
   void waitFlag(Context& ctx, std::atomic<uint32_t>& flag, uint32_t value, int peer, const char* what);
   // A peer marked the arena failed: a mismatch with a peer's announced call is named
