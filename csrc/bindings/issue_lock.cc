@@ -4,6 +4,7 @@
 #include <pybind11/pybind11.h>
 
 #include <mutex>
+#include <new>
 #include <thread>
 
 #include "bindings/register.h"
@@ -17,8 +18,7 @@ namespace {
 struct IssueLockObject {
   PyObject_HEAD
   std::mutex* mu;
-  bool held;             // (under the GIL) for locked()
-  std::thread::id owner;  // (under the GIL) the holder: only it may release (a std::mutex's rule)
+  std::thread::id owner;  // (under the GIL) the holder, none while free: only it may release
 };
 
 PyTypeObject* issueLockType = nullptr;
@@ -32,12 +32,10 @@ void lock(IssueLockObject* l) {
     py::gil_scoped_release nogil;
     l->mu->lock();
   }
-  l->held = true;
   l->owner = std::this_thread::get_id();
 }
 
 void unlock(IssueLockObject* l) {
-  l->held = false;
   l->owner = std::thread::id();
   l->mu->unlock();
 }
@@ -48,7 +46,7 @@ PyObject* acquire(PyObject* self, PyObject*) {
 }
 
 PyObject* release(PyObject* self, PyObject*) {
-  if (!lockOf(self)->held || lockOf(self)->owner != std::this_thread::get_id()) {
+  if (lockOf(self)->owner != std::this_thread::get_id()) {
     PyErr_SetString(PyExc_RuntimeError, "IssueLock.release: this thread does not hold it");
     return nullptr;
   }
@@ -58,7 +56,7 @@ PyObject* release(PyObject* self, PyObject*) {
 
 PyObject* exitWith(PyObject* self, PyObject* const*, Py_ssize_t) { return release(self, nullptr); }
 
-PyObject* locked(PyObject* self, PyObject*) { return PyBool_FromLong(lockOf(self)->held); }
+PyObject* locked(PyObject* self, PyObject*) { return PyBool_FromLong(lockOf(self)->owner != std::thread::id()); }
 
 PyObject* make(PyTypeObject* type, PyObject* args, PyObject* kwargs) {
   if (PyTuple_GET_SIZE(args) != 0 || (kwargs != nullptr && PyDict_GET_SIZE(kwargs) != 0)) {
@@ -68,6 +66,7 @@ PyObject* make(PyTypeObject* type, PyObject* args, PyObject* kwargs) {
   PyObject* o = type->tp_alloc(type, 0);
   if (o == nullptr) return nullptr;
   lockOf(o)->mu = new std::mutex;
+  new (&lockOf(o)->owner) std::thread::id();  // free
   return o;
 }
 
