@@ -444,3 +444,53 @@ def _new_recv_any(pg, gg, ws, r, dtype, count, op, seed, what):
 _NEW = {"reduce": _new_reduce, "gather": _new_gather, "scatter": _new_scatter, "all_to_all": _new_all_to_all,
         "all_reduce_coalesced": _new_all_reduce_coalesced, "all_gather_coalesced": _new_all_gather_coalesced,
         "recv_any": _new_recv_any}
+
+
+# -- gather and scatter: parts in the shared arena and over links ---------------------------------
+def case_rooted_parts(ws: int):
+    """gather and scatter on the shared arena (gather_shared.cc: a part of at most 8 KiB
+    travels in the arena, a larger one over its link) with parts whose sizes differ by rank
+    and fall on both sides of that limit and on it: rank 0 none, rank 1 a large one, rank 2
+    exactly 8 KiB, rank 3 one element more; a root other than 0; float64 and bfloat16.
+    Against the parts themselves, and an even large gather and scatter against Gloo.
+    Blocking calls take the API's fast path, async ones the general path: both are checked.
+    Returns the cases checked."""
+    pair = paired_groups(ws)
+    if pair is None:
+        return None
+    pg, gg = pair
+    r = pc.get_rank(pg)
+    cases = 0
+    for dtype in (torch.float64, torch.bfloat16):
+        limit = 8192 // torch.empty(0, dtype=dtype).element_size()
+        counts = [0, 300001, limit, limit + 1][:ws]
+        parts = [torch.arange(c, dtype=torch.float64).mul_(0.5).add_(k).to(dtype) for k, c in enumerate(counts)]
+        root = ws - 1
+        for async_op in (False, True):
+            slots = [torch.zeros(c, dtype=dtype) for c in counts] if r == root else None
+            work = pc.gather(parts[r], slots, dst=root, group=pg, async_op=async_op)
+            if work is not None:
+                work.wait()
+            if r == root:
+                for k in range(ws):
+                    assert torch.equal(slots[k], parts[k]), f"gather ws={ws} {dtype} async={async_op}: part {k}"
+            src = 1 % ws
+            mine = torch.zeros(counts[r], dtype=dtype)
+            work = pc.scatter(mine, parts if r == src else None, src=src, group=pg, async_op=async_op)
+            if work is not None:
+                work.wait()
+            assert torch.equal(mine, parts[r]), f"scatter ws={ws} {dtype} async={async_op}"
+            cases += 2
+    even = torch.arange(300001, dtype=torch.float64).add_(r)
+    ours = [torch.empty_like(even) for _ in range(ws)] if r == 0 else None
+    theirs = [torch.empty_like(even) for _ in range(ws)] if r == 0 else None
+    pc.gather(even, ours, dst=0, group=pg)
+    dist.gather(even, theirs, dst=0, group=gg)
+    if r == 0:
+        assert all(torch.equal(a, b) for a, b in zip(ours, theirs)), f"gather ws={ws} vs gloo"
+    rows = [torch.arange(300001, dtype=torch.float64).add_(k) for k in range(ws)] if r == 0 else None
+    ours, theirs = torch.empty(300001, dtype=torch.float64), torch.empty(300001, dtype=torch.float64)
+    pc.scatter(ours, rows, src=0, group=pg)
+    dist.scatter(theirs, rows, src=0, group=gg)
+    assert torch.equal(ours, theirs), f"scatter ws={ws} vs gloo"
+    return cases + 2

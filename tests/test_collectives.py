@@ -44,6 +44,14 @@ def test_coalesced_runs_each_algorithm(pool4, kind, algo, ws):
     assert all(res["digests"] == results[0]["digests"] for res in results[1:]), "ranks differ"
 
 
+@pytest.mark.parametrize("ws", [2, 3, 4])
+def test_gather_and_scatter_parts_in_the_arena_and_over_links(pool4, ws):
+    """Parts on both sides of the arena's limit and on it, of sizes that differ by rank,
+    through the fast path and the general one, against the parts themselves and Gloo."""
+    results = [res for res in pool4.run(cc.case_rooted_parts, ws, timeout=120) if res is not None]
+    assert results == [2 * 2 * 2 + 2] * ws
+
+
 @pytest.mark.parametrize("ws", [1, 2, 3, 4])
 def test_all_to_all_single_matches_gloo(pool4_each, ws):
     results = [res for res in pool4_each.run(cc.case_all_to_all, ws) if res is not None]

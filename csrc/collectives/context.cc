@@ -151,19 +151,25 @@ void Context::checkHeader(size_t i, const std::vector<uint64_t>* recvCounts) {
   const WireHeader& h = theirs_[i].header;
   WireHeader want = call;
   if (recvCounts != nullptr) want.count = (*recvCounts)[i];
+  checkPeerHeader(want, h, groupRank_, peer);
+}
+
+void checkPeerHeader(const WireHeader& want, const WireHeader& h, int rank, int peer) {
   if (h.magic != want.magic) {
     throw MismatchError("rank " + std::to_string(rank) + " expected a call header from rank " +
                         std::to_string(peer) + " for its " + describeCall(want) +
                         " but received unrelated bytes (the peer is out of step)");
   }
-  checkSameCall(want, h, groupRank_);
+  checkSameCall(want, h, rank);
+}
+
+bool sameCall(const WireHeader& want, const WireHeader& h) {
+  return h.kind == want.kind && h.dtype == want.dtype && h.redop == want.redop && h.seq == want.seq &&
+         h.count == want.count && h.root == want.root && h.algo == want.algo;
 }
 
 void checkSameCall(const WireHeader& want, const WireHeader& h, int rank) {
-  bool same = h.kind == want.kind && h.dtype == want.dtype && h.redop == want.redop &&
-              h.seq == want.seq && h.count == want.count && h.root == want.root &&
-              h.algo == want.algo;
-  if (!same) {
+  if (!sameCall(want, h)) {
     throw MismatchError("mismatched collectives: rank " + std::to_string(rank) + " called " +
                         describeCall(want) + " as call #" + std::to_string(want.seq) +
                         " but rank " + std::to_string(h.rank) + " called " + describeCall(h) +

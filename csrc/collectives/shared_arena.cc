@@ -44,6 +44,13 @@ void futexWakeAll(std::atomic<uint32_t>& word) {
   ::syscall(SYS_futex, reinterpret_cast<uint32_t*>(&word), FUTEX_WAKE, INT_MAX, nullptr, nullptr, 0);
 }
 
+// Whether a call's count is each rank's own, which may differ by rank (a gather's or a
+// scatter's: its rounds compare the counts with the root's, gather_shared.cc).
+bool ownCounts(const WireHeader& call) {
+  const auto kind = static_cast<OpKind>(call.kind);
+  return kind == OpKind::kGather || kind == OpKind::kScatter;
+}
+
 // What rank 0 sends each rank at formation: the segment's name (empty: none), and after
 // the ranks answered, the verdict.
 struct Offer {
@@ -95,7 +102,13 @@ bool SharedArena::form(Context& ctx) {
   for (int p = 0; p < size_; ++p) {
     if (p != rank_) peers.push_back(p);
   }
-  ctx.exchangeHeaders(peers);
+  if (ownCounts(ctx.call)) {  // every rank sends and expects 0 for the count
+    const std::vector<uint64_t> none(peers.size(), 0);
+    ctx.postHeaders(peers, &none);
+    ctx.checkHeaders(&none);
+  } else {
+    ctx.exchangeHeaders(peers);
+  }
   const size_t want = bytes();
   if (rank_ == 0) {
     // Every link is made: rank 0 knows what carries each.
@@ -175,7 +188,13 @@ void SharedArena::checkAnnounced(const WireHeader& call, int peer) const {
   // Another sequence number: the peer is at another call (ahead, or not yet here): it
   // compares when it gets here, or this rank did when it was there.
   const auto shared = static_cast<uint8_t>(Algo::kShared);
-  if (theirs.seq == call.seq && (theirs.algo == shared || call.algo == shared)) checkSameCall(call, theirs, rank_);
+  if (theirs.seq != call.seq || (theirs.algo != shared && call.algo != shared)) return;
+  if (theirs.kind == call.kind && ownCounts(call)) {  // all else must agree
+    WireHeader same = theirs;
+    same.count = call.count;
+    if (sameCall(call, same)) return;
+  }
+  checkSameCall(call, theirs, rank_);
 }
 
 void SharedArena::publish(std::atomic<uint32_t>& flag, uint32_t value) {
@@ -227,9 +246,11 @@ void SharedArena::waitFlag(Context& ctx, std::atomic<uint32_t>& flag, uint32_t v
   for (;;) {
     for (int i = 0; i < 64; ++i) {
       if (reached(flag.load(std::memory_order_acquire), value)) return;
-      if (c.failed.load(std::memory_order_relaxed) != 0) throwPoisoned(ctx);
+      if (c.failed.load(std::memory_order_relaxed) != 0) break;  // to the failure's check below
       if (ownCore) cpuPause();
     }
+    if (c.failed.load(std::memory_order_relaxed) != 0) break;
+    ctx.transport().progress();  // a call may have messages of its own on links (gather_shared.cc)
     ctx.pollBackground();
     if (++looks % 4 == 0 && Clock::now() >= spinEnd) break;
     if (!ownCore) std::this_thread::yield();
@@ -239,8 +260,13 @@ void SharedArena::waitFlag(Context& ctx, std::atomic<uint32_t>& flag, uint32_t v
   for (;;) {
     ctx.transport().progress();
     ctx.pollBackground();
+    // A peer that failed may have raised this flag first (a root that published its verdict
+    // and then found a mismatch): the flag is looked at again after the failure is seen.
+    if (c.failed.load(std::memory_order_acquire) != 0) {
+      if (reached(flag.load(std::memory_order_acquire), value)) return;
+      throwPoisoned(ctx);
+    }
     if (reached(flag.load(std::memory_order_acquire), value)) return;
-    if (c.failed.load(std::memory_order_acquire) != 0) throwPoisoned(ctx);
     try {
       ctx.transport().checkPeers();
     } catch (const PeerLostError&) {

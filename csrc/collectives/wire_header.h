@@ -25,9 +25,15 @@ static_assert(sizeof(WireHeader) == 32, "WireHeader is a fixed 32-byte record");
 // Renders a header as the call that produced it, e.g. "all_reduce(count=100, float32, SUM)".
 std::string describeCall(const WireHeader& h);
 
+// Whether `theirs` is the call `want`: kind, dtype, op, sequence number, count, root and
+// algorithm alike.
+bool sameCall(const WireHeader& want, const WireHeader& theirs);
 // Throws MismatchError naming both calls unless `theirs` (from rank `peer`) is the call
 // `want` (this rank's, `rank` in its group): kind, dtype, op, sequence number, count, root
 // and algorithm alike.
 void checkSameCall(const WireHeader& want, const WireHeader& theirs, int rank);
+// The same for a record that came from rank `peer` where its header belongs (a link, an
+// arena slot): first, that it is a header at all (else the peer is out of step).
+void checkPeerHeader(const WireHeader& want, const WireHeader& theirs, int rank, int peer);
 
 }  // namespace pycollect

@@ -289,12 +289,20 @@ void Communicator::checkRootList(const std::vector<Span>& spans, size_t own, int
 std::shared_ptr<Work> Communicator::gather(Span in, std::vector<Span> outs, DType dtype, int root) {
   checkRootList(outs, in.count, root, "gather");
   WireHeader h = makeHeader(OpKind::kGather, dtype, ReduceOp::kSum, in.count, root);
+  if (sharedFits(OpKind::kGather, 0)) {  // at any size: see gather_shared.cc
+    h.algo = static_cast<uint8_t>(Algo::kShared);
+    return enqueue(h, [=](Context& c) { gatherShared(c, in, outs, dtype, root); });
+  }
   return enqueue(h, [=](Context& c) { gatherDirect(c, in, outs, dtype, root); });
 }
 
 std::shared_ptr<Work> Communicator::scatter(std::vector<Span> ins, Span out, DType dtype, int root) {
   checkRootList(ins, out.count, root, "scatter");
   WireHeader h = makeHeader(OpKind::kScatter, dtype, ReduceOp::kSum, out.count, root);
+  if (sharedFits(OpKind::kScatter, 0)) {
+    h.algo = static_cast<uint8_t>(Algo::kShared);
+    return enqueue(h, [=](Context& c) { scatterShared(c, ins, out, dtype, root); });
+  }
   return enqueue(h, [=](Context& c) { scatterDirect(c, ins, out, dtype, root); });
 }
 
