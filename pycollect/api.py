@@ -510,6 +510,10 @@ def _root_list(items, is_root: bool, size: int, what: str, root_what: str):
 def gather(tensor, gather_list=None, dst: int = 0, group=None, async_op: bool = False):
     """gather_list[r] on global rank `dst` = rank r's `tensor`. Sizes may differ by rank
     (gather_list[r] must match rank r's tensor); other ranks pass no list."""
+    if not async_op:
+        issued = _fast.gather(group, tensor, gather_list, dst)
+        if issued is not False:
+            return None if issued is None else _waited(group, issued, (tensor, *(gather_list or ())))
     g = _group(group)
     if needs_host_staging(g, [tensor, *(gather_list or [])], "gather"):
         return through_host([tensor], list(gather_list or []),
@@ -529,6 +533,10 @@ def gather(tensor, gather_list=None, dst: int = 0, group=None, async_op: bool = 
 def scatter(tensor, scatter_list=None, src: int = 0, group=None, async_op: bool = False):
     """Rank r's `tensor` = scatter_list[r] of global rank `src`. Sizes may differ by rank
     (each rank's tensor must match its entry); other ranks pass no list."""
+    if not async_op:
+        issued = _fast.scatter(group, tensor, scatter_list, src)
+        if issued is not False:
+            return None if issued is None else _waited(group, issued, (tensor, *(scatter_list or ())))
     g = _group(group)
     if needs_host_staging(g, [tensor, *(scatter_list or [])], "scatter"):
         return through_host(list(scatter_list or []), [tensor],

@@ -229,6 +229,23 @@ def case_fast_front():
             out["outside_src_api"] = "no error"
         except ValueError as e:
             out["outside_src_api"] = str(e)
+        # Rooted calls by global rank: a gather to global rank 3, a scatter from it (a tuple).
+        mine = np.full(3, r, np.int16)
+        slots = [np.zeros(3, np.int16) for _ in range(2)] if r == 3 else None
+        out["sub_gather"] = (front.gather(sub, mine, slots, 3), None if slots is None else [x.tolist() for x in slots])
+        got = np.zeros(2, np.float32)
+        rows = (np.full(2, 10.0, np.float32), np.full(2, 20.0, np.float32)) if r == 3 else None
+        out["sub_scatter"] = (front.scatter(sub, got, rows, 3), got.tolist())
+        # Declined before anything is issued, on the rank whose arguments are wrong (the
+        # general path names them): a list on a non-root, a short list, a list of another
+        # dtype, a root's own slot of another size, a non-list.
+        if r == 1:
+            out["rooted_declines"] = [front.gather(sub, mine, [mine, mine], 3)]
+        else:
+            out["rooted_declines"] = [front.gather(sub, mine, [mine], 3),
+                                      front.gather(sub, mine, [mine, mine.astype(np.int32)], 3),
+                                      front.gather(sub, mine, [mine, np.zeros(4, np.int16)], 3),
+                                      front.scatter(sub, got, iter(rows), 3)]
     else:
         out["non_member"] = front.all_reduce(sub, a, 0)
     out["not_a_group"] = front.all_reduce("g0", a, 0)
@@ -582,12 +599,17 @@ def case_mismatch(kind_on_rank1: str):
                                     algo="bruck" if r == 1 else "ring")
         elif r == 1 and kind_on_rank1 == "reduce":
             pc.reduce(torch.ones(100), dst=0, group=g)
-        elif kind_on_rank1 == "gather_size":  # rank 1 sends 7 elements, the root expects 100
+        elif kind_on_rank1 == "gather_size":  # rank 1 sends 7 elements, the root expects 5000 (over links)
             n = pc.get_world_size()
-            slots = [torch.empty(100) for _ in range(n)] if r == 0 else None
-            pc.gather(torch.ones(7 if r == 1 else 100), slots, dst=0, group=g)
+            slots = [torch.empty(5000) for _ in range(n)] if r == 0 else None
+            pc.gather(torch.ones(7 if r == 1 else 5000), slots, dst=0, group=g)
             if r not in (0, 1):
                 pc.all_reduce(torch.ones(100), group=g)  # learns of the failure
+        elif kind_on_rank1 == "scatter_size":  # rank 1 expects 5000 (over its link), the root sends 100 (arena)
+            rows = [torch.ones(100) for _ in range(pc.get_world_size())] if r == 0 else None
+            pc.scatter(torch.empty(5000 if r == 1 else 100), rows, src=0, group=g)
+            if r not in (0, 1):
+                pc.all_reduce(torch.ones(100), group=g)
         else:
             pc.all_reduce(torch.ones(100), group=g)
         outcome = ("no error", "")
@@ -718,6 +740,9 @@ def test_fast_front_finds_the_group_and_declines_for_the_general_path(pool4):
             assert out["outside_src_api"].startswith("broadcast(src): rank 0 is not in this group")
             assert out["sub_reduce"] == (None, [4] if r == 1 else [3])
             assert out["sub_message"] == (None, None, [4 - r] * 2)
+            assert out["sub_gather"] == (None, [[1] * 3, [3] * 3] if r == 3 else None)
+            assert out["sub_scatter"] == (None, [10.0] * 2 if r == 1 else [20.0] * 2)
+            assert out["rooted_declines"] == [False] * (1 if r == 1 else 4)
             assert out["destroyed"] is False
         else:
             assert out["non_member"] is False
@@ -960,15 +985,16 @@ def test_call_before_init_raises():
 
 
 @pytest.mark.parametrize("kind", ["all_gather", "count", "count_pipelined", "algo", "algo_hd", "algo_tree", "algo_bruck",
-                                  "algo_bruck_coalesced", "reduce", "gather_size"])
+                                  "algo_bruck_coalesced", "reduce", "gather_size", "scatter_size"])
 def test_mismatched_calls_fail_on_every_rank(pool4, kind):
     results = pool4.run(case_mismatch, kind, timeout=60)
     other = {"all_gather": "all_gather(count=50", "count": "all_reduce(count=99",
              "count_pipelined": "all_reduce(count=99999", "algo": "direct)",
              "algo_hd": "halving_doubling)", "algo_tree": "tree)", "algo_bruck": "bruck)",
              "algo_bruck_coalesced": "bruck)",
-             "reduce": "reduce(count=100, float32, SUM, root=0)", "gather_size": "gather(count=7"}[kind]
-    mine = {"gather_size": "gather(count=100", "algo_bruck": "all_gather(count=100",
+             "reduce": "reduce(count=100, float32, SUM, root=0)", "gather_size": "gather(count=7",
+             "scatter_size": "scatter(count=5000"}[kind]
+    mine = {"gather_size": "gather(count=5000", "scatter_size": "scatter(count=100", "algo_bruck": "all_gather(count=100",
             "algo_bruck_coalesced": "ring)"}.get(kind, "all_reduce(count=100")
     for r, ((name, msg), elapsed, later) in enumerate(results):
         assert name in ("MismatchError",), f"rank {r}: {name}: {msg}"
@@ -1040,7 +1066,8 @@ def case_engine_loop(iters):
 
 def test_engine_latency_loop_runs_each_op_from_cpp(pool4):
     """The loop really runs the op: after warm-up + iters in-place sums of (1, 2) every rank
-    holds 3 * 2^(calls - 1); broadcast and the ping-pong leave rank 0's 1 on rank 1."""
+    holds 3 * 2^(calls - 1); broadcast and the ping-pong leave rank 0's 1 on rank 1; the
+    gather fills only the root's output, the scatter gives each rank the root's 1s."""
     iters = 5
     calls = iters + 1
     results = pool4.run(case_engine_loop, iters, timeout=120)
@@ -1055,5 +1082,9 @@ def test_engine_latency_loop_runs_each_op_from_cpp(pool4):
                 assert data == [rank + 1.0] * 16
             elif op == "all_gather":  # 64 B gathered: 8 floats from each rank
                 assert out == [1.0] * 8 + [2.0] * 8, (rank, out)
+            elif op == "gather":  # to rank 0 only: rank 1's output keeps its zeros
+                assert out == ([1.0] * 8 + [2.0] * 8 if rank == 0 else [0.0] * 16), (rank, out)
+            elif op == "scatter":  # rank 0's input rows, all 1s
+                assert out == [1.0] * 8, (rank, out)
             else:  # reduce_scatter: each rank's 8-float slice of 1 + 2
                 assert out == [3.0] * 8, (rank, out)

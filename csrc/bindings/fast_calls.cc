@@ -111,6 +111,18 @@ py::object FastCalls::recv(PyObject* tensor, int peer, PyObject* tag) {
   });
 }
 
+py::object FastCalls::gather(PyObject* tensor, PyObject* list, int root) {
+  return runRooted(tensor, false, list, root, [&](const HostSpan& in, const std::vector<Span>& outs) {
+    return comm_->gather(Span{static_cast<char*>(ptr(in)), in.count}, outs, dtypeOf(in), root);
+  });
+}
+
+py::object FastCalls::scatter(PyObject* tensor, PyObject* list, int root) {
+  return runRooted(tensor, true, list, root, [&](const HostSpan& out, const std::vector<Span>& ins) {
+    return comm_->scatter(ins, Span{static_cast<char*>(ptr(out)), out.count}, dtypeOf(out), root);
+  });
+}
+
 int FastCalls::groupRank(PyObject* global) const {
   long long g;
   if (!fastInteger(global, INT_MIN, INT_MAX, g)) return -1;
@@ -118,16 +130,54 @@ int FastCalls::groupRank(PyObject* global) const {
   return it != ranks_.end() && *it == g ? static_cast<int>(it - ranks_.begin()) : -1;
 }
 
+namespace {
+
+bool plainSpan(PyObject* buffer, bool writes, HostSpan& out) {
+  return plainArraySpan(buffer, writes, out) || plainTensorSpan(buffer, writes, out);
+}
+
+}  // namespace
+
 // The call on `buffers` (each written where `writes` says), or declined. `issue` runs
 // without the GIL and returns nullptr to decline (the buffers do not fit together).
 template <size_t N, class Issue>
 py::object FastCalls::run(PyObject* const (&buffers)[N], const bool (&writes)[N], Issue issue) {
   HostSpan spans[N];
   for (size_t i = 0; i < N; ++i) {
-    if (!plainArraySpan(buffers[i], writes[i], spans[i]) && !plainTensorSpan(buffers[i], writes[i], spans[i])) {
-      return fastDeclined();
-    }
+    if (!plainSpan(buffers[i], writes[i], spans[i])) return fastDeclined();
   }
+  return issued(buffers, N, [&] { return issue(spans); });
+}
+
+template <class Issue>
+py::object FastCalls::runRooted(PyObject* tensor, bool tensorWrites, PyObject* list, int root, Issue issue) {
+  const size_t size = static_cast<size_t>(comm_->size());
+  const bool isRoot = root == comm_->rank();
+  if (isRoot ? !(PyList_CheckExact(list) || PyTuple_CheckExact(list)) || static_cast<size_t>(PySequence_Fast_GET_SIZE(list)) != size
+             : list != Py_None) {
+    return fastDeclined();  // the general path names what is wrong
+  }
+  // The tensor, then the list's buffers, held here: another thread may change the list while
+  // the call runs without the GIL.
+  std::vector<PyObject*> buffers{tensor};
+  if (isRoot) buffers.insert(buffers.end(), PySequence_Fast_ITEMS(list), PySequence_Fast_ITEMS(list) + size);
+  std::vector<py::object> held;
+  held.reserve(buffers.size());
+  for (PyObject* b : buffers) held.push_back(py::reinterpret_borrow<py::object>(b));
+  HostSpan own;
+  if (!plainSpan(tensor, tensorWrites, own)) return fastDeclined();
+  std::vector<Span> parts(isRoot ? size : 0);
+  for (size_t r = 0; r < parts.size(); ++r) {
+    HostSpan s;
+    if (!plainSpan(buffers[r + 1], !tensorWrites, s) || s.dtype != own.dtype) return fastDeclined();
+    parts[r] = Span{static_cast<char*>(ptr(s)), s.count};
+  }
+  if (isRoot && parts[root].count != own.count) return fastDeclined();
+  return issued(buffers.data(), buffers.size(), [&] { return issue(own, parts); });
+}
+
+template <class Issue>
+py::object FastCalls::issued(PyObject* const* buffers, size_t n, Issue issue) {
   IssueLockHeld held(lock_.ptr());
   if (inFlight() != 0) {  // calls issued before: the buffers of those that ended are dropped
     py::object release = releaseSettled_();
@@ -141,7 +191,7 @@ py::object FastCalls::run(PyObject* const (&buffers)[N], const bool (&writes)[N]
     PyThreadState* saved = PyEval_SaveThread();
     try {
       Blocking scope(true);
-      work = issue(spans);
+      work = issue();
     } catch (...) {
       PyEval_RestoreThread(saved);
       throw;
@@ -151,8 +201,8 @@ py::object FastCalls::run(PyObject* const (&buffers)[N], const bool (&writes)[N]
   if (work == nullptr) return fastDeclined();
   if (work->isCompleted() && !work->failed()) return py::none();
   py::object w = py::cast(work);
-  py::tuple keep(N);
-  for (size_t i = 0; i < N; ++i) keep[i] = py::reinterpret_borrow<py::object>(buffers[i]);
+  py::tuple keep(n);
+  for (size_t i = 0; i < n; ++i) keep[i] = py::reinterpret_borrow<py::object>(buffers[i]);
   pending_.attr("append")(py::make_tuple(w, keep));  // the buffers live until it ends
   return w;
 }

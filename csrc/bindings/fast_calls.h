@@ -1,7 +1,7 @@
 #pragma once
 // The API's blocking calls on plain host buffers, in one crossing into C++: all_reduce,
-// broadcast, reduce, all_gather_into_tensor, reduce_scatter_tensor, send, and recv from a
-// named rank (pycollect/api.py tries them first; register_fast_calls.cc makes them Python's
+// broadcast, reduce, all_gather_into_tensor, reduce_scatter_tensor, gather, scatter, send,
+// and recv from a named rank (pycollect/api.py tries them first; register_fast_calls.cc makes them Python's
 // pycollect._C.FastCalls, one per group, and pycollect._C.FastFront, which finds the group).
 //
 // An 8-byte all-reduce costs the engine half a microsecond, and the general path spent
@@ -57,6 +57,10 @@ class __attribute__((visibility("hidden"))) FastCalls {
   pybind11::object reduceScatter(PyObject* output, PyObject* input, PyObject* op);
   pybind11::object send(PyObject* tensor, int peer, PyObject* tag);
   pybind11::object recv(PyObject* tensor, int peer, PyObject* tag);  // kAnySource: declined
+  // `list`: on the root a list or tuple of one buffer per rank (None elsewhere), all of the
+  // tensor's dtype, the root's own of the tensor's size (declined otherwise).
+  pybind11::object gather(PyObject* tensor, PyObject* list, int root);
+  pybind11::object scatter(PyObject* tensor, PyObject* list, int root);
 
   // The group rank of a global rank given as a Python int; -1 for anything else (not an
   // int, not a member).
@@ -65,6 +69,13 @@ class __attribute__((visibility("hidden"))) FastCalls {
  private:
   template <size_t N, class Issue>
   pybind11::object run(PyObject* const (&buffers)[N], const bool (&writes)[N], Issue issue);
+  // A rooted call's buffers (gather, scatter: above); the tensor is written where
+  // `tensorWrites`, the list's buffers where not. issue(tensor's span, the list's spans).
+  template <class Issue>
+  pybind11::object runRooted(PyObject* tensor, bool tensorWrites, PyObject* list, int root, Issue issue);
+  // Under the group's lock: `issue` run without the GIL, `buffers` kept with its Work.
+  template <class Issue>
+  pybind11::object issued(PyObject* const* buffers, size_t n, Issue issue);
   Py_ssize_t inFlight() const;
 
   std::shared_ptr<Communicator> comm_;

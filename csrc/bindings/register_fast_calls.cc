@@ -122,6 +122,18 @@ PyObject* callsRecv(PyObject* self, PyObject* const* a, Py_ssize_t n) {
   return guarded([&] { return calls(self)->recv(a[0], peer, a[2]); });
 }
 
+PyObject* callsGather(PyObject* self, PyObject* const* a, Py_ssize_t n) {
+  int root;
+  if (!arity("gather(tensor, gather_list, root)", n, 3) || !rankArgument("gather", a[2], root)) return nullptr;
+  return guarded([&] { return calls(self)->gather(a[0], a[1], root); });
+}
+
+PyObject* callsScatter(PyObject* self, PyObject* const* a, Py_ssize_t n) {
+  int root;
+  if (!arity("scatter(tensor, scatter_list, root)", n, 3) || !rankArgument("scatter", a[2], root)) return nullptr;
+  return guarded([&] { return calls(self)->scatter(a[0], a[1], root); });
+}
+
 void callsDealloc(PyObject* self) {
   PyTypeObject* type = Py_TYPE(self);
   delete calls(self);
@@ -222,6 +234,22 @@ PyObject* frontRecv(PyObject* self, PyObject* const* a, Py_ssize_t n) {
   });
 }
 
+PyObject* frontGather(PyObject* self, PyObject* const* a, Py_ssize_t n) {
+  if (!arity("gather(group, tensor, gather_list, dst)", n, 4)) return nullptr;
+  return onGroup(self, a[0], [&](FastCalls& f) {
+    const int root = f.groupRank(a[3]);
+    return root < 0 ? fastDeclined() : f.gather(a[1], a[2], root);
+  });
+}
+
+PyObject* frontScatter(PyObject* self, PyObject* const* a, Py_ssize_t n) {
+  if (!arity("scatter(group, tensor, scatter_list, src)", n, 4)) return nullptr;
+  return onGroup(self, a[0], [&](FastCalls& f) {
+    const int root = f.groupRank(a[3]);
+    return root < 0 ? fastDeclined() : f.scatter(a[1], a[2], root);
+  });
+}
+
 void frontDealloc(PyObject* self) {
   PyTypeObject* type = Py_TYPE(self);
   auto* front = reinterpret_cast<FastFrontObject*>(self);
@@ -249,6 +277,8 @@ PyMethodDef callsMethods[] = {
     {"reduce_scatter", PYCOLLECT_FASTCALL(callsReduceScatter), "reduce_scatter(output, input, op)"},
     {"send", PYCOLLECT_FASTCALL(callsSend), "send(tensor, peer, tag)"},
     {"recv", PYCOLLECT_FASTCALL(callsRecv), "recv(tensor, peer, tag): a named peer only"},
+    {"gather", PYCOLLECT_FASTCALL(callsGather), "gather(tensor, gather_list, root)"},
+    {"scatter", PYCOLLECT_FASTCALL(callsScatter), "scatter(tensor, scatter_list, root)"},
     {nullptr, nullptr, 0, nullptr}};
 
 PyMethodDef frontMethods[] = {
@@ -259,6 +289,8 @@ PyMethodDef frontMethods[] = {
     {"reduce_scatter", PYCOLLECT_FASTCALL(frontReduceScatter), "reduce_scatter(group, output, input, op)"},
     {"send", PYCOLLECT_FASTCALL(frontSend), "send(group, tensor, dst, tag)"},
     {"recv", PYCOLLECT_FASTCALL(frontRecv), "recv(group, tensor, src, tag)"},
+    {"gather", PYCOLLECT_FASTCALL(frontGather), "gather(group, tensor, gather_list, dst)"},
+    {"scatter", PYCOLLECT_FASTCALL(frontScatter), "scatter(group, tensor, scatter_list, src)"},
     {nullptr, nullptr, 0, nullptr}};
 
 #undef PYCOLLECT_FASTCALL

@@ -24,7 +24,7 @@ namespace pycollect {
 
 namespace {
 
-enum class LoopOp { kAllReduce, kBroadcast, kBarrier, kPingPong, kAllGather, kReduceScatter };
+enum class LoopOp { kAllReduce, kBroadcast, kBarrier, kPingPong, kAllGather, kReduceScatter, kGather, kScatter };
 
 LoopOp loopOp(const std::string& name) {
   if (name == "all_reduce") return LoopOp::kAllReduce;
@@ -33,8 +33,10 @@ LoopOp loopOp(const std::string& name) {
   if (name == "ping_pong") return LoopOp::kPingPong;
   if (name == "all_gather") return LoopOp::kAllGather;
   if (name == "reduce_scatter") return LoopOp::kReduceScatter;
+  if (name == "gather") return LoopOp::kGather;
+  if (name == "scatter") return LoopOp::kScatter;
   throw InvalidArgument("engine_latency: unknown op '" + name +
-                        "' (all_reduce, broadcast, barrier, ping_pong, all_gather, reduce_scatter)");
+                        "' (all_reduce, broadcast, barrier, ping_pong, all_gather, reduce_scatter, gather, scatter)");
 }
 
 constexpr int kPingPongTag = 0;  // as pycollect.send/recv's default
@@ -45,11 +47,26 @@ void settle(Communicator& c, const std::shared_ptr<Work>& w) {
   if (!w->isCompleted() || w->failed()) c.waitDriving(w, -1);
 }
 
+// Rank r's span of `count` floats in `all` (size() of them), each call anew as a caller's.
+std::vector<Span> partsOf(const Communicator& c, float* all, size_t count) {
+  std::vector<Span> parts(c.size());
+  for (int r = 0; r < c.size(); ++r) parts[r] = Span{reinterpret_cast<char*>(all + r * count), count};
+  return parts;
+}
+
 // One call of `op` on float32 buffers, SUM for the reductions, root 0. `count`: the
-// elements of `data` (all_reduce, broadcast, ping_pong), each rank's input (all_gather,
-// out: size() * count) or each rank's output (reduce_scatter, data: size() * count).
+// elements of `data` (all_reduce, broadcast, ping_pong), each rank's input (all_gather and
+// gather, out: size() * count) or each rank's output (reduce_scatter and scatter, data:
+// size() * count).
 void callOnce(Communicator& c, LoopOp op, float* data, float* out, size_t count) {
+  const bool root = c.rank() == 0;
   switch (op) {
+    case LoopOp::kGather:
+      return settle(c, c.gather(Span{reinterpret_cast<char*>(data), count},
+                                root ? partsOf(c, out, count) : std::vector<Span>{}, DType::kFloat32, 0));
+    case LoopOp::kScatter:
+      return settle(c, c.scatter(root ? partsOf(c, data, count) : std::vector<Span>{},
+                                 Span{reinterpret_cast<char*>(out), count}, DType::kFloat32, 0));
     case LoopOp::kAllReduce:
       return settle(c, c.allReduce(data, count, DType::kFloat32, ReduceOp::kSum, Algo::kAuto));
     case LoopOp::kBroadcast:

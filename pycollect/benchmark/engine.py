@@ -6,8 +6,9 @@ back the times, so that the callers (pycollect bench --latency, bench/engine_lat
 the tests) print medians beside the API's.
 
 Sizes follow the benchmark's conventions: `nbytes` is the buffer of all_reduce, broadcast
-and ping_pong, the total gathered by all_gather and the total input of reduce_scatter
-(nccl-tests), float32 elements, at least one (per rank); barrier moves none.
+and ping_pong, the total gathered by all_gather and gather and the total input of
+reduce_scatter and scatter (nccl-tests), float32 elements, at least one (per rank); barrier
+moves none. The rooted calls' root is rank 0.
 """
 from __future__ import annotations
 
@@ -15,17 +16,17 @@ from typing import List, Optional, Tuple
 
 import numpy as np
 
-OPS = ("all_reduce", "broadcast", "barrier", "ping_pong", "all_gather", "reduce_scatter")
+OPS = ("all_reduce", "broadcast", "barrier", "ping_pong", "all_gather", "reduce_scatter", "gather", "scatter")
 
 
 def buffers(op: str, nbytes: int, world: int) -> Tuple[np.ndarray, Optional[np.ndarray], int]:
     """(data, out, count) for engine_latency: count as Communicator's calls take it."""
     if op not in OPS:
         raise ValueError(f"op must be one of {OPS}, got {op!r}")
-    if op in ("all_gather", "reduce_scatter"):
+    if op in ("all_gather", "reduce_scatter", "gather", "scatter"):
         count = max(1, nbytes // (4 * world))
         small, big = np.zeros(count, np.float32), np.zeros(count * world, np.float32)
-        return (small, big, count) if op == "all_gather" else (big, small, count)
+        return (small, big, count) if op in ("all_gather", "gather") else (big, small, count)
     count = max(1, nbytes // 4)
     return np.zeros(count, np.float32), None, count
 

@@ -40,7 +40,8 @@ class LatencyConfig:
 
 def call(comm, op: str, t, rank: int, out=None) -> None:
     """One call of `op` with pycollect.api's (or torch.distributed's) names on `t` (a tensor,
-    or a numpy array for the API); all_gather and reduce_scatter write `out`."""
+    or a numpy array for the API); all_gather, reduce_scatter, gather and scatter write `out`
+    (the rooted calls' lists as rows() makes them)."""
     if op == "all_reduce":
         comm.all_reduce(t)
     elif op == "broadcast":
@@ -51,6 +52,10 @@ def call(comm, op: str, t, rank: int, out=None) -> None:
         comm.all_gather_into_tensor(out, t)
     elif op == "reduce_scatter":
         comm.reduce_scatter_tensor(out, t)
+    elif op == "gather":  # to rank 0's `out`, a list of rows (rows())
+        comm.gather(t, out if rank == 0 else None, 0)
+    elif op == "scatter":  # from rank 0's `t`, a list of rows, into `out`
+        comm.scatter(out, t if rank == 0 else None, 0)
     elif rank == 0:  # ping-pong: one round trip between ranks 0 and 1
         comm.send(t, dst=1)
         comm.recv(t, src=1)
@@ -84,6 +89,16 @@ class _TorchGroup:
         self._dist.recv(t, src=src, group=self._group)
 
 
+def rows(op: str, t, out):
+    """(t, out) with the root's buffer of gather (out) or scatter (t) as the list of rows, one
+    a rank, that those calls take: made once, as a caller's would be."""
+    if op == "gather":
+        return t, list(out.reshape(out.shape[0] // t.shape[0], -1))
+    if op == "scatter":
+        return list(t.reshape(t.shape[0] // out.shape[0], -1)), out
+    return t, out
+
+
 def block(e: str, comm, op: str, t, size: int, rank: int, iters: int, out=None) -> List[float]:
     """One block of `iters` single calls by engine `e` (`comm`'s calls; "engine": the C++
     loop on the default group, own buffers of `size` bytes), microseconds each."""
@@ -92,6 +107,7 @@ def block(e: str, comm, op: str, t, size: int, rank: int, iters: int, out=None) 
 
         return engine_loop(op, size, iters, warmup=0)[0]
     comm.barrier()
+    t, out = rows(op, t, out)
     samples = []
     for _ in range(iters):
         t0 = time.perf_counter()
