@@ -446,15 +446,15 @@ _NEW = {"reduce": _new_reduce, "gather": _new_gather, "scatter": _new_scatter, "
         "recv_any": _new_recv_any}
 
 
-# -- gather and scatter: parts in the shared arena and over links ---------------------------------
-def case_rooted_parts(ws: int):
-    """gather and scatter on the shared arena (gather_shared.cc: a part of at most 8 KiB
-    travels in the arena, a larger one over its link) with parts whose sizes differ by rank
-    and fall on both sides of that limit and on it: rank 0 none, rank 1 a large one, rank 2
-    exactly 8 KiB, rank 3 one element more; a root other than 0; float64 and bfloat16.
-    Against the parts themselves, and an even large gather and scatter against Gloo.
-    Blocking calls take the API's fast path, async ones the general path: both are checked.
-    Returns the cases checked."""
+# -- gather, scatter and all-to-all: parts in the shared arena and over links -------------------
+def case_parts(ws: int):
+    """gather, scatter and all-to-all on the shared arena (shared_arena.h, "Parts": a part of
+    at most 8 KiB travels in the arena, a larger one over its link) with parts whose sizes
+    differ by rank (by pair for the all-to-all) and fall on both sides of that limit and on
+    it: none, a large one, exactly 8 KiB, one element more; a root other than 0; float64 and
+    bfloat16. Against the parts themselves, and an even large gather and scatter against
+    Gloo. Blocking gathers and scatters take the API's fast path, async ones the general
+    path: both are checked. Returns the cases checked."""
     pair = paired_groups(ws)
     if pair is None:
         return None
@@ -481,6 +481,16 @@ def case_rooted_parts(ws: int):
                 work.wait()
             assert torch.equal(mine, parts[r]), f"scatter ws={ws} {dtype} async={async_op}"
             cases += 2
+        # all-to-all: rank k sends rank p a part of counts[(k + 2 * p) % 4] (every size above
+        # meets every pair's direction at 4 ranks), valued by (k, p)
+        choice = [0, 300001, limit, limit + 1]
+        def part(k, p):
+            return torch.arange(choice[(k + 2 * p) % 4], dtype=torch.float64).add_(10 * k + p).to(dtype)
+        outs = [torch.zeros(choice[(p + 2 * r) % 4], dtype=dtype) for p in range(ws)]
+        pc.all_to_all(outs, [part(r, p) for p in range(ws)], group=pg)
+        for p in range(ws):
+            assert torch.equal(outs[p], part(p, r)), f"all_to_all ws={ws} {dtype}: from rank {p}"
+        cases += 1
     even = torch.arange(300001, dtype=torch.float64).add_(r)
     ours = [torch.empty_like(even) for _ in range(ws)] if r == 0 else None
     theirs = [torch.empty_like(even) for _ in range(ws)] if r == 0 else None

@@ -11,15 +11,23 @@ import pycollect as pc
 def case_all_reduce_until_failure(count: int = 16 * 1024 * 1024, algo: str = "auto", compress=None):
     """All-reduce `count` float32 (default 64 MiB) with `algo` (and wire format `compress`)
     until the group fails; return the error (class name, message, wall-clock time), whether
-    a later call fails at once, and the calls made. algo "gather_scatter": a gather to rank 0
-    and a scatter from it, of `count` elements a rank, in turn (the shared arena's rounds)."""
+    a later call fails at once, and the calls made. algo "parts": a gather to rank 0, a
+    scatter from it and an all-to-all, in turn, of `count` elements a rank and part (the
+    shared arena's parts: shared_arena.h)."""
     t = torch.ones(count)
-    rows = [torch.ones(count) for _ in range(pc.get_world_size())] if pc.get_rank() == 0 else None
+    n = pc.get_world_size()
+    rows = [torch.ones(count) for _ in range(n)] if pc.get_rank() == 0 else None
+    sent, received = [torch.ones(count) for _ in range(n)], [torch.ones(count) for _ in range(n)]
     calls = 0
     try:
         while True:
-            if algo == "gather_scatter":
-                pc.gather(t, rows, dst=0) if calls % 2 == 0 else pc.scatter(t, rows, src=0)
+            if algo == "parts":
+                if calls % 3 == 0:
+                    pc.gather(t, rows, dst=0)
+                elif calls % 3 == 1:
+                    pc.scatter(t, rows, src=0)
+                else:
+                    pc.all_to_all(received, sent)
             else:
                 pc.all_reduce(t, algo=algo, compress=compress)
             calls += 1

@@ -45,11 +45,12 @@ def test_coalesced_runs_each_algorithm(pool4, kind, algo, ws):
 
 
 @pytest.mark.parametrize("ws", [2, 3, 4])
-def test_gather_and_scatter_parts_in_the_arena_and_over_links(pool4, ws):
-    """Parts on both sides of the arena's limit and on it, of sizes that differ by rank,
-    through the fast path and the general one, against the parts themselves and Gloo."""
-    results = [res for res in pool4.run(cc.case_rooted_parts, ws, timeout=120) if res is not None]
-    assert results == [2 * 2 * 2 + 2] * ws
+def test_parts_in_the_arena_and_over_links(pool4, ws):
+    """gather, scatter and all-to-all with parts on both sides of the arena's limit and on
+    it, of sizes that differ by rank, through the fast path and the general one, against
+    the parts themselves and Gloo."""
+    results = [res for res in pool4.run(cc.case_parts, ws, timeout=120) if res is not None]
+    assert results == [2 * (2 * 2 + 1) + 2] * ws
 
 
 @pytest.mark.parametrize("ws", [1, 2, 3, 4])

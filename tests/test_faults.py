@@ -67,13 +67,13 @@ def case_link_kinds():
 @pytest.mark.slow
 @pytest.mark.parametrize("transport, algo, compress", [("shm", "auto", None), ("tcp", "auto", None),
                                                        ("shm", "tree", None), ("shm", "shm", None),
-                                                       ("shm", "gather_scatter", None), ("tcp", "ring", "int8")])
+                                                       ("shm", "parts", None), ("tcp", "ring", "int8")])
 def test_killed_rank_fails_every_other_rank_fast(transport, algo, compress):
     """The tree case: rank 3 talks only to its parent 2, and rank 2 to 0 and 3, so rank 1's
     loss reaches them through the ranks that saw it. The shm case: the ranks wait on flags in
     the shared arena, not on links; those with a link to rank 1 see its loss there, rank 3
-    (none) when they mark the arena failed; gather_scatter: the same on the arena's rooted
-    rounds, where the non-roots wait for the root alone. The compressed ring waits on its
+    (none) when they mark the arena failed; parts: the same in the arena's gather, scatter
+    and all-to-all, where the non-roots of the first two wait for the root alone. The compressed ring waits on its
     links between encodes and decodes."""
     with RankPool(4, init_gloo=False, timeout=60, env={"PYCOLLECT_TRANSPORT": transport}) as pool:
         assert pool.run(case_link_kinds) == [{transport}] * 4

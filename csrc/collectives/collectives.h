@@ -81,19 +81,21 @@ void broadcastWith(Algo algo, Context& ctx, void* data, size_t bytes, int root);
 void barrierAll(Context& ctx);
 
 // The shared-memory collectives (shared_arena.h; allreduce_shared.cc, reduce_shared.cc,
-// broadcast_shared.cc, gather_shared.cc), chosen as kShared for groups on one host. A
+// broadcast_shared.cc, gather_shared.cc, alltoall_shared.cc), chosen as kShared for groups on one host. A
 // group whose ranks cannot share memory (found at the first such call, alike on every
 // rank) runs the link algorithm instead: linkAllreduce's for the all-reduce, the ring or
-// chain for the others, the direct ones for gather and scatter, barrierAll for the barrier.
+// chain for the others, the direct ones for gather, scatter and all-to-all, barrierAll for
+// the barrier.
 void allreduceShared(Context& ctx, void* data, size_t count, DType dtype, ReduceOp op);
 void reduceScatterShared(Context& ctx, const void* in, void* out, size_t count, DType dtype, ReduceOp op);
 void reduceShared(Context& ctx, void* data, size_t count, DType dtype, ReduceOp op, int root);
 void broadcastShared(Context& ctx, void* data, size_t bytes, int root);
 void allgatherShared(Context& ctx, const void* in, void* out, size_t count, DType dtype);
 void barrierShared(Context& ctx);
-// At any size (gather_shared.cc: sizes may differ by rank, so none could choose by its own).
+// At any size (shared_arena.h, "Parts": sizes may differ by rank, so none could choose by its own).
 void gatherShared(Context& ctx, Span in, const std::vector<Span>& outs, DType dtype, int root);
 void scatterShared(Context& ctx, const std::vector<Span>& ins, Span out, DType dtype, int root);
+void alltoallShared(Context& ctx, const std::vector<Span>& ins, const std::vector<Span>& outs, DType dtype);
 // The all-reduce that runs on links where the shared one cannot: the direct algorithm
 // up to 16 KiB on groups of up to 8 ranks, the ring otherwise (CommOptions' defaults).
 Algo linkAllreduce(int size, size_t bytes);

@@ -44,11 +44,12 @@ void futexWakeAll(std::atomic<uint32_t>& word) {
   ::syscall(SYS_futex, reinterpret_cast<uint32_t*>(&word), FUTEX_WAKE, INT_MAX, nullptr, nullptr, 0);
 }
 
-// Whether a call's count is each rank's own, which may differ by rank (a gather's or a
-// scatter's: its rounds compare the counts with the root's, gather_shared.cc).
+// Whether a call's count is each rank's own, which may differ by rank (a gather's, a
+// scatter's, an all-to-all's total: the heads of its parts compare the parts' counts,
+// shared_arena.h "Parts").
 bool ownCounts(const WireHeader& call) {
   const auto kind = static_cast<OpKind>(call.kind);
-  return kind == OpKind::kGather || kind == OpKind::kScatter;
+  return kind == OpKind::kGather || kind == OpKind::kScatter || kind == OpKind::kAllToAll;
 }
 
 // What rank 0 sends each rank at formation: the segment's name (empty: none), and after
@@ -303,6 +304,26 @@ void SharedArena::poison(const std::string& why) {
     futexWakeAll(line(r).filled);
     futexWakeAll(line(r).done);
   }
+}
+
+size_t partBlockBytes(int blocks) {
+  return std::min<size_t>((sizeof(WireHeader) + kArenaPartBytes + 63) / 64 * 64, kArenaSlotBytes / blocks / 64 * 64);
+}
+
+bool partInBlock(size_t bytes, size_t block) { return bytes <= std::min(kArenaPartBytes, block - sizeof(WireHeader)); }
+
+void putHead(const Context& ctx, SharedArena& a, uint32_t round, size_t offset, size_t count) {
+  WireHeader h = ctx.call;
+  h.count = count;
+  h.rank = ctx.rank;
+  a.put(round, offset, &h, sizeof(h));
+}
+
+void checkHead(const Context& ctx, const SharedArena& a, uint32_t round, int peer, size_t offset, size_t count) {
+  WireHeader want = ctx.call, theirs;
+  want.count = count;
+  std::memcpy(&theirs, a.slot(peer, round) + offset, sizeof(theirs));
+  checkPeerHeader(want, theirs, ctx.rank, peer);
 }
 
 void SharedArena::throwPoisoned(const Context& ctx) const {

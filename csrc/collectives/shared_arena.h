@@ -187,6 +187,23 @@ void inRounds(Context& ctx, SharedArena& a, size_t total, size_t perRound, const
   }
 }
 
+// Parts. Gather, scatter and all-to-all move parts whose sizes differ by rank (only the
+// ends of a pair know a part's size), so they run on the arena at any size, in one round
+// (gather_shared.cc, alltoall_shared.cc). The writer of a part puts, in a block of its slot
+// for the reader, a head (its call's header with the part's count) and, where the part is
+// small, the part itself right behind it; a larger part travels over the pair's link. Both
+// ends know the part's size, so they agree on its way; the reader checks the head before it
+// uses a small part, so a pair that disagrees raises MismatchError naming both calls.
+constexpr size_t kArenaPartBytes = 8 << 10;
+// Bytes of a block where a slot holds `blocks` of them (one for each reader).
+size_t partBlockBytes(int blocks);
+// Whether a part of `bytes` travels in a block of `block` bytes (else over its link).
+bool partInBlock(size_t bytes, size_t block);
+// This rank's head for a reader at `offset` of its slot of `round`: its call with `count`.
+void putHead(const Context& ctx, SharedArena& a, uint32_t round, size_t offset, size_t count);
+// `peer`'s head at `offset` of its slot of `round` against this rank's call with `count`.
+void checkHead(const Context& ctx, const SharedArena& a, uint32_t round, int peer, size_t offset, size_t count);
+
 // dst = slot 0 op slot 1 op ... op slot size-1 of round `round`, `count` elements from
 // `offset` bytes into each slot (AVG: divided by the size): the same order on every rank,
 // so the same bits (allreduce_shared.cc). dst may be any memory but a slot read here.

@@ -289,7 +289,7 @@ void Communicator::checkRootList(const std::vector<Span>& spans, size_t own, int
 std::shared_ptr<Work> Communicator::gather(Span in, std::vector<Span> outs, DType dtype, int root) {
   checkRootList(outs, in.count, root, "gather");
   WireHeader h = makeHeader(OpKind::kGather, dtype, ReduceOp::kSum, in.count, root);
-  if (sharedFits(OpKind::kGather, 0)) {  // at any size: see gather_shared.cc
+  if (sharedFits(OpKind::kGather, 0)) {  // at any size: shared_arena.h, "Parts"
     h.algo = static_cast<uint8_t>(Algo::kShared);
     return enqueue(h, [=](Context& c) { gatherShared(c, in, outs, dtype, root); });
   }
@@ -318,6 +318,10 @@ std::shared_ptr<Work> Communicator::allToAll(std::vector<Span> ins, std::vector<
   size_t total = 0;
   for (const Span& s : ins) total += s.count;
   WireHeader h = makeHeader(OpKind::kAllToAll, dtype, ReduceOp::kSum, total, -1);
+  if (sharedFits(OpKind::kAllToAll, 0)) {  // at any size: see alltoall_shared.cc
+    h.algo = static_cast<uint8_t>(Algo::kShared);
+    return enqueue(h, [=](Context& c) { alltoallShared(c, ins, outs, dtype); });
+  }
   return enqueue(h, [=](Context& c) { alltoallDirect(c, ins, outs, dtype); });
 }
 
