@@ -557,6 +557,10 @@ def all_to_all(output_tensor_list, input_tensor_list, group=None, async_op: bool
     """Rank r sends input_tensor_list[p] to rank p and receives rank p's
     input_tensor_list[r] into output_tensor_list[p]; sizes may differ by pair (a pair
     that disagrees gets a MismatchError)."""
+    if not async_op:
+        issued = _fast.all_to_all(group, output_tensor_list, input_tensor_list)
+        if issued is not False:
+            return None if issued is None else _waited(group, issued, (*output_tensor_list, *input_tensor_list))
     g = _group(group)
     check_list(output_tensor_list, g.size, "all_to_all(output_tensor_list)")
     check_list(input_tensor_list, g.size, "all_to_all(input_tensor_list)")

@@ -236,6 +236,15 @@ def case_fast_front():
         got = np.zeros(2, np.float32)
         rows = (np.full(2, 10.0, np.float32), np.full(2, 20.0, np.float32)) if r == 3 else None
         out["sub_scatter"] = (front.scatter(sub, got, rows, 3), got.tolist())
+        # An all-to-all: group rank q (global 1 or 3) sends q * 10 + p to group rank p.
+        q = odd.index(r)
+        a2a_out = [np.zeros(2, np.int64) for _ in range(2)]
+        out["sub_all_to_all"] = (front.all_to_all(sub, a2a_out, tuple(np.full(2, q * 10 + p, np.int64) for p in range(2))),
+                                 [x.tolist() for x in a2a_out])
+        short, other = [a2a_out[0]], [a2a_out[0], a2a_out[1].astype(np.int32)]
+        own = [np.zeros(3, np.int64), np.zeros(3, np.int64)]
+        out["all_to_all_declines"] = [front.all_to_all(sub, short, a2a_out), front.all_to_all(sub, other, a2a_out),
+                                      front.all_to_all(sub, own, a2a_out), front.all_to_all(sub, a2a_out, None)]
         # Declined before anything is issued, on the rank whose arguments are wrong (the
         # general path names them): a list on a non-root, a short list, a list of another
         # dtype, a root's own slot of another size, a non-list.
@@ -743,6 +752,9 @@ def test_fast_front_finds_the_group_and_declines_for_the_general_path(pool4):
             assert out["sub_gather"] == (None, [[1] * 3, [3] * 3] if r == 3 else None)
             assert out["sub_scatter"] == (None, [10.0] * 2 if r == 1 else [20.0] * 2)
             assert out["rooted_declines"] == [False] * (1 if r == 1 else 4)
+            q = (r - 1) // 2
+            assert out["sub_all_to_all"] == (None, [[q] * 2, [10 + q] * 2])
+            assert out["all_to_all_declines"] == [False] * 4
             assert out["destroyed"] is False
         else:
             assert out["non_member"] is False
@@ -1067,7 +1079,8 @@ def case_engine_loop(iters):
 def test_engine_latency_loop_runs_each_op_from_cpp(pool4):
     """The loop really runs the op: after warm-up + iters in-place sums of (1, 2) every rank
     holds 3 * 2^(calls - 1); broadcast and the ping-pong leave rank 0's 1 on rank 1; the
-    gather fills only the root's output, the scatter gives each rank the root's 1s."""
+    gather fills only the root's output, the scatter gives each rank the root's 1s, the
+    all-to-all each rank a row from each."""
     iters = 5
     calls = iters + 1
     results = pool4.run(case_engine_loop, iters, timeout=120)
@@ -1086,5 +1099,7 @@ def test_engine_latency_loop_runs_each_op_from_cpp(pool4):
                 assert out == ([1.0] * 8 + [2.0] * 8 if rank == 0 else [0.0] * 16), (rank, out)
             elif op == "scatter":  # rank 0's input rows, all 1s
                 assert out == [1.0] * 8, (rank, out)
+            elif op == "all_to_all":  # row p from rank p, filled with p + 1
+                assert out == [1.0] * 8 + [2.0] * 8, (rank, out)
             else:  # reduce_scatter: each rank's 8-float slice of 1 + 2
                 assert out == [3.0] * 8, (rank, out)

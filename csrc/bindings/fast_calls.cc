@@ -33,6 +33,29 @@ bool messageTag(PyObject* v, int& out) {  // a 32-bit tag, as api._check_tag
   return true;
 }
 
+bool plainSpan(PyObject* buffer, bool writes, HostSpan& out) {
+  return plainArraySpan(buffer, writes, out) || plainTensorSpan(buffer, writes, out);
+}
+
+// A list or tuple of one buffer per rank, appended to `buffers` (each written where
+// `written`); false for anything else.
+bool rankList(PyObject* list, size_t size, bool written, std::vector<PyObject*>& buffers, std::vector<bool>& writes) {
+  if (!(PyList_CheckExact(list) || PyTuple_CheckExact(list)) || static_cast<size_t>(PySequence_Fast_GET_SIZE(list)) != size) {
+    return false;
+  }
+  buffers.insert(buffers.end(), PySequence_Fast_ITEMS(list), PySequence_Fast_ITEMS(list) + size);
+  writes.insert(writes.end(), size, written);
+  return true;
+}
+
+// Spans [first, end) of `spans`, as the engine's calls take them.
+std::vector<Span> spansOf(const std::vector<HostSpan>& spans, size_t first, size_t end) {
+  std::vector<Span> out;
+  out.reserve(end - first);
+  for (size_t i = first; i < end; ++i) out.push_back(Span{static_cast<char*>(ptr(spans[i])), spans[i].count});
+  return out;
+}
+
 }  // namespace
 
 py::object fastDeclined() { return py::bool_(false); }
@@ -112,14 +135,29 @@ py::object FastCalls::recv(PyObject* tensor, int peer, PyObject* tag) {
 }
 
 py::object FastCalls::gather(PyObject* tensor, PyObject* list, int root) {
-  return runRooted(tensor, false, list, root, [&](const HostSpan& in, const std::vector<Span>& outs) {
-    return comm_->gather(Span{static_cast<char*>(ptr(in)), in.count}, outs, dtypeOf(in), root);
-  });
+  const bool isRoot = root == comm_->rank();
+  return runLists(tensor, false, isRoot ? list : nullptr, true, nullptr, [&](const std::vector<HostSpan>& s) {
+    const std::vector<Span> outs = spansOf(s, 1, isRoot ? s.size() : 1);
+    if (isRoot && outs[root].count != s[0].count) return std::shared_ptr<Work>();  // the root's own slot
+    return comm_->gather(Span{static_cast<char*>(ptr(s[0])), s[0].count}, outs, dtypeOf(s[0]), root);
+  }, isRoot || list == Py_None);
 }
 
 py::object FastCalls::scatter(PyObject* tensor, PyObject* list, int root) {
-  return runRooted(tensor, true, list, root, [&](const HostSpan& out, const std::vector<Span>& ins) {
-    return comm_->scatter(ins, Span{static_cast<char*>(ptr(out)), out.count}, dtypeOf(out), root);
+  const bool isRoot = root == comm_->rank();
+  return runLists(tensor, true, isRoot ? list : nullptr, false, nullptr, [&](const std::vector<HostSpan>& s) {
+    const std::vector<Span> ins = spansOf(s, 1, isRoot ? s.size() : 1);
+    if (isRoot && ins[root].count != s[0].count) return std::shared_ptr<Work>();
+    return comm_->scatter(ins, Span{static_cast<char*>(ptr(s[0])), s[0].count}, dtypeOf(s[0]), root);
+  }, isRoot || list == Py_None);
+}
+
+py::object FastCalls::allToAll(PyObject* outputs, PyObject* inputs) {
+  const size_t size = static_cast<size_t>(comm_->size()), me = static_cast<size_t>(comm_->rank());
+  return runLists(nullptr, false, outputs, true, inputs, [&](const std::vector<HostSpan>& s) {
+    const std::vector<Span> outs = spansOf(s, 0, size), ins = spansOf(s, size, 2 * size);
+    if (outs[me].count != ins[me].count) return std::shared_ptr<Work>();  // this rank's own part
+    return comm_->allToAll(ins, outs, dtypeOf(s[0]));
   });
 }
 
@@ -130,13 +168,6 @@ int FastCalls::groupRank(PyObject* global) const {
   return it != ranks_.end() && *it == g ? static_cast<int>(it - ranks_.begin()) : -1;
 }
 
-namespace {
-
-bool plainSpan(PyObject* buffer, bool writes, HostSpan& out) {
-  return plainArraySpan(buffer, writes, out) || plainTensorSpan(buffer, writes, out);
-}
-
-}  // namespace
 
 // The call on `buffers` (each written where `writes` says), or declined. `issue` runs
 // without the GIL and returns nullptr to decline (the buffers do not fit together).
@@ -149,31 +180,32 @@ py::object FastCalls::run(PyObject* const (&buffers)[N], const bool (&writes)[N]
   return issued(buffers, N, [&] { return issue(spans); });
 }
 
+
 template <class Issue>
-py::object FastCalls::runRooted(PyObject* tensor, bool tensorWrites, PyObject* list, int root, Issue issue) {
+py::object FastCalls::runLists(PyObject* tensor, bool tensorWrites, PyObject* list, bool listWrites, PyObject* inputs,
+                               Issue issue, bool fits) {
   const size_t size = static_cast<size_t>(comm_->size());
-  const bool isRoot = root == comm_->rank();
-  if (isRoot ? !(PyList_CheckExact(list) || PyTuple_CheckExact(list)) || static_cast<size_t>(PySequence_Fast_GET_SIZE(list)) != size
-             : list != Py_None) {
-    return fastDeclined();  // the general path names what is wrong
+  // The tensor, the list's buffers and the inputs', each given (the general path names what
+  // does not fit: `fits` false, a list of another length).
+  std::vector<PyObject*> buffers;
+  std::vector<bool> writes;
+  if (tensor != nullptr) {
+    buffers.push_back(tensor);
+    writes.push_back(tensorWrites);
   }
-  // The tensor, then the list's buffers, held here: another thread may change the list while
-  // the call runs without the GIL.
-  std::vector<PyObject*> buffers{tensor};
-  if (isRoot) buffers.insert(buffers.end(), PySequence_Fast_ITEMS(list), PySequence_Fast_ITEMS(list) + size);
+  if (!fits || (list != nullptr && !rankList(list, size, listWrites, buffers, writes)) ||
+      (inputs != nullptr && !rankList(inputs, size, false, buffers, writes))) {
+    return fastDeclined();
+  }
+  // Held here: another thread may change a list while the call runs without the GIL.
   std::vector<py::object> held;
   held.reserve(buffers.size());
   for (PyObject* b : buffers) held.push_back(py::reinterpret_borrow<py::object>(b));
-  HostSpan own;
-  if (!plainSpan(tensor, tensorWrites, own)) return fastDeclined();
-  std::vector<Span> parts(isRoot ? size : 0);
-  for (size_t r = 0; r < parts.size(); ++r) {
-    HostSpan s;
-    if (!plainSpan(buffers[r + 1], !tensorWrites, s) || s.dtype != own.dtype) return fastDeclined();
-    parts[r] = Span{static_cast<char*>(ptr(s)), s.count};
+  std::vector<HostSpan> spans(buffers.size());
+  for (size_t i = 0; i < buffers.size(); ++i) {
+    if (!plainSpan(buffers[i], writes[i], spans[i]) || spans[i].dtype != spans[0].dtype) return fastDeclined();
   }
-  if (isRoot && parts[root].count != own.count) return fastDeclined();
-  return issued(buffers.data(), buffers.size(), [&] { return issue(own, parts); });
+  return issued(buffers.data(), buffers.size(), [&] { return issue(spans); });
 }
 
 template <class Issue>

@@ -1,7 +1,7 @@
 #pragma once
 // The API's blocking calls on plain host buffers, in one crossing into C++: all_reduce,
-// broadcast, reduce, all_gather_into_tensor, reduce_scatter_tensor, gather, scatter, send,
-// and recv from a named rank (pycollect/api.py tries them first; register_fast_calls.cc makes them Python's
+// broadcast, reduce, all_gather_into_tensor, reduce_scatter_tensor, gather, scatter,
+// all_to_all, send, and recv from a named rank (pycollect/api.py tries them first; register_fast_calls.cc makes them Python's
 // pycollect._C.FastCalls, one per group, and pycollect._C.FastFront, which finds the group).
 //
 // An 8-byte all-reduce costs the engine half a microsecond, and the general path spent
@@ -61,6 +61,8 @@ class __attribute__((visibility("hidden"))) FastCalls {
   // tensor's dtype, the root's own of the tensor's size (declined otherwise).
   pybind11::object gather(PyObject* tensor, PyObject* list, int root);
   pybind11::object scatter(PyObject* tensor, PyObject* list, int root);
+  // Lists or tuples of one buffer per rank, all of one dtype, this rank's two of one size.
+  pybind11::object allToAll(PyObject* outputs, PyObject* inputs);
 
   // The group rank of a global rank given as a Python int; -1 for anything else (not an
   // int, not a member).
@@ -69,10 +71,13 @@ class __attribute__((visibility("hidden"))) FastCalls {
  private:
   template <size_t N, class Issue>
   pybind11::object run(PyObject* const (&buffers)[N], const bool (&writes)[N], Issue issue);
-  // A rooted call's buffers (gather, scatter: above); the tensor is written where
-  // `tensorWrites`, the list's buffers where not. issue(tensor's span, the list's spans).
+  // A call on lists of buffers (gather, scatter, all-to-all), or declined: `tensor` (none:
+  // nullptr), `list` and `inputs` (lists or tuples of one buffer per rank; none: nullptr),
+  // all of one dtype; `fits` false declines. issue(the spans in that order) runs without
+  // the GIL and returns nullptr to decline.
   template <class Issue>
-  pybind11::object runRooted(PyObject* tensor, bool tensorWrites, PyObject* list, int root, Issue issue);
+  pybind11::object runLists(PyObject* tensor, bool tensorWrites, PyObject* list, bool listWrites, PyObject* inputs,
+                            Issue issue, bool fits = true);
   // Under the group's lock: `issue` run without the GIL, `buffers` kept with its Work.
   template <class Issue>
   pybind11::object issued(PyObject* const* buffers, size_t n, Issue issue);

@@ -134,6 +134,11 @@ PyObject* callsScatter(PyObject* self, PyObject* const* a, Py_ssize_t n) {
   return guarded([&] { return calls(self)->scatter(a[0], a[1], root); });
 }
 
+PyObject* callsAllToAll(PyObject* self, PyObject* const* a, Py_ssize_t n) {
+  if (!arity("all_to_all(outputs, inputs)", n, 2)) return nullptr;
+  return guarded([&] { return calls(self)->allToAll(a[0], a[1]); });
+}
+
 void callsDealloc(PyObject* self) {
   PyTypeObject* type = Py_TYPE(self);
   delete calls(self);
@@ -250,6 +255,11 @@ PyObject* frontScatter(PyObject* self, PyObject* const* a, Py_ssize_t n) {
   });
 }
 
+PyObject* frontAllToAll(PyObject* self, PyObject* const* a, Py_ssize_t n) {
+  if (!arity("all_to_all(group, output_tensor_list, input_tensor_list)", n, 3)) return nullptr;
+  return onGroup(self, a[0], [&](FastCalls& f) { return f.allToAll(a[1], a[2]); });
+}
+
 void frontDealloc(PyObject* self) {
   PyTypeObject* type = Py_TYPE(self);
   auto* front = reinterpret_cast<FastFrontObject*>(self);
@@ -279,6 +289,7 @@ PyMethodDef callsMethods[] = {
     {"recv", PYCOLLECT_FASTCALL(callsRecv), "recv(tensor, peer, tag): a named peer only"},
     {"gather", PYCOLLECT_FASTCALL(callsGather), "gather(tensor, gather_list, root)"},
     {"scatter", PYCOLLECT_FASTCALL(callsScatter), "scatter(tensor, scatter_list, root)"},
+    {"all_to_all", PYCOLLECT_FASTCALL(callsAllToAll), "all_to_all(outputs, inputs)"},
     {nullptr, nullptr, 0, nullptr}};
 
 PyMethodDef frontMethods[] = {
@@ -291,6 +302,7 @@ PyMethodDef frontMethods[] = {
     {"recv", PYCOLLECT_FASTCALL(frontRecv), "recv(group, tensor, src, tag)"},
     {"gather", PYCOLLECT_FASTCALL(frontGather), "gather(group, tensor, gather_list, dst)"},
     {"scatter", PYCOLLECT_FASTCALL(frontScatter), "scatter(group, tensor, scatter_list, src)"},
+    {"all_to_all", PYCOLLECT_FASTCALL(frontAllToAll), "all_to_all(group, output_tensor_list, input_tensor_list)"},
     {nullptr, nullptr, 0, nullptr}};
 
 #undef PYCOLLECT_FASTCALL

@@ -24,7 +24,7 @@ namespace pycollect {
 
 namespace {
 
-enum class LoopOp { kAllReduce, kBroadcast, kBarrier, kPingPong, kAllGather, kReduceScatter, kGather, kScatter };
+enum class LoopOp { kAllReduce, kBroadcast, kBarrier, kPingPong, kAllGather, kReduceScatter, kGather, kScatter, kAllToAll };
 
 LoopOp loopOp(const std::string& name) {
   if (name == "all_reduce") return LoopOp::kAllReduce;
@@ -35,8 +35,10 @@ LoopOp loopOp(const std::string& name) {
   if (name == "reduce_scatter") return LoopOp::kReduceScatter;
   if (name == "gather") return LoopOp::kGather;
   if (name == "scatter") return LoopOp::kScatter;
+  if (name == "all_to_all") return LoopOp::kAllToAll;
   throw InvalidArgument("engine_latency: unknown op '" + name +
-                        "' (all_reduce, broadcast, barrier, ping_pong, all_gather, reduce_scatter, gather, scatter)");
+                        "' (all_reduce, broadcast, barrier, ping_pong, all_gather, reduce_scatter, gather, scatter, "
+                        "all_to_all)");
 }
 
 constexpr int kPingPongTag = 0;  // as pycollect.send/recv's default
@@ -56,11 +58,13 @@ std::vector<Span> partsOf(const Communicator& c, float* all, size_t count) {
 
 // One call of `op` on float32 buffers, SUM for the reductions, root 0. `count`: the
 // elements of `data` (all_reduce, broadcast, ping_pong), each rank's input (all_gather and
-// gather, out: size() * count) or each rank's output (reduce_scatter and scatter, data:
-// size() * count).
+// gather, out: size() * count), each rank's output (reduce_scatter and scatter, data:
+// size() * count) or each part (all_to_all: data and out of size() * count).
 void callOnce(Communicator& c, LoopOp op, float* data, float* out, size_t count) {
   const bool root = c.rank() == 0;
   switch (op) {
+    case LoopOp::kAllToAll:
+      return settle(c, c.allToAll(partsOf(c, data, count), partsOf(c, out, count), DType::kFloat32));
     case LoopOp::kGather:
       return settle(c, c.gather(Span{reinterpret_cast<char*>(data), count},
                                 root ? partsOf(c, out, count) : std::vector<Span>{}, DType::kFloat32, 0));

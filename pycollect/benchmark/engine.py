@@ -6,9 +6,9 @@ back the times, so that the callers (pycollect bench --latency, bench/engine_lat
 the tests) print medians beside the API's.
 
 Sizes follow the benchmark's conventions: `nbytes` is the buffer of all_reduce, broadcast
-and ping_pong, the total gathered by all_gather and gather and the total input of
-reduce_scatter and scatter (nccl-tests), float32 elements, at least one (per rank); barrier
-moves none. The rooted calls' root is rank 0.
+and ping_pong, the total gathered by all_gather and gather, the total input of
+reduce_scatter and scatter, and each rank's total sent by all_to_all (nccl-tests), float32
+elements, at least one (per rank); barrier moves none. The rooted calls' root is rank 0.
 """
 from __future__ import annotations
 
@@ -16,16 +16,19 @@ from typing import List, Optional, Tuple
 
 import numpy as np
 
-OPS = ("all_reduce", "broadcast", "barrier", "ping_pong", "all_gather", "reduce_scatter", "gather", "scatter")
+OPS = ("all_reduce", "broadcast", "barrier", "ping_pong", "all_gather", "reduce_scatter", "gather", "scatter",
+       "all_to_all")
 
 
 def buffers(op: str, nbytes: int, world: int) -> Tuple[np.ndarray, Optional[np.ndarray], int]:
     """(data, out, count) for engine_latency: count as Communicator's calls take it."""
     if op not in OPS:
         raise ValueError(f"op must be one of {OPS}, got {op!r}")
-    if op in ("all_gather", "reduce_scatter", "gather", "scatter"):
+    if op in ("all_gather", "reduce_scatter", "gather", "scatter", "all_to_all"):
         count = max(1, nbytes // (4 * world))
         small, big = np.zeros(count, np.float32), np.zeros(count * world, np.float32)
+        if op == "all_to_all":  # a part a rank each way
+            return np.zeros(count * world, np.float32), big, count
         return (small, big, count) if op in ("all_gather", "gather") else (big, small, count)
     count = max(1, nbytes // 4)
     return np.zeros(count, np.float32), None, count

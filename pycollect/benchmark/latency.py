@@ -56,6 +56,8 @@ def call(comm, op: str, t, rank: int, out=None) -> None:
         comm.gather(t, out if rank == 0 else None, 0)
     elif op == "scatter":  # from rank 0's `t`, a list of rows, into `out`
         comm.scatter(out, t if rank == 0 else None, 0)
+    elif op == "all_to_all":  # row p of `t` to rank p, rank p's into row p of `out` (lists: rows())
+        comm.all_to_all(out, t)
     elif rank == 0:  # ping-pong: one round trip between ranks 0 and 1
         comm.send(t, dst=1)
         comm.recv(t, src=1)
@@ -90,12 +92,18 @@ class _TorchGroup:
 
 
 def rows(op: str, t, out):
-    """(t, out) with the root's buffer of gather (out) or scatter (t) as the list of rows, one
-    a rank, that those calls take: made once, as a caller's would be."""
+    """(t, out) with the root's buffer of gather (out) or scatter (t), or both buffers of
+    all_to_all, as the list of rows, one a rank, that those calls take: made once, as a
+    caller's would be."""
     if op == "gather":
         return t, list(out.reshape(out.shape[0] // t.shape[0], -1))
     if op == "scatter":
         return list(t.reshape(t.shape[0] // out.shape[0], -1)), out
+    if op == "all_to_all":
+        from .. import api
+
+        world = api.get_world_size()
+        return list(t.reshape(world, -1)), list(out.reshape(world, -1))
     return t, out
 
 
