@@ -151,7 +151,8 @@ def _stub_fast_call(*_args):
     return None
 
 
-for _name in ("all_reduce", "broadcast", "reduce", "all_gather", "reduce_scatter", "send", "recv"):
+for _name in ("all_reduce", "broadcast", "reduce", "all_gather", "reduce_scatter", "gather", "scatter", "all_to_all",
+              "send", "recv"):
     setattr(_StubFront, _name, staticmethod(_stub_fast_call))
 
 
