@@ -15,9 +15,10 @@ def case_all_reduce_until_failure(count: int = 16 * 1024 * 1024, algo: str = "au
     scatter from it and an all-to-all, in turn, of `count` elements a rank and part (the
     shared arena's parts: shared_arena.h)."""
     t = torch.ones(count)
-    n = pc.get_world_size()
-    rows = [torch.ones(count) for _ in range(n)] if pc.get_rank() == 0 else None
-    sent, received = [torch.ones(count) for _ in range(n)], [torch.ones(count) for _ in range(n)]
+    if algo == "parts":  # a row a rank (views of one buffer: each rank's memory as the others' cases)
+        n = pc.get_world_size()
+        rows = list(torch.ones(n * count).chunk(n)) if pc.get_rank() == 0 else None
+        sent, received = list(torch.ones(n * count).chunk(n)), list(torch.empty(n * count).chunk(n))
     calls = 0
     try:
         while True:
