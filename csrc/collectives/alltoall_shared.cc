@@ -28,9 +28,7 @@ void alltoallShared(Context& ctx, const std::vector<Span>& ins, const std::vecto
   if (a == nullptr || !a->ensure(ctx)) return alltoallDirect(ctx, ins, outs, dtype);
   const size_t es = dtypeSize(dtype), block = partBlockBytes(ctx.size);
   const int me = ctx.rank, n = ctx.size;
-  const uint32_t k = a->nextRound();
-  ctx.setStep("shared all-to-all", 0, 1);
-  a->waitSlotFree(ctx, k);
+  const uint32_t k = oneRound(ctx, *a, "shared all-to-all");
   std::vector<int> large;  // peers whose part to this rank comes over the link
   for (int j = 1; j < n; ++j) {
     const int p = (me + j) % n;  // ring order from this rank, as the direct algorithm's

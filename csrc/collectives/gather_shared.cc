@@ -39,24 +39,13 @@
 #include "collectives/shared_arena.h"
 
 namespace pycollect {
-namespace {
-
-// The call's one round, once the peers are done with the slot's last use.
-uint32_t beginRound(Context& ctx, SharedArena& a, const char* phase) {
-  const uint32_t k = a.nextRound();
-  ctx.setStep(phase, 0, 1);
-  a.waitSlotFree(ctx, k);
-  return k;
-}
-
-}  // namespace
 
 void gatherShared(Context& ctx, Span in, const std::vector<Span>& outs, DType dtype, int root) {
   SharedArena* a = ctx.arena();
   if (a == nullptr || !a->ensure(ctx)) return gatherDirect(ctx, in, outs, dtype, root);
   // The others' slots: their one block. The root's: a head for each rank.
   const size_t es = dtypeSize(dtype), own = partBlockBytes(1), block = partBlockBytes(ctx.size);
-  const uint32_t k = beginRound(ctx, *a, "shared gather");
+  const uint32_t k = oneRound(ctx, *a, "shared gather");
   if (ctx.rank != root) {
     const bool small = partInBlock(in.count * es, own);
     putHead(ctx, *a, k, 0, in.count);
@@ -92,7 +81,7 @@ void scatterShared(Context& ctx, const std::vector<Span>& ins, Span out, DType d
   SharedArena* a = ctx.arena();
   if (a == nullptr || !a->ensure(ctx)) return scatterDirect(ctx, ins, out, dtype, root);
   const size_t es = dtypeSize(dtype), block = partBlockBytes(ctx.size);
-  const uint32_t k = beginRound(ctx, *a, "shared scatter");
+  const uint32_t k = oneRound(ctx, *a, "shared scatter");
   if (ctx.rank != root) {
     const bool small = partInBlock(out.count * es, block);
     putHead(ctx, *a, k, 0, out.count);
@@ -117,7 +106,7 @@ void scatterShared(Context& ctx, const std::vector<Span>& ins, Span out, DType d
     if (q != root && partInBlock(bytes, block)) a->put(k, q * block + sizeof(WireHeader), ins[q].data, bytes);
   }
   a->arrive(k);
-  // Sent at once: each rank receives its part only once the heads agree.
+  // Sent at once, into the receives the ranks posted as they began.
   for (int q = 0; q < ctx.size; ++q) {
     if (q != root && !partInBlock(ins[q].count * es, block)) ctx.link(q).postSend(ins[q].data, ins[q].count * es);
   }

@@ -187,6 +187,15 @@ void inRounds(Context& ctx, SharedArena& a, size_t total, size_t perRound, const
   }
 }
 
+// A call of one round (gather, scatter, all-to-all): its number, named `phase`, once the
+// peers are done with the slot's previous use.
+inline uint32_t oneRound(Context& ctx, SharedArena& a, const char* phase) {
+  const uint32_t k = a.nextRound();
+  ctx.setStep(phase, 0, 1);
+  a.waitSlotFree(ctx, k);
+  return k;
+}
+
 // Parts. Gather, scatter and all-to-all move parts whose sizes differ by rank (only the
 // ends of a pair know a part's size), so they run on the arena at any size, in one round
 // (gather_shared.cc, alltoall_shared.cc). The writer of a part puts, in a block of its slot
