@@ -168,7 +168,6 @@ int FastCalls::groupRank(PyObject* global) const {
   return it != ranks_.end() && *it == g ? static_cast<int>(it - ranks_.begin()) : -1;
 }
 
-
 // The call on `buffers` (each written where `writes` says), or declined. `issue` runs
 // without the GIL and returns nullptr to decline (the buffers do not fit together).
 template <size_t N, class Issue>
@@ -179,7 +178,6 @@ py::object FastCalls::run(PyObject* const (&buffers)[N], const bool (&writes)[N]
   }
   return issued(buffers, N, [&] { return issue(spans); });
 }
-
 
 template <class Issue>
 py::object FastCalls::runLists(PyObject* tensor, bool tensorWrites, PyObject* list, bool listWrites, PyObject* inputs,
