@@ -660,6 +660,12 @@ def all_to_all_single(output, input, output_split_sizes=None, input_split_sizes=
     message in flight at once. Ranks that disagree on a chunk's size get a MismatchError
     from the receiving side.
     """
+    # Even chunks of 1-D buffers: a chunk of the flat buffer is a chunk of the first dimension.
+    if (not async_op and output_split_sizes is None and input_split_sizes is None
+            and getattr(output, "ndim", 0) == 1 and getattr(input, "ndim", 0) == 1):
+        issued = _fast.all_to_all_single(group, output, input)
+        if issued is not False:
+            return None if issued is None else _waited(group, issued, (input, output))
     g = _group(group)
     if needs_host_staging(g, [output, input], "all_to_all_single"):
         return through_host([input], [output], lambda i, o: all_to_all_single(

@@ -248,7 +248,8 @@ def _run_one(comm, kind, pg, gg, ws, r, dtype, count, op, seed, what, algo=None,
 
 
 def case_all_to_all(ws: int, seed: int = 0):
-    """pc.all_to_all_single against Gloo's, even and uneven splits, several dtypes."""
+    """pc.all_to_all_single against Gloo's, even and uneven splits, several dtypes; the even
+    splits also on 1-D tensors (the API's fast call) and numpy arrays."""
     pair = paired_groups(ws)
     if pair is None:
         return None
@@ -268,6 +269,14 @@ def case_all_to_all(ws: int, seed: int = 0):
             dist.all_to_all_single(theirs, x, *splits, group=gg)
             assert torch.equal(ours, theirs), f"all_to_all_single ws={ws} {dtype} even={even}"
             cases += 1
+            if even:  # flat: the fast call's even chunks, as torch and numpy buffers
+                flat, mine = x.reshape(-1), torch.full((ours.numel(),), 7, dtype=dtype)
+                pc.all_to_all_single(mine, flat, group=pg)
+                assert torch.equal(mine, theirs.reshape(-1)), f"all_to_all_single ws={ws} {dtype} 1-D"
+                if dtype != torch.bfloat16:
+                    arr = np.full(ours.numel(), 7, dtype=mine.numpy().dtype)
+                    pc.all_to_all_single(arr, flat.numpy(), group=pg)
+                    assert np.array_equal(arr, mine.numpy()), f"all_to_all_single ws={ws} {dtype} numpy"
     return cases
 
 

@@ -161,6 +161,20 @@ py::object FastCalls::allToAll(PyObject* outputs, PyObject* inputs) {
   });
 }
 
+py::object FastCalls::allToAllSingle(PyObject* output, PyObject* input) {
+  const size_t size = static_cast<size_t>(comm_->size());
+  return run({input, output}, {false, true}, [&](const HostSpan* s) -> std::shared_ptr<Work> {
+    if (s[0].dtype != s[1].dtype || s[0].count != s[1].count || s[0].count % size != 0) return nullptr;
+    const size_t chunk = s[0].count / size, bytes = chunk * dtypeSize(dtypeOf(s[0]));
+    std::vector<Span> ins(size), outs(size);
+    for (size_t p = 0; p < size; ++p) {
+      ins[p] = Span{static_cast<char*>(ptr(s[0])) + p * bytes, chunk};
+      outs[p] = Span{static_cast<char*>(ptr(s[1])) + p * bytes, chunk};
+    }
+    return comm_->allToAll(std::move(ins), std::move(outs), dtypeOf(s[0]));
+  });
+}
+
 int FastCalls::groupRank(PyObject* global) const {
   long long g;
   if (!fastInteger(global, INT_MIN, INT_MAX, g)) return -1;

@@ -1,7 +1,7 @@
 #pragma once
 // The API's blocking calls on plain host buffers, in one crossing into C++: all_reduce,
 // broadcast, reduce, all_gather_into_tensor, reduce_scatter_tensor, gather, scatter,
-// all_to_all, send, and recv from a named rank (pycollect/api.py tries them first; register_fast_calls.cc makes them Python's
+// all_to_all, all_to_all_single (even chunks), send, and recv from a named rank (pycollect/api.py tries them first; register_fast_calls.cc makes them Python's
 // pycollect._C.FastCalls, one per group, and pycollect._C.FastFront, which finds the group).
 //
 // An 8-byte all-reduce costs the engine half a microsecond, and the general path spent
@@ -63,6 +63,9 @@ class __attribute__((visibility("hidden"))) FastCalls {
   pybind11::object scatter(PyObject* tensor, PyObject* list, int root);
   // Lists or tuples of one buffer per rank, all of one dtype, this rank's two of one size.
   pybind11::object allToAll(PyObject* outputs, PyObject* inputs);
+  // Even chunks of two buffers of one dtype and size (the API passes 1-D ones only: a chunk
+  // of a flat buffer is a chunk of its first dimension there), divisible by the group's size.
+  pybind11::object allToAllSingle(PyObject* output, PyObject* input);
 
   // The group rank of a global rank given as a Python int; -1 for anything else (not an
   // int, not a member).

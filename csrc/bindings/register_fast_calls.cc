@@ -139,6 +139,11 @@ PyObject* callsAllToAll(PyObject* self, PyObject* const* a, Py_ssize_t n) {
   return guarded([&] { return calls(self)->allToAll(a[0], a[1]); });
 }
 
+PyObject* callsAllToAllSingle(PyObject* self, PyObject* const* a, Py_ssize_t n) {
+  if (!arity("all_to_all_single(output, input)", n, 2)) return nullptr;
+  return guarded([&] { return calls(self)->allToAllSingle(a[0], a[1]); });
+}
+
 void callsDealloc(PyObject* self) {
   PyTypeObject* type = Py_TYPE(self);
   delete calls(self);
@@ -260,6 +265,11 @@ PyObject* frontAllToAll(PyObject* self, PyObject* const* a, Py_ssize_t n) {
   return onGroup(self, a[0], [&](FastCalls& f) { return f.allToAll(a[1], a[2]); });
 }
 
+PyObject* frontAllToAllSingle(PyObject* self, PyObject* const* a, Py_ssize_t n) {
+  if (!arity("all_to_all_single(group, output, input)", n, 3)) return nullptr;
+  return onGroup(self, a[0], [&](FastCalls& f) { return f.allToAllSingle(a[1], a[2]); });
+}
+
 void frontDealloc(PyObject* self) {
   PyTypeObject* type = Py_TYPE(self);
   auto* front = reinterpret_cast<FastFrontObject*>(self);
@@ -290,6 +300,7 @@ PyMethodDef callsMethods[] = {
     {"gather", PYCOLLECT_FASTCALL(callsGather), "gather(tensor, gather_list, root)"},
     {"scatter", PYCOLLECT_FASTCALL(callsScatter), "scatter(tensor, scatter_list, root)"},
     {"all_to_all", PYCOLLECT_FASTCALL(callsAllToAll), "all_to_all(outputs, inputs)"},
+    {"all_to_all_single", PYCOLLECT_FASTCALL(callsAllToAllSingle), "all_to_all_single(output, input): even chunks"},
     {nullptr, nullptr, 0, nullptr}};
 
 PyMethodDef frontMethods[] = {
@@ -303,6 +314,7 @@ PyMethodDef frontMethods[] = {
     {"gather", PYCOLLECT_FASTCALL(frontGather), "gather(group, tensor, gather_list, dst)"},
     {"scatter", PYCOLLECT_FASTCALL(frontScatter), "scatter(group, tensor, scatter_list, src)"},
     {"all_to_all", PYCOLLECT_FASTCALL(frontAllToAll), "all_to_all(group, output_tensor_list, input_tensor_list)"},
+    {"all_to_all_single", PYCOLLECT_FASTCALL(frontAllToAllSingle), "all_to_all_single(group, output, input)"},
     {nullptr, nullptr, 0, nullptr}};
 
 #undef PYCOLLECT_FASTCALL
