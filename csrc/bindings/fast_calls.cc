@@ -136,20 +136,22 @@ py::object FastCalls::recv(PyObject* tensor, int peer, PyObject* tag) {
 
 py::object FastCalls::gather(PyObject* tensor, PyObject* list, int root) {
   const bool isRoot = root == comm_->rank();
+  if (!isRoot && list != Py_None) return fastDeclined();  // a list on a non-root: the general path names it
   return runLists(tensor, false, isRoot ? list : nullptr, true, nullptr, [&](const std::vector<HostSpan>& s) {
-    const std::vector<Span> outs = spansOf(s, 1, isRoot ? s.size() : 1);
+    const std::vector<Span> outs = spansOf(s, 1, s.size());  // none on a non-root
     if (isRoot && outs[root].count != s[0].count) return std::shared_ptr<Work>();  // the root's own slot
     return comm_->gather(Span{static_cast<char*>(ptr(s[0])), s[0].count}, outs, dtypeOf(s[0]), root);
-  }, isRoot || list == Py_None);
+  });
 }
 
 py::object FastCalls::scatter(PyObject* tensor, PyObject* list, int root) {
   const bool isRoot = root == comm_->rank();
+  if (!isRoot && list != Py_None) return fastDeclined();
   return runLists(tensor, true, isRoot ? list : nullptr, false, nullptr, [&](const std::vector<HostSpan>& s) {
-    const std::vector<Span> ins = spansOf(s, 1, isRoot ? s.size() : 1);
+    const std::vector<Span> ins = spansOf(s, 1, s.size());
     if (isRoot && ins[root].count != s[0].count) return std::shared_ptr<Work>();
     return comm_->scatter(ins, Span{static_cast<char*>(ptr(s[0])), s[0].count}, dtypeOf(s[0]), root);
-  }, isRoot || list == Py_None);
+  });
 }
 
 py::object FastCalls::allToAll(PyObject* outputs, PyObject* inputs) {
@@ -195,17 +197,17 @@ py::object FastCalls::run(PyObject* const (&buffers)[N], const bool (&writes)[N]
 
 template <class Issue>
 py::object FastCalls::runLists(PyObject* tensor, bool tensorWrites, PyObject* list, bool listWrites, PyObject* inputs,
-                               Issue issue, bool fits) {
+                               Issue issue) {
   const size_t size = static_cast<size_t>(comm_->size());
   // The tensor, the list's buffers and the inputs', each given (the general path names what
-  // does not fit: `fits` false, a list of another length).
+  // does not fit: a list of another length, say).
   std::vector<PyObject*> buffers;
   std::vector<bool> writes;
   if (tensor != nullptr) {
     buffers.push_back(tensor);
     writes.push_back(tensorWrites);
   }
-  if (!fits || (list != nullptr && !rankList(list, size, listWrites, buffers, writes)) ||
+  if ((list != nullptr && !rankList(list, size, listWrites, buffers, writes)) ||
       (inputs != nullptr && !rankList(inputs, size, false, buffers, writes))) {
     return fastDeclined();
   }

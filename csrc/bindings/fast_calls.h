@@ -76,11 +76,11 @@ class __attribute__((visibility("hidden"))) FastCalls {
   pybind11::object run(PyObject* const (&buffers)[N], const bool (&writes)[N], Issue issue);
   // A call on lists of buffers (gather, scatter, all-to-all), or declined: `tensor` (none:
   // nullptr), `list` and `inputs` (lists or tuples of one buffer per rank; none: nullptr),
-  // all of one dtype; `fits` false declines. issue(the spans in that order) runs without
-  // the GIL and returns nullptr to decline.
+  // all of one dtype. issue(the spans in that order) runs without the GIL and returns
+  // nullptr to decline.
   template <class Issue>
   pybind11::object runLists(PyObject* tensor, bool tensorWrites, PyObject* list, bool listWrites, PyObject* inputs,
-                            Issue issue, bool fits = true);
+                            Issue issue);
   // Under the group's lock: `issue` run without the GIL, `buffers` kept with its Work.
   template <class Issue>
   pybind11::object issued(PyObject* const* buffers, size_t n, Issue issue);

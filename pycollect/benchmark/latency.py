@@ -40,8 +40,8 @@ class LatencyConfig:
 
 def call(comm, op: str, t, rank: int, out=None) -> None:
     """One call of `op` with pycollect.api's (or torch.distributed's) names on `t` (a tensor,
-    or a numpy array for the API); all_gather, reduce_scatter, gather and scatter write `out`
-    (the rooted calls' lists as rows() makes them)."""
+    or a numpy array for the API); all_gather, reduce_scatter, gather, scatter and all_to_all
+    write `out` (the list calls' lists as rows() makes them)."""
     if op == "all_reduce":
         comm.all_reduce(t)
     elif op == "broadcast":
