@@ -204,7 +204,9 @@ def test_peer_mpi_without_mpi_names_what_to_install(capsys, monkeypatch):
 
 def test_peer_mpi_times_open_mpi_beside_gloo(tmp_path, capsys):
     """--peer mpi on 2 ranks that mpirun starts: MPI's columns beside Gloo's, every result
-    right, and the ratio printed is MPI's time / pycollect's as printed."""
+    right, and the ratio printed is MPI's time / pycollect's: the printed columns are the
+    measured values rounded (times to 0.1 us, the ratio to 0.01), and the ratio measured is
+    the quotient of the times measured."""
     from pycollect.benchmark import mpi
 
     try:
@@ -225,9 +227,12 @@ def test_peer_mpi_times_open_mpi_beside_gloo(tmp_path, capsys):
     assert r["mpi"]["ratio"] == pytest.approx(r["mpi"]["time_us"] / r["pycollect"]["time_us"])
     line = next(x for x in printed.splitlines() if x.split()[:1] == ["256"]).split()
     # size count type redop, then (time algbw busbw #wrong) for pycollect, gloo, mpi, then the ratios
-    ours, mpi_us, mpi_wrong, mpi_ratio = float(line[4]), float(line[12]), line[15], float(line[-1].rstrip("x"))
-    assert mpi_wrong == "0"
-    assert mpi_ratio == pytest.approx(mpi_us / ours, rel=0.02, abs=0.01), line
+    # (The quotient of the rounded times may differ from the printed ratio by more than its
+    # rounding: at 3.9 us a time's 0.05 is 1.3 %; so each printed figure is checked against
+    # the value it rounds.)
+    assert line[15] == "0", line
+    assert (line[4], line[12], line[-1]) == (f"{r['pycollect']['time_us']:.1f}", f"{r['mpi']['time_us']:.1f}",
+                                             f"{r['mpi']['ratio']:.2f}x"), line
     assert "# #wrong total (pycollect): 0; gloo: 0; mpi: 0" in printed
 
 
