@@ -291,9 +291,9 @@ std::shared_ptr<Work> Communicator::gather(Span in, std::vector<Span> outs, DTyp
   WireHeader h = makeHeader(OpKind::kGather, dtype, ReduceOp::kSum, in.count, root);
   if (sharedFits(OpKind::kGather, 0)) {  // at any size: shared_arena.h, "Parts"
     h.algo = static_cast<uint8_t>(Algo::kShared);
-    return enqueue(h, [=](Context& c) { gatherShared(c, in, outs, dtype, root); });
+    return enqueue(h, [in, outs = std::move(outs), dtype, root](Context& c) { gatherShared(c, in, outs, dtype, root); });
   }
-  return enqueue(h, [=](Context& c) { gatherDirect(c, in, outs, dtype, root); });
+  return enqueue(h, [in, outs = std::move(outs), dtype, root](Context& c) { gatherDirect(c, in, outs, dtype, root); });
 }
 
 std::shared_ptr<Work> Communicator::scatter(std::vector<Span> ins, Span out, DType dtype, int root) {
@@ -301,9 +301,9 @@ std::shared_ptr<Work> Communicator::scatter(std::vector<Span> ins, Span out, DTy
   WireHeader h = makeHeader(OpKind::kScatter, dtype, ReduceOp::kSum, out.count, root);
   if (sharedFits(OpKind::kScatter, 0)) {
     h.algo = static_cast<uint8_t>(Algo::kShared);
-    return enqueue(h, [=](Context& c) { scatterShared(c, ins, out, dtype, root); });
+    return enqueue(h, [ins = std::move(ins), out, dtype, root](Context& c) { scatterShared(c, ins, out, dtype, root); });
   }
-  return enqueue(h, [=](Context& c) { scatterDirect(c, ins, out, dtype, root); });
+  return enqueue(h, [ins = std::move(ins), out, dtype, root](Context& c) { scatterDirect(c, ins, out, dtype, root); });
 }
 
 std::shared_ptr<Work> Communicator::allToAll(std::vector<Span> ins, std::vector<Span> outs,
@@ -320,9 +320,13 @@ std::shared_ptr<Work> Communicator::allToAll(std::vector<Span> ins, std::vector<
   WireHeader h = makeHeader(OpKind::kAllToAll, dtype, ReduceOp::kSum, total, -1);
   if (sharedFits(OpKind::kAllToAll, 0)) {  // at any size: see alltoall_shared.cc
     h.algo = static_cast<uint8_t>(Algo::kShared);
-    return enqueue(h, [=](Context& c) { alltoallShared(c, ins, outs, dtype); });
+    return enqueue(h, [ins = std::move(ins), outs = std::move(outs), dtype](Context& c) {
+      alltoallShared(c, ins, outs, dtype);
+    });
   }
-  return enqueue(h, [=](Context& c) { alltoallDirect(c, ins, outs, dtype); });
+  return enqueue(h, [ins = std::move(ins), outs = std::move(outs), dtype](Context& c) {
+    alltoallDirect(c, ins, outs, dtype);
+  });
 }
 
 std::shared_ptr<Work> Communicator::allReduceCoalesced(std::vector<Span> tensors, DType dtype,
@@ -334,7 +338,9 @@ std::shared_ptr<Work> Communicator::allReduceCoalesced(std::vector<Span> tensors
   WireHeader h = makeHeader(OpKind::kAllReduceCoalesced, dtype, op, total,
                             static_cast<int>(tensors.size()));
   h.algo = static_cast<uint8_t>(chosen);
-  return enqueue(h, [=](Context& c) { allreduceCoalesced(c, tensors, dtype, op, chosen); });
+  return enqueue(h, [tensors = std::move(tensors), dtype, op, chosen](Context& c) {
+    allreduceCoalesced(c, tensors, dtype, op, chosen);
+  });
 }
 
 std::shared_ptr<Work> Communicator::allGatherCoalesced(std::vector<Span> ins, std::vector<Span> outs,
@@ -354,7 +360,9 @@ std::shared_ptr<Work> Communicator::allGatherCoalesced(std::vector<Span> ins, st
   WireHeader h = makeHeader(OpKind::kAllGatherCoalesced, dtype, ReduceOp::kSum, total,
                             static_cast<int>(ins.size()));
   h.algo = static_cast<uint8_t>(chosen);
-  return enqueue(h, [=](Context& c) { allgatherCoalesced(c, ins, outs, dtype, chosen); });
+  return enqueue(h, [ins = std::move(ins), outs = std::move(outs), dtype, chosen](Context& c) {
+    allgatherCoalesced(c, ins, outs, dtype, chosen);
+  });
 }
 
 std::shared_ptr<Work> Communicator::barrier(double timeoutSec) {

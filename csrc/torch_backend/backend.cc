@@ -100,8 +100,7 @@ at::Tensor Backend::hostInput(const at::Tensor& t) {
   return t.to(at::kCPU, /*non_blocking=*/false, /*copy=*/true);  // after the work on the caller's stream
 }
 
-at::Tensor Backend::hostOutput(c10::intrusive_ptr<TorchWork>& work, const at::Tensor& t,
-                               std::vector<std::pair<at::Tensor, at::Tensor>>& back) {
+at::Tensor Backend::hostOutput(const at::Tensor& t, std::vector<std::pair<at::Tensor, at::Tensor>>& back) {
   if (!t.is_cuda()) return t;
   at::Tensor host = t.to(at::kCPU, false, true);  // its contents too: a rank that does not write it keeps them
   back.emplace_back(t, host);

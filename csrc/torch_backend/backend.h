@@ -157,30 +157,34 @@ class Backend : public c10d::Backend {
   // For a staged call: the device of `b` (-1 for the host device) and its DeviceCall.
   DeviceCall deviceCall(const Buffer& b, const char* method);
   // CUDA tensors of the calls without a staged form: host copies in, results copied back
-  // when the call completes (the Work's finish step).
+  // when the call completes (the Work's finish step; `back` pairs each tensor with its copy).
   at::Tensor hostInput(const at::Tensor& t);
-  at::Tensor hostOutput(c10::intrusive_ptr<TorchWork>& work, const at::Tensor& t,
-                        std::vector<std::pair<at::Tensor, at::Tensor>>& back);
-  std::vector<at::Tensor> hostInputs(const std::vector<at::Tensor>& tensors, bool cuda);
-  std::vector<at::Tensor> hostOutputs(c10::intrusive_ptr<TorchWork>& work, const std::vector<at::Tensor>& tensors,
-                                      bool cuda, std::vector<std::pair<at::Tensor, at::Tensor>>& back);
+  at::Tensor hostOutput(const at::Tensor& t, std::vector<std::pair<at::Tensor, at::Tensor>>& back);
+  // Where the engine reads `tensors`: their memory, or their host copies (`cuda`); `work`
+  // keeps what it reads until it completes.
+  std::vector<Span> hostInputSpans(TorchWork& work, const std::vector<at::Tensor>& tensors, bool cuda);
+  // Where the engine writes `tensors`, outputs of the Work (which holds them): their memory,
+  // or host copies (`cuda`) held by `back` and copied back.
+  std::vector<Span> hostOutputSpans(const std::vector<at::Tensor>& tensors, bool cuda,
+                                    std::vector<std::pair<at::Tensor, at::Tensor>>& back);
   // `rootRank` as a rank of the group, checked (ValueError naming `method`).
   int rootOf(int64_t rootRank, const char* method) const;
   // The one list of a per-rank list argument (`lists[0]`): a tensor per rank of the group,
   // each checked, all of `like`'s dtype. `copiedInto`: the call only copies into them
   // (checkKind: any strides).
-  std::vector<at::Tensor> groupList(std::vector<std::vector<at::Tensor>>& lists, const at::Tensor& like,
-                                    const char* method, const char* what, bool copiedInto = false);
+  const std::vector<at::Tensor>& groupList(std::vector<std::vector<at::Tensor>>& lists, const at::Tensor& like,
+                                           const char* method, const char* what, bool copiedInto = false);
   // One flat all-gather / reduce-scatter into `w`: staged when `out` is device memory (or the
   // tests' host device), else on host memory.
   void addAllGather(TorchWork& w, const Buffer& in, const Buffer& out, const char* method);
   void addReduceScatter(TorchWork& w, const Buffer& in, const Buffer& out, ReduceOp op, const char* method);
-  // A call's input and output lists where the engine reads and writes them: the tensors, or
-  // for CUDA tensors host copies (outputs copied back when the Work completes); kept by it.
-  struct HostLists {
-    std::vector<at::Tensor> ins, outs;
+  // A call's input and output lists where the engine reads and writes them (the outputs
+  // are the Work's): the tensors, or for CUDA tensors host copies (outputs copied back when
+  // the Work completes).
+  struct HostSpans {
+    std::vector<Span> ins, outs;
   };
-  HostLists hostLists(c10::intrusive_ptr<TorchWork>& work, const std::vector<at::Tensor>& inputs,
+  HostSpans hostSpans(c10::intrusive_ptr<TorchWork>& work, const std::vector<at::Tensor>& inputs,
                       const std::vector<at::Tensor>& outputs, const char* method);
   // A receive's Work and where its bytes land: the tensor, or for a CUDA tensor a host copy
   // that is copied back when the Work completes.

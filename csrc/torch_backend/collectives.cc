@@ -9,10 +9,13 @@ namespace pycollect::torchb {
 
 namespace {
 
-// Whether every tensor of a call lives in host memory, or every one on a CUDA device.
-bool onCuda(const std::vector<at::Tensor>& tensors, const char* method) {
+// Whether every tensor of a call (`first` and `second`) lives in host memory, or every one
+// on a CUDA device.
+bool onCuda(const char* method, c10::ArrayRef<at::Tensor> first, c10::ArrayRef<at::Tensor> second = {}) {
   bool cuda = false, host = false;
-  for (const auto& t : tensors) (t.is_cuda() ? cuda : host) = true;
+  for (auto list : {first, second}) {
+    for (const auto& t : list) (t.is_cuda() ? cuda : host) = true;
+  }
   if (cuda && host) {
     C10_THROW_ERROR(ValueError, c10::str("pycollect backend: ", method,
                                          ": CPU and CUDA tensors are mixed in one call; move them to one device"));
@@ -20,12 +23,10 @@ bool onCuda(const std::vector<at::Tensor>& tensors, const char* method) {
   return cuda;
 }
 
-std::vector<Span> spansOf(const std::vector<at::Tensor>& tensors) {
-  std::vector<Span> out;
-  out.reserve(tensors.size());
-  for (const auto& t : tensors) out.push_back(Span{static_cast<char*>(t.data_ptr()), static_cast<size_t>(t.numel())});
-  return out;
-}
+Span spanOf(const at::Tensor& t) { return Span{static_cast<char*>(t.data_ptr()), static_cast<size_t>(t.numel())}; }
+
+// A root's list argument on the other ranks.
+const std::vector<at::Tensor> kNoTensors;
 
 // `flat`'s consecutive ranges copied into `outs` (the list forms' finish step).
 void unflatten(const at::Tensor& flat, const std::vector<at::Tensor>& outs) {
@@ -48,10 +49,10 @@ int Backend::rootOf(int64_t rootRank, const char* method) const {
   return static_cast<int>(rootRank);
 }
 
-std::vector<at::Tensor> Backend::groupList(std::vector<std::vector<at::Tensor>>& lists, const at::Tensor& like,
-                                           const char* method, const char* what, bool copiedInto) {
+const std::vector<at::Tensor>& Backend::groupList(std::vector<std::vector<at::Tensor>>& lists, const at::Tensor& like,
+                                                  const char* method, const char* what, bool copiedInto) {
   checkOneList(lists.size(), method, what);
-  std::vector<at::Tensor>& list = lists[0];
+  const std::vector<at::Tensor>& list = lists[0];
   if (static_cast<int>(list.size()) != size_) {
     C10_THROW_ERROR(ValueError, c10::str("pycollect backend: ", method, "(", what, "): list has ", list.size(),
                                          " entries, the group has ", size_, " ranks"));
@@ -61,30 +62,32 @@ std::vector<at::Tensor> Backend::groupList(std::vector<std::vector<at::Tensor>>&
   return list;
 }
 
-std::vector<at::Tensor> Backend::hostInputs(const std::vector<at::Tensor>& tensors, bool cuda) {
-  std::vector<at::Tensor> out;
-  for (const auto& t : tensors) out.push_back(cuda ? hostInput(t) : t);
+std::vector<Span> Backend::hostInputSpans(TorchWork& work, const std::vector<at::Tensor>& tensors, bool cuda) {
+  std::vector<Span> out;
+  out.reserve(tensors.size());
+  for (const auto& t : tensors) {
+    at::Tensor read = cuda ? hostInput(t) : t;
+    out.push_back(spanOf(read));
+    work.keep(std::move(read));
+  }
   return out;
 }
 
-std::vector<at::Tensor> Backend::hostOutputs(c10::intrusive_ptr<TorchWork>& work, const std::vector<at::Tensor>& tensors,
-                                             bool cuda, std::vector<std::pair<at::Tensor, at::Tensor>>& back) {
-  std::vector<at::Tensor> out;
-  for (const auto& t : tensors) out.push_back(cuda ? hostOutput(work, t, back) : t);
+std::vector<Span> Backend::hostOutputSpans(const std::vector<at::Tensor>& tensors, bool cuda,
+                                           std::vector<std::pair<at::Tensor, at::Tensor>>& back) {
+  std::vector<Span> out;
+  out.reserve(tensors.size());
+  for (const auto& t : tensors) out.push_back(spanOf(cuda ? hostOutput(t, back) : t));
   return out;
 }
 
-Backend::HostLists Backend::hostLists(c10::intrusive_ptr<TorchWork>& work, const std::vector<at::Tensor>& inputs,
+Backend::HostSpans Backend::hostSpans(c10::intrusive_ptr<TorchWork>& work, const std::vector<at::Tensor>& inputs,
                                       const std::vector<at::Tensor>& outputs, const char* method) {
-  std::vector<at::Tensor> all(outputs);
-  all.insert(all.end(), inputs.begin(), inputs.end());
-  const bool cuda = onCuda(all, method);
+  const bool cuda = onCuda(method, inputs, outputs);
   std::vector<std::pair<at::Tensor, at::Tensor>> back;
-  HostLists lists{hostInputs(inputs, cuda), hostOutputs(work, outputs, cuda, back)};
+  HostSpans spans{hostInputSpans(*work, inputs, cuda), hostOutputSpans(outputs, cuda, back)};
   copyBackWhenDone(work, std::move(back));
-  for (auto& t : lists.ins) work->keep(t);
-  for (auto& t : lists.outs) work->keep(t);
-  return lists;
+  return spans;
 }
 
 void Backend::addAllGather(TorchWork& w, const Buffer& in, const Buffer& out, const char* method) {
@@ -126,29 +129,28 @@ WorkPtr Backend::allreduce_coalesced(std::vector<at::Tensor>& tensors, const c10
   std::vector<Buffer> bufs;
   for (const auto& t : tensors) bufs.push_back(check(t, method, "tensors"));
   const Reduction r = reduction(opts.reduceOp, method);
-  const bool cuda = onCuda(tensors, method);
+  const bool cuda = onCuda(method, tensors);
   for (auto& t : tensors) {
     if (r.premul()) premultiply(r, t, true, method);
   }
   auto work = make(OpType::ALLREDUCE_COALESCED, method, tensors);
   std::vector<std::pair<at::Tensor, at::Tensor>> back;
-  std::vector<at::Tensor> host = hostOutputs(work, tensors, cuda, back);
+  const std::vector<Span> host = hostOutputSpans(tensors, cuda, back);
   copyBackWhenDone(work, std::move(back));
   // One engine call (one header, one pass) per dtype among the tensors.
   return run(work, !opts.asyncOp, [&](TorchWork& w) {
     std::vector<bool> taken(host.size(), false);
     for (size_t i = 0; i < host.size(); ++i) {
       if (taken[i]) continue;
-      std::vector<at::Tensor> same;
+      std::vector<Span> same;
       for (size_t j = i; j < host.size(); ++j) {
         if (!taken[j] && bufs[j].dtype == bufs[i].dtype) {
           taken[j] = true;
           same.push_back(host[j]);
         }
       }
-      w.add(comm_->allReduceCoalesced(spansOf(same), bufs[i].dtype, r.op, Algo::kAuto));
+      w.add(comm_->allReduceCoalesced(std::move(same), bufs[i].dtype, r.op, Algo::kAuto));
     }
-    for (auto& h : host) w.keep(h);
   });
 }
 
@@ -188,7 +190,7 @@ WorkPtr Backend::_allgather_base(at::Tensor& output, at::Tensor& input, const c1
   const Buffer o = check(output, method, "output");
   checkSameDType({output}, input, method);
   checkNumel(output, input.numel() * size_, method, "output");
-  onCuda({input, output}, method);
+  onCuda(method, {input, output});
   return run(make(OpType::_ALLGATHER_BASE, method, {output}), !opts.asyncOp, [&](TorchWork& w) {
     w.keep(input);
     addAllGather(w, i, o, method);
@@ -201,11 +203,9 @@ WorkPtr Backend::allgather(std::vector<std::vector<at::Tensor>>& outputs, std::v
   at::Tensor& input = single(inputs, method, "input_tensors");
   const Buffer i = check(input, method, "input");
   // Any strides (a view such as big.unbind(1)): the finish step copies into them.
-  const std::vector<at::Tensor> outs = groupList(outputs, input, method, "output_tensors", true);
+  const std::vector<at::Tensor>& outs = groupList(outputs, input, method, "output_tensors", true);
   for (const auto& o : outs) checkNumel(o, input.numel(), method, "output_tensors");
-  std::vector<at::Tensor> all(outs);
-  all.push_back(input);
-  onCuda(all, method);
+  onCuda(method, outs, input);
   // Gathered into one buffer, then copied into the list (the Work's finish step): on the
   // device for CUDA tensors (a staged all-gather), else in host memory.
   at::Tensor flat = at::empty({input.numel() * size_}, input.options());
@@ -243,10 +243,10 @@ WorkPtr Backend::allgather_coalesced(std::vector<std::vector<at::Tensor>>& outpu
   checkSameDType(inputs, inputs[0], method);
   checkSameDType(all, inputs[0], method);
   auto work = make(OpType::ALLGATHER_COALESCED, method, all);
-  const HostLists host = hostLists(work, inputs, all, method);
+  HostSpans host = hostSpans(work, inputs, all, method);
   const DType dtype = check(inputs[0], method, "input_tensors").dtype;
   return run(work, !opts.asyncOp, [&](TorchWork& w) {
-    w.add(comm_->allGatherCoalesced(spansOf(host.ins), spansOf(host.outs), dtype, Algo::kAuto));
+    w.add(comm_->allGatherCoalesced(std::move(host.ins), std::move(host.outs), dtype, Algo::kAuto));
   });
 }
 
@@ -264,9 +264,7 @@ WorkPtr Backend::allgather_into_tensor_coalesced(std::vector<at::Tensor>& output
     checkSameDType({outputs[k]}, inputs[k], method);
     checkNumel(outputs[k], inputs[k].numel() * size_, method, "outputs");
   }
-  std::vector<at::Tensor> all(outputs);
-  all.insert(all.end(), inputs.begin(), inputs.end());
-  onCuda(all, method);
+  onCuda(method, outputs, inputs);
   return run(make(OpType::ALLGATHER_COALESCED, method, outputs), !opts.asyncOp, [&](TorchWork& w) {
     for (auto& t : inputs) w.keep(t);
     for (size_t k = 0; k < ins.size(); ++k) addAllGather(w, ins[k], outs[k], method);
@@ -279,20 +277,17 @@ WorkPtr Backend::gather(std::vector<std::vector<at::Tensor>>& outputs, std::vect
   at::Tensor& input = single(inputs, method, "input_tensors");
   const Buffer i = check(input, method, "input");
   const int root = rootOf(opts.rootRank, method);
-  std::vector<at::Tensor> outs;
-  if (rank_ == root) outs = groupList(outputs, input, method, "output_tensors");
-  std::vector<at::Tensor> all(outs);
-  all.push_back(input);
-  const bool cuda = onCuda(all, method);
+  const std::vector<at::Tensor>& outs = rank_ == root ? groupList(outputs, input, method, "output_tensors")
+                                                       : kNoTensors;
+  const bool cuda = onCuda(method, outs, input);
   auto work = make(OpType::GATHER, method, outs);
   std::vector<std::pair<at::Tensor, at::Tensor>> back;
   at::Tensor in = cuda ? hostInput(input) : input;
-  std::vector<at::Tensor> hostOuts = hostOutputs(work, outs, cuda, back);
+  std::vector<Span> hostOuts = hostOutputSpans(outs, cuda, back);
   copyBackWhenDone(work, std::move(back));
   return run(work, !opts.asyncOp, [&](TorchWork& w) {
     w.keep(in);
-    for (auto& t : hostOuts) w.keep(t);
-    w.add(comm_->gather(Span{static_cast<char*>(in.data_ptr()), i.count}, spansOf(hostOuts), i.dtype, root));
+    w.add(comm_->gather(Span{static_cast<char*>(in.data_ptr()), i.count}, std::move(hostOuts), i.dtype, root));
   });
 }
 
@@ -302,33 +297,32 @@ WorkPtr Backend::scatter(std::vector<at::Tensor>& outputs, std::vector<std::vect
   at::Tensor& output = single(outputs, method, "output_tensors");
   const Buffer o = check(output, method, "output");
   const int root = rootOf(opts.rootRank, method);
-  std::vector<at::Tensor> ins;
-  if (rank_ == root) ins = groupList(inputs, output, method, "input_tensors");
-  std::vector<at::Tensor> all(ins);
-  all.push_back(output);
-  const bool cuda = onCuda(all, method);
+  const std::vector<at::Tensor>& ins = rank_ == root ? groupList(inputs, output, method, "input_tensors")
+                                                      : kNoTensors;
+  const bool cuda = onCuda(method, ins, output);
   auto work = make(OpType::SCATTER, method, {output});
   std::vector<std::pair<at::Tensor, at::Tensor>> back;
-  at::Tensor out = cuda ? hostOutput(work, output, back) : output;
-  std::vector<at::Tensor> hostIns = hostInputs(ins, cuda);
+  at::Tensor out = cuda ? hostOutput(output, back) : output;
+  std::vector<Span> hostIns = hostInputSpans(*work, ins, cuda);
   copyBackWhenDone(work, std::move(back));
   return run(work, !opts.asyncOp, [&](TorchWork& w) {
-    w.keep(out);
-    for (auto& t : hostIns) w.keep(t);
-    w.add(comm_->scatter(spansOf(hostIns), Span{static_cast<char*>(out.data_ptr()), o.count}, o.dtype, root));
+    w.add(comm_->scatter(std::move(hostIns), Span{static_cast<char*>(out.data_ptr()), o.count}, o.dtype, root));
   });
 }
 
 WorkPtr Backend::_reduce_scatter_base(at::Tensor& output, at::Tensor& input, const c10d::ReduceScatterOptions& opts) {
   const char* method = "_reduce_scatter_base";
-  check(input, method, "input");
+  Buffer i = check(input, method, "input");
   const Buffer o = check(output, method, "output");
   checkSameDType({output}, input, method);
   checkNumel(input, output.numel() * size_, method, "input");
-  onCuda({input, output}, method);
+  onCuda(method, {input, output});
   const Reduction r = reduction(opts.reduceOp, method);
-  at::Tensor in = r.premul() ? premultiply(r, input, false, method) : input;  // the caller's input stays as it was
-  const Buffer i = check(in, method, "input");
+  at::Tensor in = input;
+  if (r.premul()) {  // the caller's input stays as it was
+    in = premultiply(r, input, false, method);
+    i = check(in, method, "input");
+  }
   return run(make(OpType::_REDUCE_SCATTER_BASE, method, {output}), !opts.asyncOp, [&](TorchWork& w) {
     w.keep(in);
     addReduceScatter(w, i, o, r.op, method);
@@ -340,13 +334,11 @@ WorkPtr Backend::reduce_scatter(std::vector<at::Tensor>& outputs, std::vector<st
   const char* method = "reduce_scatter";
   at::Tensor& output = single(outputs, method, "output_tensors");
   const Buffer o = check(output, method, "output");
-  const std::vector<at::Tensor> ins = groupList(inputs, output, method, "input_tensors");
+  const std::vector<at::Tensor>& ins = groupList(inputs, output, method, "input_tensors");
   checkNumel(ins[rank_], output.numel(), method, "input_tensors");  // this rank's own part
   bool even = true;
   for (const auto& t : ins) even = even && t.numel() == output.numel();
-  std::vector<at::Tensor> all(ins);
-  all.push_back(output);
-  const bool cuda = onCuda(all, method);
+  const bool cuda = onCuda(method, ins, output);
   const Reduction r = reduction(opts.reduceOp, method);
   // The list, one flat host buffer (PREMUL_SUM's factor applied there, not to the inputs).
   std::vector<at::Tensor> flats;
@@ -355,7 +347,7 @@ WorkPtr Backend::reduce_scatter(std::vector<at::Tensor>& outputs, std::vector<st
   if (r.premul()) premultiply(r, flat, true, method);
   auto work = make(OpType::REDUCE_SCATTER, method, {output});
   std::vector<std::pair<at::Tensor, at::Tensor>> back;
-  at::Tensor out = cuda ? hostOutput(work, output, back) : output;
+  at::Tensor out = cuda ? hostOutput(output, back) : output;
   copyBackWhenDone(work, std::move(back));
   if (even) {
     return run(work, !opts.asyncOp, [&](TorchWork& w) {
@@ -398,9 +390,7 @@ WorkPtr Backend::reduce_scatter_tensor_coalesced(std::vector<at::Tensor>& output
     checkSameDType({outputs[k]}, inputs[k], method);
     checkNumel(inputs[k], outputs[k].numel() * size_, method, "inputs");
   }
-  std::vector<at::Tensor> all(outputs);
-  all.insert(all.end(), inputs.begin(), inputs.end());
-  onCuda(all, method);
+  onCuda(method, outputs, inputs);
   for (const auto& t : inputs) {
     ins.push_back(r.premul() ? premultiply(r, t, false, method) : t);
     inBufs.push_back(check(ins.back(), method, "inputs"));
@@ -457,18 +447,17 @@ WorkPtr Backend::alltoall_base(at::Tensor& output, at::Tensor& input, std::vecto
   const Buffer i = check(input, method, "input");
   check(output, method, "output");
   checkSameDType({output}, input, method);
-  const bool cuda = onCuda({input, output}, method);
+  const bool cuda = onCuda(method, {input, output});
   auto work = make(OpType::ALLTOALL_BASE, method, {output});
   std::vector<std::pair<at::Tensor, at::Tensor>> back;
   at::Tensor in = cuda ? hostInput(input) : input;
-  at::Tensor out = cuda ? hostOutput(work, output, back) : output;
+  at::Tensor out = cuda ? hostOutput(output, back) : output;
   std::vector<Span> ins = rowSpans(in, inputSplits, size_, method, "input");
   std::vector<Span> outs = rowSpans(out, outputSplits, size_, method, "output");
   copyBackWhenDone(work, std::move(back));
   return run(work, !opts.asyncOp, [&](TorchWork& w) {
     w.keep(in);
-    w.keep(out);
-    w.add(comm_->allToAll(ins, outs, i.dtype));
+    w.add(comm_->allToAll(std::move(ins), std::move(outs), i.dtype));
   });
 }
 
@@ -485,10 +474,10 @@ WorkPtr Backend::alltoall(std::vector<at::Tensor>& outputs, std::vector<at::Tens
   checkSameDType(inputs, inputs[0], method);
   checkSameDType(outputs, inputs[0], method);
   auto work = make(OpType::ALLTOALL, method, outputs);
-  const HostLists host = hostLists(work, inputs, outputs, method);
+  HostSpans host = hostSpans(work, inputs, outputs, method);
   const DType dtype = check(inputs[0], method, "input_tensors").dtype;
   return run(work, !opts.asyncOp, [&](TorchWork& w) {
-    w.add(comm_->allToAll(spansOf(host.ins), spansOf(host.outs), dtype));
+    w.add(comm_->allToAll(std::move(host.ins), std::move(host.outs), dtype));
   });
 }
 

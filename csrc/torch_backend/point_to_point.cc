@@ -23,7 +23,7 @@ Backend::Receiving Backend::receiving(OpType type, const char* method, std::vect
   Receiving r{make(type, method, {t}), t, check(t, method, "tensor")};
   if (t.is_cuda()) {
     std::vector<std::pair<at::Tensor, at::Tensor>> back;
-    r.data = hostOutput(r.work, t, back);
+    r.data = hostOutput(t, back);
     copyBackWhenDone(r.work, std::move(back));
   }
   return r;

@@ -94,7 +94,7 @@ at::Tensor& single(std::vector<at::Tensor>& tensors, const char* method, const c
   return tensors[0];
 }
 
-void checkSameDType(const std::vector<at::Tensor>& tensors, const at::Tensor& like, const char* method) {
+void checkSameDType(c10::ArrayRef<at::Tensor> tensors, const at::Tensor& like, const char* method) {
   for (const auto& t : tensors) {
     if (t.scalar_type() != like.scalar_type()) {
       C10_THROW_ERROR(TypeError, c10::str("pycollect backend: ", method, ": dtypes differ (", t.scalar_type(), " vs ",

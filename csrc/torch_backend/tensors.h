@@ -42,7 +42,7 @@ at::Tensor& single(std::vector<at::Tensor>& tensors, const char* method, const c
 // A list argument of torch's per-device form has one entry (`n`), else ValueError.
 void checkOneList(size_t n, const char* method, const char* what);
 // Every tensor of `tensors` has `dtype` (the call's), else TypeError.
-void checkSameDType(const std::vector<at::Tensor>& tensors, const at::Tensor& like, const char* method);
+void checkSameDType(c10::ArrayRef<at::Tensor> tensors, const at::Tensor& like, const char* method);
 // Element count `n` expected of `t`, else ValueError.
 void checkNumel(const at::Tensor& t, int64_t n, const char* method, const char* what);
 

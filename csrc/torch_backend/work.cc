@@ -54,12 +54,18 @@ TorchWork::TorchWork(int rank, c10d::OpType type, const char* method, std::vecto
 TorchWork::~TorchWork() = default;
 
 c10::intrusive_ptr<TorchWork> TorchWork::start(c10::intrusive_ptr<TorchWork> self) {
+  // The +1: no hook settles it before every hook is set.
   self->pending_.store(self->engine_.size() + 1);
+  size_t over = 1;
   for (auto& w : self->engine_) {
+    if (w->isCompleted()) {  // ran to its end already (a blocking call run inline): no hook
+      ++over;
+      continue;
+    }
     // The hook holds the Work: it completes even if the caller drops it.
     w->whenDone([self] { self->engineDone(); });
   }
-  self->engineDone();  // the +1 above: no hook settles it before every hook is set
+  if (self->pending_.fetch_sub(over) == over) self->settle();
   return self;
 }
 
@@ -83,8 +89,9 @@ void TorchWork::engineDone() {
 void TorchWork::settle() {
   std::exception_ptr error;
   for (auto& w : engine_) {
+    if (!w->failed()) continue;  // every one is over by now
     try {
-      w->wait(0);  // finished: returns, or rethrows its error
+      w->wait(0);  // rethrows its error
     } catch (...) {
       error = std::current_exception();
       break;
@@ -168,7 +175,7 @@ void TorchWork::synchronize() { wait(); }
 bool TorchWork::streamWait() {
   if (!staged_ || blockingWait_ || !finish_.empty()) return false;
   if (device_ < 0 && !comm_->hostStreamWait()) return false;  // the host device: tests read on the host
-  std::vector<std::shared_ptr<pycollect::Work>> engine;
+  EngineWorks engine;
   {
     std::lock_guard<std::mutex> lock(mutex_);
     if (completed_) return false;  // settled: the ordinary path (its error, if any)
@@ -186,7 +193,7 @@ bool TorchWork::wait(std::chrono::milliseconds timeout) {
   if (streamWait()) return true;  // the caller's stream waits; the host does not
   const bool limited = timeout > std::chrono::milliseconds(0);
   const auto deadline = std::chrono::steady_clock::now() + timeout;
-  std::vector<std::shared_ptr<pycollect::Work>> engine;
+  EngineWorks engine;
   {
     std::lock_guard<std::mutex> lock(mutex_);
     if (!completed_) engine = engine_;

@@ -30,6 +30,7 @@
 #include <ATen/ATen.h>
 #include <ATen/ThreadLocalState.h>
 #include <ATen/core/ivalue.h>
+#include <c10/util/SmallVector.h>
 #include <torch/csrc/distributed/c10d/Work.hpp>
 
 #include <atomic>
@@ -93,10 +94,12 @@ class TorchWork : public c10d::Work {
 
   const char* method_;
   std::vector<at::Tensor> outputs_;
-  std::vector<at::Tensor> keep_;
+  // Inline for a call's usual few (no allocation per call on the small calls' path).
+  c10::SmallVector<at::Tensor, 2> keep_;
   std::shared_ptr<Communicator> comm_;
   bool blockingWait_;
-  std::vector<std::shared_ptr<pycollect::Work>> engine_;
+  using EngineWorks = c10::SmallVector<std::shared_ptr<pycollect::Work>, 1>;
+  EngineWorks engine_;
   std::vector<std::function<void()>> finish_;
   std::atomic<size_t> pending_{0};
   bool staged_ = false;
