@@ -17,7 +17,7 @@ namespace pycollect {
 class Work {
  public:
   explicit Work(std::string what) : what_(std::move(what)), described_(true) {}
-  // A collective's Work: what() says "rank <rank> <the call>", written only when first
+  // A collective's or a message's Work: what() says "rank <rank> <the call>", written only when first
   // asked (errors, Python's Work.what), not on every call's path.
   Work(int rank, const WireHeader& call) : rank_(rank), call_(call) {}
   virtual ~Work() = default;

@@ -142,12 +142,12 @@ std::shared_ptr<Work> Communicator::issueP2P(std::unique_ptr<P2POp> op) {
   checkNotForked();
   std::unique_lock<std::mutex> lock(mu_);
   checkIssuable();
-  std::string what = "rank " + std::to_string(rank_) + " " + describeCall(op->call);
+  // Described only when asked (an error, Python's Work.what), as a collective's Work is.
   std::shared_ptr<Work> work;
   if (op->send) {
-    work = std::make_shared<Work>(std::move(what));
+    work = std::make_shared<Work>(rank_, op->call);
   } else {
-    work = std::make_shared<RecvWork>(std::move(what));
+    work = std::make_shared<RecvWork>(rank_, op->call);
   }
   op->work = work;
   // Numbered now, under the lock: sends are posted in the order issued (whoever posts takes
