@@ -74,11 +74,15 @@ def _caller(api, rank, op, group):
         def call():
             api.reduce(t, 0, group=group)
     elif op == "all_gather":
+        all_gather = getattr(api, "all_gather_single", None) or api.all_gather_into_tensor  # torch 2.13: the old names warn on every call
+
         def call():
-            api.all_gather_into_tensor(out2, t, group=group)
+            all_gather(out2, t, group=group)
     elif op == "reduce_scatter":
+        reduce_scatter = getattr(api, "reduce_scatter_single", None) or api.reduce_scatter_tensor
+
         def call():
-            api.reduce_scatter_tensor(t[:1], out2[:2], group=group)
+            reduce_scatter(t[:1], out2[:2], group=group)
     elif op == "gather":
         def call():
             api.gather(t, parts if rank == 0 else None, 0, group=group)
@@ -152,7 +156,7 @@ def _stub_fast_call(*_args):
 
 
 for _name in ("all_reduce", "broadcast", "reduce", "all_gather", "reduce_scatter", "gather", "scatter", "all_to_all",
-              "send", "recv"):
+              "all_to_all_single", "send", "recv"):
     setattr(_StubFront, _name, staticmethod(_stub_fast_call))
 
 

