@@ -660,10 +660,10 @@ def all_to_all_single(output, input, output_split_sizes=None, input_split_sizes=
     message in flight at once. Ranks that disagree on a chunk's size get a MismatchError
     from the receiving side.
     """
-    # Even chunks of 1-D buffers: a chunk of the flat buffer is a chunk of the first dimension.
+    # Even chunks: the fast call takes them where the first dimension divides among the ranks.
     if (not async_op and output_split_sizes is None and input_split_sizes is None
-            and getattr(output, "ndim", 0) == 1 and getattr(input, "ndim", 0) == 1):
-        issued = _fast.all_to_all_single(group, output, input)
+            and getattr(output, "ndim", 0) >= 1 and getattr(input, "ndim", 0) >= 1):
+        issued = _fast.all_to_all_single(group, output, input, output.shape[0], input.shape[0])
         if issued is not False:
             return None if issued is None else _waited(group, issued, (input, output))
     g = _group(group)

@@ -245,13 +245,21 @@ def case_fast_front():
         own = [np.zeros(3, np.int64), np.zeros(3, np.int64)]
         out["all_to_all_declines"] = [front.all_to_all(sub, short, a2a_out), front.all_to_all(sub, other, a2a_out),
                                       front.all_to_all(sub, own, a2a_out), front.all_to_all(sub, a2a_out, None)]
-        # all_to_all_single's even chunks: group rank q sends q * 10 + p to group rank p
+        # all_to_all_single's even chunks of the rows: group rank q sends q * 10 + p to group
+        # rank p, from 1-D buffers and from 2-D ones (a row a rank)
         flat_out = np.zeros(4, np.int64)
         flat_in = np.repeat(np.array([q * 10, q * 10 + 1], np.int64), 2)
-        out["sub_all_to_all_single"] = (front.all_to_all_single(sub, flat_out, flat_in), flat_out.tolist())
-        out["single_declines"] = [front.all_to_all_single(sub, np.zeros(3, np.int64), np.zeros(3, np.int64)),
-                                  front.all_to_all_single(sub, np.zeros(4, np.int32), flat_in),
-                                  front.all_to_all_single(sub, np.zeros(6, np.int64), flat_in)]
+        out["sub_all_to_all_single"] = (front.all_to_all_single(sub, flat_out, flat_in, 4, 4), flat_out.tolist())
+        rows_out = np.zeros((2, 2), np.int64)
+        out["rows_all_to_all_single"] = (front.all_to_all_single(sub, rows_out, flat_in.reshape(2, 2), 2, 2),
+                                         rows_out.tolist())
+        zeros = np.zeros(6, np.int64)
+        out["single_declines"] = [front.all_to_all_single(sub, zeros[:3], zeros[3:], 3, 3),
+                                  front.all_to_all_single(sub, np.zeros(4, np.int32), flat_in, 4, 4),
+                                  front.all_to_all_single(sub, zeros, flat_in, 6, 4),
+                                  front.all_to_all_single(sub, zeros, zeros, 3, 3),
+                                  front.all_to_all_single(sub, flat_out, flat_in, 2, 4),
+                                  front.all_to_all_single(sub, flat_out, flat_in, 4, "4")]
         # Declined before anything is issued, on the rank whose arguments are wrong (the
         # general path names them): a list on a non-root, a short list, a list of another
         # dtype, a root's own slot of another size, a non-list.
@@ -763,7 +771,10 @@ def test_fast_front_finds_the_group_and_declines_for_the_general_path(pool4):
             assert out["sub_all_to_all"] == (None, [[q] * 2, [10 + q] * 2])
             assert out["all_to_all_declines"] == [False] * 4
             assert out["sub_all_to_all_single"] == (None, [q, q, 10 + q, 10 + q])
-            assert out["single_declines"] == [False] * 3  # not divisible, another dtype, another size
+            assert out["rows_all_to_all_single"] == (None, [[q, q], [10 + q, 10 + q]])
+            # not divisible, another dtype, another size, rows not divisible (3 of 6 elements),
+            # first dimensions that differ, rows that are not an int
+            assert out["single_declines"] == [False] * 6
             assert out["destroyed"] is False
         else:
             assert out["non_member"] is False

@@ -163,10 +163,18 @@ py::object FastCalls::allToAll(PyObject* outputs, PyObject* inputs) {
   });
 }
 
-py::object FastCalls::allToAllSingle(PyObject* output, PyObject* input) {
-  const size_t size = static_cast<size_t>(comm_->size());
+py::object FastCalls::allToAllSingle(PyObject* output, PyObject* input, PyObject* outRows, PyObject* inRows) {
+  long long rowsOut, rowsIn;
+  if (!fastInteger(outRows, 1, LLONG_MAX, rowsOut) || !fastInteger(inRows, 1, LLONG_MAX, rowsIn) || rowsOut != rowsIn) {
+    return fastDeclined();
+  }
+  const size_t size = static_cast<size_t>(comm_->size()), rows = static_cast<size_t>(rowsIn);
   return run({input, output}, {false, true}, [&](const HostSpan* s) -> std::shared_ptr<Work> {
-    if (s[0].dtype != s[1].dtype || s[0].count != s[1].count || s[0].count % size != 0) return nullptr;
+    // Rows that divide evenly among the ranks, of one length in both buffers (one count): the
+    // chunks of the first dimension are then the flat buffers' even chunks.
+    if (s[0].dtype != s[1].dtype || s[0].count != s[1].count || rows % size != 0 || s[0].count % rows != 0) {
+      return nullptr;
+    }
     const size_t chunk = s[0].count / size, bytes = chunk * dtypeSize(dtypeOf(s[0]));
     std::vector<Span> ins(size), outs(size);
     for (size_t p = 0; p < size; ++p) {

@@ -63,9 +63,10 @@ class __attribute__((visibility("hidden"))) FastCalls {
   pybind11::object scatter(PyObject* tensor, PyObject* list, int root);
   // Lists or tuples of one buffer per rank, all of one dtype, this rank's two of one size.
   pybind11::object allToAll(PyObject* outputs, PyObject* inputs);
-  // Even chunks of two buffers of one dtype and size (the API passes 1-D ones only: a chunk
-  // of a flat buffer is a chunk of its first dimension there), divisible by the group's size.
-  pybind11::object allToAllSingle(PyObject* output, PyObject* input);
+  // Even chunks of the first dimension of two buffers of one dtype, size and first dimension
+  // (`outRows`, `inRows`: Python ints, the caller's shape[0]) that the group's size divides:
+  // of contiguous buffers, those are the flat buffers' even chunks.
+  pybind11::object allToAllSingle(PyObject* output, PyObject* input, PyObject* outRows, PyObject* inRows);
 
   // The group rank of a global rank given as a Python int; -1 for anything else (not an
   // int, not a member).
