@@ -488,6 +488,12 @@ def case_unsupported():
         "has 5 elements, expected 6": lambda: dist.all_gather_into_tensor(torch.zeros(5), torch.ones(2), group=pg),
         "split sizes add up to 4 rows, the tensor has 3": lambda: dist.all_to_all_single(
             torch.zeros(3), torch.ones(3), output_split_sizes=[1, 1, 2], input_split_sizes=[1, 1, 1], group=pg),
+        "4 rows do not split into 3 equal parts": lambda: dist.all_to_all_single(torch.zeros(3), torch.ones(4),
+                                                                                 group=pg),
+        "2 input split sizes, the group has 3 ranks": lambda: dist.all_to_all_single(
+            torch.zeros(3), torch.ones(3), output_split_sizes=[1, 1, 1], input_split_sizes=[1, 2], group=pg),
+        "negative split size -1": lambda: dist.all_to_all_single(
+            torch.zeros(3), torch.ones(3), output_split_sizes=[2, 2, -1], input_split_sizes=[1, 1, 1], group=pg),
         "dtypes differ": lambda: dist.all_gather_into_tensor(torch.zeros(6, dtype=torch.float64), torch.ones(2),
                                                              group=pg),
     }

@@ -408,33 +408,31 @@ std::vector<Span> rowSpans(const at::Tensor& t, const std::vector<int64_t>& spli
                            const char* what) {
   const int64_t rows = t.dim() == 0 ? 1 : t.size(0);
   const int64_t rowElems = rows == 0 ? 0 : t.numel() / rows;
-  std::vector<int64_t> parts(splits);
-  if (parts.empty()) {
-    if (rows % size != 0) {
-      C10_THROW_ERROR(ValueError, c10::str("pycollect backend: ", method, "(", what, "): ", rows,
-                                           " rows do not split into ", size, " equal parts"));
-    }
-    parts.assign(size, rows / size);
+  const bool even = splits.empty();
+  if (even && rows % size != 0) {
+    C10_THROW_ERROR(ValueError, c10::str("pycollect backend: ", method, "(", what, "): ", rows,
+                                         " rows do not split into ", size, " equal parts"));
   }
-  if (static_cast<int>(parts.size()) != size) {
-    C10_THROW_ERROR(ValueError, c10::str("pycollect backend: ", method, ": ", parts.size(), " ", what,
+  if (!even && static_cast<int>(splits.size()) != size) {
+    C10_THROW_ERROR(ValueError, c10::str("pycollect backend: ", method, ": ", splits.size(), " ", what,
                                          " split sizes, the group has ", size, " ranks"));
   }
   int64_t total = 0;
-  for (int64_t p : parts) {
+  for (int64_t p : splits) {
     if (p < 0) C10_THROW_ERROR(ValueError, c10::str("pycollect backend: ", method, ": negative split size ", p));
     total += p;
   }
-  if (total != rows) {
+  if (!even && total != rows) {
     C10_THROW_ERROR(ValueError, c10::str("pycollect backend: ", method, "(", what, "): split sizes add up to ", total,
                                          " rows, the tensor has ", rows));
   }
-  std::vector<Span> out;
+  std::vector<Span> out(size);
   char* base = static_cast<char*>(t.data_ptr());
   int64_t offset = 0;
-  for (int64_t p : parts) {
-    out.push_back(Span{base + offset * rowElems * t.element_size(), static_cast<size_t>(p * rowElems)});
-    offset += p;
+  for (int q = 0; q < size; ++q) {
+    const int64_t part = even ? rows / size : splits[q];
+    out[q] = Span{base + offset * rowElems * t.element_size(), static_cast<size_t>(part * rowElems)};
+    offset += part;
   }
   return out;
 }
