@@ -467,12 +467,12 @@ def send(tensor, dst: int, group=None, tag: int = 0) -> None:
 def recv(tensor, src: Optional[int] = None, group=None, tag: int = 0) -> int:
     """Receive into `tensor` a message with `tag` from global rank `src` (None: any rank), as
     irecv matches it; returns the sender."""
-    if src is not None:  # from any source the general path's Work names the sender
-        issued = _fast.recv(group, tensor, src, tag)
-        if issued is not False:
-            if issued is not None:
-                _waited(group, issued, (tensor,))
-            return src
+    issued = _fast.recv(group, tensor, src, tag)  # from any source: the sender, if it ended there
+    if issued is not False:
+        if issued is None or isinstance(issued, int):
+            return src if issued is None else issued
+        _waited(group, issued, (tensor,))
+        return src if src is not None else _group(group).ranks[issued.source]
     return _recv(tensor, src, group, tag, async_op=False)
 
 

@@ -224,6 +224,13 @@ def case_fast_front():
         else:
             received = front.recv(sub, got, peer, 3)
             out["sub_message"] = (front.send(sub, mine, peer, 3), received, got.tolist())
+        # From any source: the sender's global rank comes back (None: a named one's)
+        anyone = np.zeros(2, np.int32)
+        if r == 1:
+            out["sub_any"] = (front.send(sub, mine + 10, peer, 4), front.recv(sub, anyone, None, 4), anyone.tolist())
+        else:
+            received = front.recv(sub, anyone, None, 4)
+            out["sub_any"] = (front.send(sub, mine + 10, peer, 4), received, anyone.tolist())
         try:
             pc.broadcast(b, src=0, group=sub)
             out["outside_src_api"] = "no error"
@@ -764,6 +771,7 @@ def test_fast_front_finds_the_group_and_declines_for_the_general_path(pool4):
             assert out["outside_src_api"].startswith("broadcast(src): rank 0 is not in this group")
             assert out["sub_reduce"] == (None, [4] if r == 1 else [3])
             assert out["sub_message"] == (None, None, [4 - r] * 2)
+            assert out["sub_any"] == (None, 4 - r, [14 - r] * 2)  # the sender by global rank
             assert out["sub_gather"] == (None, [[1] * 3, [3] * 3] if r == 3 else None)
             assert out["sub_scatter"] == (None, [10.0] * 2 if r == 1 else [20.0] * 2)
             assert out["rooted_declines"] == [False] * (1 if r == 1 else 4)

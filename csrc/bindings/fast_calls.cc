@@ -134,6 +134,14 @@ py::object FastCalls::recv(PyObject* tensor, int peer, PyObject* tag) {
   });
 }
 
+py::object FastCalls::recvAny(PyObject* tensor, PyObject* tag) {
+  int t;
+  if (comm_->size() < 2 || !messageTag(tag, t)) return fastDeclined();  // a group of one: the general path says so
+  return run({tensor}, {true}, [&](const HostSpan* s) -> std::shared_ptr<Work> {
+    return comm_->recv(ptr(s[0]), s[0].count, dtypeOf(s[0]), kAnySource, t);
+  }, [this](const Work& w) { return py::int_(ranks_[static_cast<const RecvWork&>(w).source()]); });
+}
+
 py::object FastCalls::gather(PyObject* tensor, PyObject* list, int root) {
   const bool isRoot = root == comm_->rank();
   if (!isRoot && list != Py_None) return fastDeclined();  // a list on a non-root: the general path names it
@@ -194,13 +202,13 @@ int FastCalls::groupRank(PyObject* global) const {
 
 // The call on `buffers` (each written where `writes` says), or declined. `issue` runs
 // without the GIL and returns nullptr to decline (the buffers do not fit together).
-template <size_t N, class Issue>
-py::object FastCalls::run(PyObject* const (&buffers)[N], const bool (&writes)[N], Issue issue) {
+template <size_t N, class Issue, class Done>
+py::object FastCalls::run(PyObject* const (&buffers)[N], const bool (&writes)[N], Issue issue, Done done) {
   HostSpan spans[N];
   for (size_t i = 0; i < N; ++i) {
     if (!plainSpan(buffers[i], writes[i], spans[i])) return fastDeclined();
   }
-  return issued(buffers, N, [&] { return issue(spans); });
+  return issued(buffers, N, [&] { return issue(spans); }, done);
 }
 
 template <class Issue>
@@ -230,8 +238,8 @@ py::object FastCalls::runLists(PyObject* tensor, bool tensorWrites, PyObject* li
   return issued(buffers.data(), buffers.size(), [&] { return issue(spans); });
 }
 
-template <class Issue>
-py::object FastCalls::issued(PyObject* const* buffers, size_t n, Issue issue) {
+template <class Issue, class Done>
+py::object FastCalls::issued(PyObject* const* buffers, size_t n, Issue issue, Done done) {
   IssueLockHeld held(lock_.ptr());
   if (inFlight() != 0) {  // calls issued before: the buffers of those that ended are dropped
     py::object release = releaseSettled_();
@@ -253,7 +261,7 @@ py::object FastCalls::issued(PyObject* const* buffers, size_t n, Issue issue) {
     PyEval_RestoreThread(saved);
   }
   if (work == nullptr) return fastDeclined();
-  if (work->isCompleted() && !work->failed()) return py::none();
+  if (work->isCompleted() && !work->failed()) return done(*work);
   py::object w = py::cast(work);
   py::tuple keep(n);
   for (size_t i = 0; i < n; ++i) keep[i] = py::reinterpret_borrow<py::object>(buffers[i]);

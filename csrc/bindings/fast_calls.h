@@ -57,6 +57,9 @@ class __attribute__((visibility("hidden"))) FastCalls {
   pybind11::object reduceScatter(PyObject* output, PyObject* input, PyObject* op);
   pybind11::object send(PyObject* tensor, int peer, PyObject* tag);
   pybind11::object recv(PyObject* tensor, int peer, PyObject* tag);  // kAnySource: declined
+  // From any rank: the sender's global rank (a Python int) where it ran to its end, else as
+  // the others.
+  pybind11::object recvAny(PyObject* tensor, PyObject* tag);
   // `list`: on the root a list or tuple of one buffer per rank (None elsewhere), all of the
   // tensor's dtype, the root's own of the tensor's size (declined otherwise).
   pybind11::object gather(PyObject* tensor, PyObject* list, int root);
@@ -73,8 +76,12 @@ class __attribute__((visibility("hidden"))) FastCalls {
   int groupRank(PyObject* global) const;
 
  private:
-  template <size_t N, class Issue>
-  pybind11::object run(PyObject* const (&buffers)[N], const bool (&writes)[N], Issue issue);
+  // What a call that ran to its end here returns: None (`done` says otherwise).
+  struct NothingToSay {
+    pybind11::object operator()(const Work&) const { return pybind11::none(); }
+  };
+  template <size_t N, class Issue, class Done = NothingToSay>
+  pybind11::object run(PyObject* const (&buffers)[N], const bool (&writes)[N], Issue issue, Done done = Done());
   // A call on lists of buffers (gather, scatter, all-to-all), or declined: `tensor` (none:
   // nullptr), `list` and `inputs` (lists or tuples of one buffer per rank; none: nullptr),
   // all of one dtype. issue(the spans in that order) runs without the GIL and returns
@@ -82,9 +89,10 @@ class __attribute__((visibility("hidden"))) FastCalls {
   template <class Issue>
   pybind11::object runLists(PyObject* tensor, bool tensorWrites, PyObject* list, bool listWrites, PyObject* inputs,
                             Issue issue);
-  // Under the group's lock: `issue` run without the GIL, `buffers` kept with its Work.
-  template <class Issue>
-  pybind11::object issued(PyObject* const* buffers, size_t n, Issue issue);
+  // Under the group's lock: `issue` run without the GIL, `buffers` kept with its Work;
+  // done(the Work) if it ran to its end here.
+  template <class Issue, class Done = NothingToSay>
+  pybind11::object issued(PyObject* const* buffers, size_t n, Issue issue, Done done = Done());
   Py_ssize_t inFlight() const;
 
   std::shared_ptr<Communicator> comm_;

@@ -239,6 +239,7 @@ PyObject* frontSend(PyObject* self, PyObject* const* a, Py_ssize_t n) {
 PyObject* frontRecv(PyObject* self, PyObject* const* a, Py_ssize_t n) {
   if (!arity("recv(group, tensor, src, tag)", n, 4)) return nullptr;
   return onGroup(self, a[0], [&](FastCalls& f) {
+    if (a[2] == Py_None) return f.recvAny(a[1], a[3]);
     const int peer = f.groupRank(a[2]);
     return peer < 0 ? fastDeclined() : f.recv(a[1], peer, a[3]);
   });
@@ -310,7 +311,7 @@ PyMethodDef frontMethods[] = {
     {"all_gather", PYCOLLECT_FASTCALL(frontAllGather), "all_gather(group, output, input)"},
     {"reduce_scatter", PYCOLLECT_FASTCALL(frontReduceScatter), "reduce_scatter(group, output, input, op)"},
     {"send", PYCOLLECT_FASTCALL(frontSend), "send(group, tensor, dst, tag)"},
-    {"recv", PYCOLLECT_FASTCALL(frontRecv), "recv(group, tensor, src, tag)"},
+    {"recv", PYCOLLECT_FASTCALL(frontRecv), "recv(group, tensor, src, tag): src None for any rank, whose global rank comes back"},
     {"gather", PYCOLLECT_FASTCALL(frontGather), "gather(group, tensor, gather_list, dst)"},
     {"scatter", PYCOLLECT_FASTCALL(frontScatter), "scatter(group, tensor, scatter_list, src)"},
     {"all_to_all", PYCOLLECT_FASTCALL(frontAllToAll), "all_to_all(group, output_tensor_list, input_tensor_list)"},
