@@ -219,7 +219,9 @@ def _run_one(comm, kind, pg, gg, ws, r, dtype, count, op, seed, what, algo=None,
     if kind in ("all_gather_into_tensor", "all_gather"):
         if kind == "all_gather_into_tensor":
             result = torch.full((count * ws,), 7, dtype=dtype)
-            comm.all_gather_into_tensor(result, mine, group=pg, **chosen)
+            # torch 2.13's name on odd counts, where the caller has it (pycollect does)
+            gather = getattr(comm, "all_gather_single", None) if count % 2 else None
+            (gather or comm.all_gather_into_tensor)(result, mine, group=pg, **chosen)
         else:
             parts = [torch.empty(count, dtype=dtype) for _ in range(ws)]
             comm.all_gather(parts, mine, group=pg, **chosen)
@@ -234,7 +236,8 @@ def _run_one(comm, kind, pg, gg, ws, r, dtype, count, op, seed, what, algo=None,
     ref = reduce_ref([_input_chunk(dtype, count, k, r, seed, op == "PRODUCT") for k in range(ws)], op, dtype)
     result = torch.full((count,), 7, dtype=dtype)
     if kind == "reduce_scatter_tensor":
-        comm.reduce_scatter_tensor(result, mine, op=rop, group=pg, **chosen)
+        scatter = getattr(comm, "reduce_scatter_single", None) if count % 2 else None
+        (scatter or comm.reduce_scatter_tensor)(result, mine, op=rop, group=pg, **chosen)
     else:
         comm.reduce_scatter(result, list(mine.chunk(ws)) if count else [mine[:0]] * ws, op=rop, group=pg)
     assert_close(result, ref, dtype, what + " vs numpy")
