@@ -665,10 +665,10 @@ def all_to_all_single(output, input, output_split_sizes=None, input_split_sizes=
     message in flight at once. Ranks that disagree on a chunk's size get a MismatchError
     from the receiving side.
     """
-    # Even chunks: the fast call takes them where the first dimension divides among the ranks.
-    if (not async_op and output_split_sizes is None and input_split_sizes is None
-            and getattr(output, "ndim", 0) >= 1 and getattr(input, "ndim", 0) >= 1):
-        issued = _fast.all_to_all_single(group, output, input, output.shape[0], input.shape[0])
+    # Chunks of the rows (even, or split sizes given as lists of ints): the fast call.
+    if not async_op and getattr(output, "ndim", 0) >= 1 and getattr(input, "ndim", 0) >= 1:
+        issued = _fast.all_to_all_single(group, output, input, output.shape[0], input.shape[0],
+                                         output_split_sizes, input_split_sizes)
         if issued is not False:
             return None if issued is None else _waited(group, issued, (input, output))
     g = _group(group)

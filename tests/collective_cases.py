@@ -251,9 +251,8 @@ def _run_one(comm, kind, pg, gg, ws, r, dtype, count, op, seed, what, algo=None,
 
 
 def case_all_to_all(ws: int, seed: int = 0):
-    """pc.all_to_all_single against Gloo's, even and uneven splits, several dtypes; the even
-    splits (the API's fast call: on these 2-D rows, then flat) also on 1-D tensors and numpy
-    arrays."""
+    """pc.all_to_all_single against Gloo's, even and uneven splits (both the API's fast call
+    on these 2-D rows), several dtypes; the even splits also on 1-D tensors and numpy arrays."""
     pair = paired_groups(ws)
     if pair is None:
         return None

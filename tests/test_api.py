@@ -256,17 +256,32 @@ def case_fast_front():
         # rank p, from 1-D buffers and from 2-D ones (a row a rank)
         flat_out = np.zeros(4, np.int64)
         flat_in = np.repeat(np.array([q * 10, q * 10 + 1], np.int64), 2)
-        out["sub_all_to_all_single"] = (front.all_to_all_single(sub, flat_out, flat_in, 4, 4), flat_out.tolist())
+        a2a = front.all_to_all_single
+        out["sub_all_to_all_single"] = (a2a(sub, flat_out, flat_in, 4, 4, None, None), flat_out.tolist())
         rows_out = np.zeros((2, 2), np.int64)
-        out["rows_all_to_all_single"] = (front.all_to_all_single(sub, rows_out, flat_in.reshape(2, 2), 2, 2),
+        out["rows_all_to_all_single"] = (a2a(sub, rows_out, flat_in.reshape(2, 2), 2, 2, None, None),
                                          rows_out.tolist())
+        # split sizes: group rank 0 sends rows [1, 3], group rank 1 [2, 2]; rows of 2 elements
+        sends = [[1, 3], [2, 2]]
+        recvs = [sends[0][q], sends[1][q]]
+        rows_in = np.arange(8, dtype=np.int64).reshape(4, 2) + 100 * q
+        split_out = np.zeros((sum(recvs), 2), np.int64)
+        out["split_all_to_all_single"] = (a2a(sub, split_out, rows_in, sum(recvs), 4, recvs, tuple(sends[q])),
+                                          split_out.tolist())
         zeros = np.zeros(6, np.int64)
-        out["single_declines"] = [front.all_to_all_single(sub, zeros[:3], zeros[3:], 3, 3),
-                                  front.all_to_all_single(sub, np.zeros(4, np.int32), flat_in, 4, 4),
-                                  front.all_to_all_single(sub, zeros, flat_in, 6, 4),
-                                  front.all_to_all_single(sub, zeros, zeros, 3, 3),
-                                  front.all_to_all_single(sub, flat_out, flat_in, 2, 4),
-                                  front.all_to_all_single(sub, flat_out, flat_in, 4, "4")]
+        out["single_declines"] = [a2a(sub, zeros[:3], zeros[3:], 3, 3, None, None),
+                                  a2a(sub, np.zeros(4, np.int32), flat_in, 4, 4, None, None),
+                                  a2a(sub, zeros, flat_in, 6, 4, None, None),
+                                  a2a(sub, zeros, zeros, 3, 3, None, None),
+                                  a2a(sub, flat_out, flat_in, 2, 4, None, None),
+                                  a2a(sub, flat_out, flat_in, 4, "4", None, None),
+                                  a2a(sub, flat_out, flat_in, 4, 4, [2, 2], [3, 1]),  # this rank's own chunk
+                                  a2a(sub, flat_out, flat_in, 4, 4, [2, 2], [2, 1]),  # splits add up to 3
+                                  a2a(sub, flat_out, flat_in, 4, 4, [2, 2], [5, -1]),
+                                  a2a(sub, flat_out, flat_in, 4, 4, [2, 2], [4]),
+                                  a2a(sub, flat_out, flat_in, 4, 4, [2, 2], [np.int64(2), 2]),
+                                  # rows of 2 elements out, of 1 in (one row each to itself)
+                                  a2a(sub, rows_out, flat_in, 2, 4, [1, 1], [1, 3] if q == 0 else [3, 1])]
         # Declined before anything is issued, on the rank whose arguments are wrong (the
         # general path names them): a list on a non-root, a short list, a list of another
         # dtype, a root's own slot of another size, a non-list.
@@ -780,9 +795,14 @@ def test_fast_front_finds_the_group_and_declines_for_the_general_path(pool4):
             assert out["all_to_all_declines"] == [False] * 4
             assert out["sub_all_to_all_single"] == (None, [q, q, 10 + q, 10 + q])
             assert out["rows_all_to_all_single"] == (None, [[q, q], [10 + q, 10 + q]])
+            # rows from group rank 0 (offset 0), then from group rank 1 (offset 100)
+            want = {0: [[0, 1], [100, 101], [102, 103]], 1: [[2, 3], [4, 5], [6, 7], [104, 105], [106, 107]]}
+            assert out["split_all_to_all_single"] == (None, want[q])
             # not divisible, another dtype, another size, rows not divisible (3 of 6 elements),
-            # first dimensions that differ, rows that are not an int
-            assert out["single_declines"] == [False] * 6
+            # first dimensions that differ, rows that are not an int, this rank's own chunk of
+            # two sizes, splits that do not add up, a negative split, a short split list, a
+            # split that is not an int, rows of different lengths
+            assert out["single_declines"] == [False] * 12
             assert out["destroyed"] is False
         else:
             assert out["non_member"] is False

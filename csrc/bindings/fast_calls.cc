@@ -48,6 +48,30 @@ bool rankList(PyObject* list, size_t size, bool written, std::vector<PyObject*>&
   return true;
 }
 
+// The rows of each rank's chunk of a buffer of `rows` rows: `splits` (a list or tuple of
+// `size` ints >= 0 that add up to `rows`) or, for None, `rows / size` each; false for
+// anything else (the general path names it).
+bool chunkRows(PyObject* splits, long long rows, size_t size, std::vector<size_t>& out) {
+  out.assign(size, 0);
+  if (splits == Py_None) {
+    if (rows % static_cast<long long>(size) != 0) return false;
+    out.assign(size, static_cast<size_t>(rows) / size);
+    return true;
+  }
+  if (!(PyList_CheckExact(splits) || PyTuple_CheckExact(splits)) ||
+      static_cast<size_t>(PySequence_Fast_GET_SIZE(splits)) != size) {
+    return false;
+  }
+  long long total = 0;
+  for (size_t p = 0; p < size; ++p) {
+    long long k;
+    if (!fastInteger(PySequence_Fast_GET_ITEM(splits, p), 0, rows, k)) return false;
+    out[p] = static_cast<size_t>(k);
+    total += k;
+  }
+  return total == rows;
+}
+
 // Spans [first, end) of `spans`, as the engine's calls take them.
 std::vector<Span> spansOf(const std::vector<HostSpan>& spans, size_t first, size_t end) {
   std::vector<Span> out;
@@ -171,23 +195,31 @@ py::object FastCalls::allToAll(PyObject* outputs, PyObject* inputs) {
   });
 }
 
-py::object FastCalls::allToAllSingle(PyObject* output, PyObject* input, PyObject* outRows, PyObject* inRows) {
+py::object FastCalls::allToAllSingle(PyObject* output, PyObject* input, PyObject* outRows, PyObject* inRows,
+                                     PyObject* outSplits, PyObject* inSplits) {
+  const size_t size = static_cast<size_t>(comm_->size()), me = static_cast<size_t>(comm_->rank());
   long long rowsOut, rowsIn;
-  if (!fastInteger(outRows, 1, LLONG_MAX, rowsOut) || !fastInteger(inRows, 1, LLONG_MAX, rowsIn) || rowsOut != rowsIn) {
+  std::vector<size_t> outChunks, inChunks;  // rows per rank
+  if (!fastInteger(outRows, 1, LLONG_MAX, rowsOut) || !fastInteger(inRows, 1, LLONG_MAX, rowsIn) ||
+      !chunkRows(outSplits, rowsOut, size, outChunks) || !chunkRows(inSplits, rowsIn, size, inChunks) ||
+      outChunks[me] != inChunks[me]) {
     return fastDeclined();
   }
-  const size_t size = static_cast<size_t>(comm_->size()), rows = static_cast<size_t>(rowsIn);
   return run({input, output}, {false, true}, [&](const HostSpan* s) -> std::shared_ptr<Work> {
-    // Rows that divide evenly among the ranks, of one length in both buffers (one count): the
-    // chunks of the first dimension are then the flat buffers' even chunks.
-    if (s[0].dtype != s[1].dtype || s[0].count != s[1].count || rows % size != 0 || s[0].count % rows != 0) {
+    // Rows of one length in both buffers: a chunk of rows is then a range of elements.
+    const size_t row = s[0].count / static_cast<size_t>(rowsIn);
+    if (s[0].dtype != s[1].dtype || s[0].count % static_cast<size_t>(rowsIn) != 0 ||
+        s[1].count != row * static_cast<size_t>(rowsOut)) {
       return nullptr;
     }
-    const size_t chunk = s[0].count / size, bytes = chunk * dtypeSize(dtypeOf(s[0]));
+    const size_t rowBytes = row * dtypeSize(dtypeOf(s[0]));
     std::vector<Span> ins(size), outs(size);
+    size_t inRow = 0, outRow = 0;
     for (size_t p = 0; p < size; ++p) {
-      ins[p] = Span{static_cast<char*>(ptr(s[0])) + p * bytes, chunk};
-      outs[p] = Span{static_cast<char*>(ptr(s[1])) + p * bytes, chunk};
+      ins[p] = Span{static_cast<char*>(ptr(s[0])) + inRow * rowBytes, inChunks[p] * row};
+      outs[p] = Span{static_cast<char*>(ptr(s[1])) + outRow * rowBytes, outChunks[p] * row};
+      inRow += inChunks[p];
+      outRow += outChunks[p];
     }
     return comm_->allToAll(std::move(ins), std::move(outs), dtypeOf(s[0]));
   });
