@@ -25,7 +25,8 @@ __version__ = "0.1.0"
 _API = {
     "init_process_group", "destroy_process_group", "is_initialized", "get_rank", "get_world_size",
     "get_backend", "new_group", "shrink_group", "all_reduce", "all_gather", "all_gather_into_tensor",
-    "all_gather_single", "reduce_scatter", "reduce_scatter_tensor", "reduce_scatter_single", "broadcast", "barrier", "send", "recv", "isend", "irecv", "get_counters",
+    "all_gather_single", "reduce_scatter", "reduce_scatter_tensor", "reduce_scatter_single", "broadcast", "barrier",
+    "send", "recv", "isend", "irecv", "get_counters",
     "all_to_all_single", "register_group", "unregister_group", "get_bytes_sent", "get_transport_info",
     "get_topology", "reduce", "gather",
     "scatter", "all_to_all", "all_reduce_coalesced", "all_gather_coalesced", "tracing", "take_trace",

@@ -338,10 +338,10 @@ def reduce_scatter_tensor(output, input, op=ReduceOp.SUM, group=None, async_op: 
     return _run(g, g._comm.reduce_scatter, (i.address, o.address, o.numel, o.code, op, algo), (i, o), async_op)
 
 
-
 # torch 2.13's names for the two flat calls (it deprecates the older ones; both stay here).
 all_gather_single = all_gather_into_tensor
 reduce_scatter_single = reduce_scatter_tensor
+
 
 def reduce_scatter(output, input_list, op=ReduceOp.SUM, group=None, async_op: bool = False, algo=None):
     """output = reduction over ranks of input_list[rank] (list form); `algo` as

@@ -52,7 +52,6 @@ bool rankList(PyObject* list, size_t size, bool written, std::vector<PyObject*>&
 // `size` ints >= 0 that add up to `rows`) or, for None, `rows / size` each; false for
 // anything else (the general path names it).
 bool chunkRows(PyObject* splits, long long rows, size_t size, std::vector<size_t>& out) {
-  out.assign(size, 0);
   if (splits == Py_None) {
     if (rows % static_cast<long long>(size) != 0) return false;
     out.assign(size, static_cast<size_t>(rows) / size);
@@ -62,6 +61,7 @@ bool chunkRows(PyObject* splits, long long rows, size_t size, std::vector<size_t
       static_cast<size_t>(PySequence_Fast_GET_SIZE(splits)) != size) {
     return false;
   }
+  out.resize(size);
   long long total = 0;
   for (size_t p = 0; p < size; ++p) {
     long long k;
@@ -170,9 +170,9 @@ py::object FastCalls::gather(PyObject* tensor, PyObject* list, int root) {
   const bool isRoot = root == comm_->rank();
   if (!isRoot && list != Py_None) return fastDeclined();  // a list on a non-root: the general path names it
   return runLists(tensor, false, isRoot ? list : nullptr, true, nullptr, [&](const std::vector<HostSpan>& s) {
-    const std::vector<Span> outs = spansOf(s, 1, s.size());  // none on a non-root
+    std::vector<Span> outs = spansOf(s, 1, s.size());  // none on a non-root
     if (isRoot && outs[root].count != s[0].count) return std::shared_ptr<Work>();  // the root's own slot
-    return comm_->gather(Span{static_cast<char*>(ptr(s[0])), s[0].count}, outs, dtypeOf(s[0]), root);
+    return comm_->gather(Span{static_cast<char*>(ptr(s[0])), s[0].count}, std::move(outs), dtypeOf(s[0]), root);
   });
 }
 
@@ -180,18 +180,18 @@ py::object FastCalls::scatter(PyObject* tensor, PyObject* list, int root) {
   const bool isRoot = root == comm_->rank();
   if (!isRoot && list != Py_None) return fastDeclined();
   return runLists(tensor, true, isRoot ? list : nullptr, false, nullptr, [&](const std::vector<HostSpan>& s) {
-    const std::vector<Span> ins = spansOf(s, 1, s.size());
+    std::vector<Span> ins = spansOf(s, 1, s.size());
     if (isRoot && ins[root].count != s[0].count) return std::shared_ptr<Work>();
-    return comm_->scatter(ins, Span{static_cast<char*>(ptr(s[0])), s[0].count}, dtypeOf(s[0]), root);
+    return comm_->scatter(std::move(ins), Span{static_cast<char*>(ptr(s[0])), s[0].count}, dtypeOf(s[0]), root);
   });
 }
 
 py::object FastCalls::allToAll(PyObject* outputs, PyObject* inputs) {
   const size_t size = static_cast<size_t>(comm_->size()), me = static_cast<size_t>(comm_->rank());
   return runLists(nullptr, false, outputs, true, inputs, [&](const std::vector<HostSpan>& s) {
-    const std::vector<Span> outs = spansOf(s, 0, size), ins = spansOf(s, size, 2 * size);
+    std::vector<Span> outs = spansOf(s, 0, size), ins = spansOf(s, size, 2 * size);
     if (outs[me].count != ins[me].count) return std::shared_ptr<Work>();  // this rank's own part
-    return comm_->allToAll(ins, outs, dtypeOf(s[0]));
+    return comm_->allToAll(std::move(ins), std::move(outs), dtypeOf(s[0]));
   });
 }
 

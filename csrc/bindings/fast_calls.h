@@ -1,8 +1,10 @@
 #pragma once
 // The API's blocking calls on plain host buffers, in one crossing into C++: all_reduce,
 // broadcast, reduce, all_gather_into_tensor, reduce_scatter_tensor, gather, scatter,
-// all_to_all, all_to_all_single (even chunks), send, and recv from a named rank (pycollect/api.py tries them first; register_fast_calls.cc makes them Python's
-// pycollect._C.FastCalls, one per group, and pycollect._C.FastFront, which finds the group).
+// all_to_all, all_to_all_single (chunks of the rows, even or by split sizes), send and recv
+// (from a named rank or any): pycollect/api.py tries them first; register_fast_calls.cc
+// makes them Python's pycollect._C.FastCalls, one per group, and pycollect._C.FastFront,
+// which finds the group.
 //
 // An 8-byte all-reduce costs the engine half a microsecond, and the general path spent
 // three more in Python around it: a Buffer object, the op, the algorithm and the device
