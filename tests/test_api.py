@@ -777,6 +777,32 @@ def test_fast_calls_take_plain_buffers_and_decline_the_rest(pool4):
         assert out["async_general"] == "general"
 
 
+def case_recv_any_against_gloo():
+    """pc.recv(t, None) (the fast call: the sender's rank comes back from C++) and dist.recv
+    on Gloo's default group run the same program: ranks 2k and 2k + 1 trade a message, the
+    even one sending first, each receiving from any source."""
+    import torch.distributed as dist
+
+    r = pc.get_rank()
+    peer = r ^ 1
+    out = {}
+    for name, send, recv in (("pycollect", pc.send, pc.recv), ("gloo", dist.send, dist.recv)):
+        got, mine = torch.zeros(3, dtype=torch.int32), torch.full((3,), 10 * r + 1, dtype=torch.int32)
+        if r % 2 == 0:
+            send(mine, peer, tag=6)
+            src = recv(got, None, tag=6)
+        else:
+            src = recv(got, None, tag=6)
+            send(mine, peer, tag=6)
+        out[name] = (src, got.tolist())
+    return out
+
+
+def test_recv_from_any_source_matches_gloo(pool4):
+    for r, out in enumerate(pool4.run(case_recv_any_against_gloo)):
+        assert out["pycollect"] == out["gloo"] == (r ^ 1, [10 * (r ^ 1) + 1] * 3), (r, out)
+
+
 def test_fast_front_finds_the_group_and_declines_for_the_general_path(pool4):
     for r, out in enumerate(pool4.run(case_fast_front)):
         assert out["default"] == (None, [WORLD * (WORLD + 1) / 2] * 2)
