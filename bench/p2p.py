@@ -155,8 +155,8 @@ def _stub_fast_call(*_args):
     return None
 
 
-for _name in ("all_reduce", "broadcast", "reduce", "all_gather", "reduce_scatter", "gather", "scatter", "all_to_all",
-              "all_to_all_single", "send", "recv"):
+for _name in ("all_reduce", "broadcast", "barrier", "reduce", "all_gather", "reduce_scatter", "gather", "scatter",
+              "all_to_all", "all_to_all_single", "send", "recv"):
     setattr(_StubFront, _name, staticmethod(_stub_fast_call))
 
 
@@ -179,13 +179,21 @@ def python_share(rank, ops, engines, stubbed, iters):
         return {}
     api = engines["api"][0]
     real, front = [g._comm for g in stubbed], api._fast
+    # The public functions with a fast call are C entries bound to the real front: made
+    # again on the stand-in, under every name they have (all_gather_single too).
+    entries = {name: getattr(api, name) for name in api._FAST_CALLS}
+    stand_ins = api._fast_entries(_StubFront(), {name: e.__wrapped__ for name, e in entries.items()})
+    ids = {id(e) for e in entries.values()}
+    saved = {attr: value for attr, value in vars(api).items() if id(value) in ids}
     for g in stubbed:
         g._comm = _StubEngine(g._comm)
     api._fast = _StubFront()
+    vars(api).update({attr: stand_ins[value.__name__] for attr, value in saved.items()})
     try:
         return {op: {"api": _time_calls(_caller(api, 0, op, engines["api"][1]), iters)} for op in ops}
     finally:
         api._fast = front
+        vars(api).update(saved)
         for g, comm in zip(stubbed, real):
             g._comm = comm
 
@@ -283,8 +291,11 @@ def bubble_job(rank, world, emit, micro, steps):
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--iters", type=int, default=2000, help="timed calls per engine and op")
-    ap.add_argument("--steps", type=int, default=20, help="pipeline steps per run")
+    ap.add_argument("--steps", type=int, default=20, help="pipeline steps per run (the first two are not timed)")
     args = ap.parse_args()
+    if args.iters < 1 or args.steps < 3:
+        ap.error(f"--iters must be >= 1 and --steps >= 3 (two warm-up steps and one timed), got {args.iters} "
+                 f"and {args.steps}")
     from pycollect.launch import free_port, run_ranks
 
     print(f"# bench/p2p.py: 2 local ranks, load {os.getloadavg()[0]:.1f}; medians (p99) in microseconds")

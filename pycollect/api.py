@@ -189,17 +189,26 @@ def _profiler_active() -> bool:
 
 
 # The API's blocking calls on plain host buffers in one crossing into C++ (csrc/bindings/
-# register_fast_calls.cc): each public function below hands it its own arguments first. It
-# returns None when the call ran to its end, False when it declined (nothing issued: the
-# general path runs, and raises what is wrong), else the engine's Work of a call it issued
-# that did not end on this thread, which _waited waits on.
+# register_fast_calls.cc): FastFront takes a call's own arguments and answers None when the
+# call ran to its end, False when it declined (nothing issued: the general path runs, and
+# raises what is wrong), else the engine's Work of a call it issued that did not end on this
+# thread, which _waited waits on. The public functions that have a fast call are made C
+# entries at the end of this module (_with_fast_call): the functions below are their
+# general paths.
 _fast = _C.fast_front(world)
 
 
-def _waited(group, issued, keepalive) -> None:
+def _waited(issued, group, *keepalive) -> None:
     """Wait for a call the fast path issued that did not end there (another thread's call
-    ran first, or it failed), as for any blocking call: its error raised as any Work's."""
+    ran first, or it failed), as for any blocking call: its error raised as any Work's.
+    `keepalive`: the call's buffers (tensors, or their lists), held until it ends."""
     _group(group).wait_issued(issued, keepalive)
+
+
+def _waited_recv(issued, group, tensor, src, tag) -> int:
+    """_waited for a receive: the sender's global rank."""
+    _waited(issued, group, tensor)
+    return src if src is not None else _group(group).ranks[issued.source]
 
 
 def _run(g: ProcessGroup, launch, args, keepalive, async_op: bool, finish=None, profiled: bool = False):
@@ -247,10 +256,6 @@ def all_reduce(tensor, op=ReduceOp.SUM, group=None, async_op: bool = False, algo
     SUM and AVG only, algorithm "ring" (one host) or "hierarchical" (only the bytes
     between hosts compressed); any other dtype raises ValueError naming it.
     """
-    if not (async_op or algo is not None or compress is not None):
-        issued = _fast.all_reduce(group, tensor, op)
-        if issued is not False:
-            return None if issued is None else _waited(group, issued, (tensor,))
     g = _group(group)
     op = to_reduce_op(op)
     compress = Compress.parse(compress, "all_reduce(compress)")
@@ -279,10 +284,6 @@ def all_gather_into_tensor(output_tensor, input_tensor, group=None, async_op: bo
     (PYCOLLECT_ALGO where it names an all-gather algorithm; "auto": the cost model's pick,
     as all_reduce's). All ranks must pass the same value.
     """
-    if not (async_op or algo is not None):
-        issued = _fast.all_gather(group, output_tensor, input_tensor)
-        if issued is not False:
-            return None if issued is None else _waited(group, issued, (input_tensor, output_tensor))
     g = _group(group)
     algo = g.algo_for("all_gather", algo, "all_gather_into_tensor")
     i, o, dc = _input_output(g, "all_gather_into_tensor", input_tensor, "input_tensor", output_tensor, "output_tensor",
@@ -324,10 +325,6 @@ def reduce_scatter_tensor(output, input, op=ReduceOp.SUM, group=None, async_op: 
 
     `algo` ("auto", "ring", "hierarchical") as all_reduce's: "auto" runs the hierarchy on
     groups that span hosts from the size the two-level model names (docs/hierarchy.md)."""
-    if not (async_op or algo is not None):
-        issued = _fast.reduce_scatter(group, output, input, op)
-        if issued is not False:
-            return None if issued is None else _waited(group, issued, (input, output))
     g = _group(group)
     op = to_reduce_op(op)
     algo = g.algo_for("reduce_scatter", algo, "reduce_scatter_tensor")
@@ -339,8 +336,6 @@ def reduce_scatter_tensor(output, input, op=ReduceOp.SUM, group=None, async_op: 
 
 
 # torch 2.13's names for the two flat calls (it deprecates the older ones; both stay here).
-all_gather_single = all_gather_into_tensor
-reduce_scatter_single = reduce_scatter_tensor
 
 
 def reduce_scatter(output, input_list, op=ReduceOp.SUM, group=None, async_op: bool = False, algo=None):
@@ -369,10 +364,6 @@ def reduce_scatter(output, input_list, op=ReduceOp.SUM, group=None, async_op: bo
 def broadcast(tensor, src: int = 0, group=None, async_op: bool = False, algo=None):
     """Copy rank `src`'s tensor (a global rank) to every rank of the group. `algo`: "auto",
     "ring" (a chain along the ring) or "hierarchical" (across hosts, then within them)."""
-    if not (async_op or algo is not None):
-        issued = _fast.broadcast(group, tensor, src)
-        if issued is not False:
-            return None if issued is None else _waited(group, issued, (tensor,))
     g = _group(group)
     root = g.group_rank(src, "broadcast(src)")
     algo = g.algo_for("broadcast", algo)
@@ -463,31 +454,18 @@ def _settled(work, async_op: bool, result=lambda: None):
 
 def send(tensor, dst: int, group=None, tag: int = 0) -> None:
     """Send `tensor` to global rank `dst` (completes once the bytes left this process)."""
-    issued = _fast.send(group, tensor, dst, tag)
-    if issued is not False:
-        return None if issued is None else _waited(group, issued, (tensor,))
     _send(tensor, dst, group, tag, async_op=False)
 
 
 def recv(tensor, src: Optional[int] = None, group=None, tag: int = 0) -> int:
     """Receive into `tensor` a message with `tag` from global rank `src` (None: any rank), as
     irecv matches it; returns the sender."""
-    issued = _fast.recv(group, tensor, src, tag)  # from any source: the sender, if it ended there
-    if issued is not False:
-        if issued is None or isinstance(issued, int):
-            return src if issued is None else issued
-        _waited(group, issued, (tensor,))
-        return src if src is not None else _group(group).ranks[issued.source]
     return _recv(tensor, src, group, tag, async_op=False)
 
 
 def reduce(tensor, dst: int = 0, op=ReduceOp.SUM, group=None, async_op: bool = False):
     """Reduce every rank's `tensor` into global rank `dst`'s, in place; the other ranks'
     tensors are left as they were (a pipelined chain towards `dst`)."""
-    if not async_op:
-        issued = _fast.reduce(group, tensor, dst, op)
-        if issued is not False:
-            return None if issued is None else _waited(group, issued, (tensor,))
     g = _group(group)
     root = g.group_rank(dst, "reduce(dst)")
     op = to_reduce_op(op)
@@ -515,10 +493,6 @@ def _root_list(items, is_root: bool, size: int, what: str, root_what: str):
 def gather(tensor, gather_list=None, dst: int = 0, group=None, async_op: bool = False):
     """gather_list[r] on global rank `dst` = rank r's `tensor`. Sizes may differ by rank
     (gather_list[r] must match rank r's tensor); other ranks pass no list."""
-    if not async_op:
-        issued = _fast.gather(group, tensor, gather_list, dst)
-        if issued is not False:
-            return None if issued is None else _waited(group, issued, (tensor, *(gather_list or ())))
     g = _group(group)
     if needs_host_staging(g, [tensor, *(gather_list or [])], "gather"):
         return through_host([tensor], list(gather_list or []),
@@ -538,10 +512,6 @@ def gather(tensor, gather_list=None, dst: int = 0, group=None, async_op: bool = 
 def scatter(tensor, scatter_list=None, src: int = 0, group=None, async_op: bool = False):
     """Rank r's `tensor` = scatter_list[r] of global rank `src`. Sizes may differ by rank
     (each rank's tensor must match its entry); other ranks pass no list."""
-    if not async_op:
-        issued = _fast.scatter(group, tensor, scatter_list, src)
-        if issued is not False:
-            return None if issued is None else _waited(group, issued, (tensor, *(scatter_list or ())))
     g = _group(group)
     if needs_host_staging(g, [tensor, *(scatter_list or [])], "scatter"):
         return through_host(list(scatter_list or []), [tensor],
@@ -562,10 +532,6 @@ def all_to_all(output_tensor_list, input_tensor_list, group=None, async_op: bool
     """Rank r sends input_tensor_list[p] to rank p and receives rank p's
     input_tensor_list[r] into output_tensor_list[p]; sizes may differ by pair (a pair
     that disagrees gets a MismatchError)."""
-    if not async_op:
-        issued = _fast.all_to_all(group, output_tensor_list, input_tensor_list)
-        if issued is not False:
-            return None if issued is None else _waited(group, issued, (*output_tensor_list, *input_tensor_list))
     g = _group(group)
     check_list(output_tensor_list, g.size, "all_to_all(output_tensor_list)")
     check_list(input_tensor_list, g.size, "all_to_all(input_tensor_list)")
@@ -670,7 +636,7 @@ def all_to_all_single(output, input, output_split_sizes=None, input_split_sizes=
         issued = _fast.all_to_all_single(group, output, input, output.shape[0], input.shape[0],
                                          output_split_sizes, input_split_sizes)
         if issued is not False:
-            return None if issued is None else _waited(group, issued, (input, output))
+            return None if issued is None else _waited(issued, group, input, output)
     g = _group(group)
     if needs_host_staging(g, [output, input], "all_to_all_single"):
         return through_host([input], [output], lambda i, o: all_to_all_single(
@@ -735,3 +701,42 @@ def get_bytes_sent(group=None) -> int:
     group's shared arena for its peers (the shared-memory collectives), as counted by the
     engine when each operation finished."""
     return _group(group).bytes_sent()
+
+
+
+# The public functions that have a fast call: name -> (FastFront's method, the parameters it
+# takes in its order, the parameters that must be None or False for it). all_to_all_single
+# computes its fast call's arguments (the rows) and makes it in Python.
+_FAST_CALLS = {
+    "all_reduce": ("all_reduce", ("group", "tensor", "op"), ("async_op", "algo", "compress")),
+    "all_gather_into_tensor": ("all_gather", ("group", "output_tensor", "input_tensor"), ("async_op", "algo")),
+    "reduce_scatter_tensor": ("reduce_scatter", ("group", "output", "input", "op"), ("async_op", "algo")),
+    "broadcast": ("broadcast", ("group", "tensor", "src"), ("async_op", "algo")),
+    "barrier": ("barrier", ("group",), ("async_op", "device_ids", "timeout")),
+    "reduce": ("reduce", ("group", "tensor", "dst", "op"), ("async_op",)),
+    "gather": ("gather", ("group", "tensor", "gather_list", "dst"), ("async_op",)),
+    "scatter": ("scatter", ("group", "tensor", "scatter_list", "src"), ("async_op",)),
+    "all_to_all": ("all_to_all", ("group", "output_tensor_list", "input_tensor_list"), ("async_op",)),
+    "send": ("send", ("group", "tensor", "dst", "tag"), ()),
+    "recv": ("recv", ("group", "tensor", "src", "tag"), ()),
+}
+
+
+def _fast_entries(front, functions) -> dict:
+    """Each function of _FAST_CALLS (`functions[name]`: its general path) as a C entry on
+    `front` (csrc/bindings/register_fast_entry.cc): a call whose `off` parameters are None or
+    False goes to front's method without a Python frame, and what it declines runs the
+    function. Each keeps its function's name, docstring and signature (__wrapped__)."""
+    entries = {}
+    for name, (method, fast, off) in _FAST_CALLS.items():
+        receives = name == "recv"  # returns its src, or the sender's rank
+        entry = _C.fast_entry(functions[name], getattr(front, method), _waited_recv if receives else _waited,
+                              fast, off, "src" if receives else None)
+        entries[name] = functools.update_wrapper(entry, functions[name])
+    return entries
+
+
+globals().update(_fast_entries(_fast, globals()))  # all_reduce, broadcast, ...: the C entries
+# torch 2.13's names (it deprecates all_gather_into_tensor and reduce_scatter_tensor for them).
+all_gather_single = all_gather_into_tensor
+reduce_scatter_single = reduce_scatter_tensor

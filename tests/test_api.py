@@ -295,6 +295,7 @@ def case_fast_front():
     else:
         out["non_member"] = front.all_reduce(sub, a, 0)
     out["not_a_group"] = front.all_reduce("g0", a, 0)
+    out["barrier"] = (front.barrier(None), front.barrier("g0"))
     with torch.profiler.profile():
         out["profiling"] = front.all_reduce(None, a, 0)
     pc.destroy_process_group(sub)
@@ -311,6 +312,80 @@ def case_fast_front():
     out["errors"] = errors
     after = np.ones(1, np.float64)
     pc.all_reduce(after)  # lines up only if no rank issued anything above
+    out["after"] = after.tolist()
+    return out
+
+
+def case_fast_entries():
+    """The public functions with a fast call are C entries (csrc/bindings/
+    register_fast_entry.cc): they bind the caller's arguments as the Python function would,
+    take the fast call only where the `off` parameters are None or False, run the function
+    on whatever they decline or cannot bind, and wait through `finish` for a call issued
+    behind another still running."""
+    import inspect
+    import pickle
+
+    from pycollect import _C, api
+
+    r, n = pc.get_rank(), pc.get_world_size()
+    out = {}
+    looks = {}
+    for name, value in vars(api).items():
+        if isinstance(value, _C.FastEntry):
+            looks[name] = (inspect.signature(value) == inspect.signature(value.__wrapped__),
+                           value.__doc__ == value.__wrapped__.__doc__, pickle.loads(pickle.dumps(value)) is value,
+                           getattr(pc, name, value) is value, repr(value).startswith("<function pycollect.api."))
+    out["looks"] = looks
+    # The same call bound positionally, by keyword and mixed; off parameters left at False/None.
+    calls = [lambda t: pc.all_reduce(t, pc.ReduceOp.MAX, None, False, None, None),
+             lambda t: pc.all_reduce(op=pc.ReduceOp.MAX, tensor=t),
+             lambda t: pc.all_reduce(t, group=None, op=pc.ReduceOp.MAX, async_op=False)]
+    got = []
+    for call in calls:
+        t = np.full(3, float(r), np.float32)
+        got.append((call(t), t.tolist()))
+    out["bound"] = got
+    # Off parameters set: the general path (a Work; an algorithm named).
+    t = torch.full((2,), float(r))
+    w = pc.all_reduce(t, async_op=True)
+    out["async"] = (type(w).__name__, w.wait(), t.tolist())
+    t = torch.full((2,), float(r))
+    out["algo"] = (pc.all_reduce(t, algo="ring"), t.tolist())
+    out["barriers"] = (pc.barrier(), pc.barrier(timeout=30.0), type(pc.barrier(async_op=True)).__name__)
+    # Arguments that do not bind: the Python function's own TypeError.
+    errors = {}
+    for what, call in (("unknown", lambda: pc.all_reduce(t, opp=pc.ReduceOp.SUM)),
+                       ("twice", lambda: pc.all_reduce(t, pc.ReduceOp.SUM, op=pc.ReduceOp.SUM)),
+                       ("missing", lambda: pc.broadcast()), ("too_many", lambda: pc.send(t, 0, None, 0, 1)),
+                       ("general", lambda: pc.all_reduce("not a tensor"))):
+        try:
+            call()
+            errors[what] = "no error"
+        except (TypeError, ValueError) as e:
+            errors[what] = f"{type(e).__name__}: {e}"
+    out["errors"] = errors
+    # A recv returns its src (named) or the sender (any source), as the function does.
+    peer = r ^ 1
+    m = np.zeros(2, np.int32)
+    if r % 2 == 0:
+        out["recv"] = (pc.send(np.full(2, r, np.int32), peer, tag=9), pc.recv(m, peer, tag=9), m.tolist())
+    else:
+        named = pc.recv(m, peer, tag=9)
+        out["recv"] = (pc.send(np.full(2, r, np.int32), peer, tag=9), named, m.tolist())
+    # Issued but failed (counts that differ across ranks): the entry's finish waits on the
+    # Work and raises its error, through a recording finish on an entry made as the API's.
+    seen = []
+
+    def finish(work, group, *keep):
+        seen.append(type(work).__name__)
+        return api._waited(work, group, *keep)
+
+    entry = _C.fast_entry(api.all_reduce.__wrapped__, api._fast.all_reduce, finish, ("group", "tensor", "op"),
+                          ("async_op", "algo", "compress"))
+    out["failed"] = _on_fresh_group(lambda g, rank: entry(np.ones(2 + (rank == 0), np.float32), group=g), 30.0)
+    out["seen"] = seen
+    after = np.ones(1, np.float64)
+    pc.all_reduce(after)
     out["after"] = after.tolist()
     return out
 
@@ -833,12 +908,35 @@ def test_fast_front_finds_the_group_and_declines_for_the_general_path(pool4):
         else:
             assert out["non_member"] is False
         assert out["not_a_group"] is False
+        assert out["barrier"] == (None, False)
         assert out["profiling"] is False
         errors = out["errors"]
         assert "takes 3 arguments (2 given)" in errors["arity"]
         assert "keyword" in errors["keywords"]
         assert "not called" in errors["make_calls"] and "not called" in errors["make_front"]
         assert "a rank is an int, got str" in errors["rank_type"]
+        assert out["after"] == [float(WORLD)]
+
+
+def test_fast_entries_bind_as_the_functions_and_fall_back_to_them(pool4):
+    results = pool4.run(case_fast_entries)
+    for r, out in enumerate(results):
+        names = set(out["looks"])
+        assert {"all_reduce", "broadcast", "barrier", "send", "recv", "all_gather_single", "scatter"} <= names, names
+        assert all(all(v) for v in out["looks"].values()), out["looks"]
+        assert out["bound"] == [(None, [float(WORLD - 1)] * 3)] * 3
+        assert out["async"] == ("Work", True, [float(WORLD * (WORLD - 1) / 2)] * 2)
+        assert out["algo"] == (None, [float(WORLD * (WORLD - 1) / 2)] * 2)
+        assert out["barriers"] == (None, None, "Work")
+        errors = out["errors"]
+        assert "unexpected keyword argument 'opp'" in errors["unknown"]
+        assert "multiple values for argument 'op'" in errors["twice"]
+        assert "missing 1 required positional argument: 'tensor'" in errors["missing"]
+        assert "takes from 2 to 4 positional arguments but 5 were given" in errors["too_many"]
+        assert errors["general"].startswith("TypeError: all_reduce(tensor)"), errors["general"]
+        assert out["recv"] == (None, r ^ 1, [r ^ 1] * 2)
+        assert out["failed"][0] == "MismatchError" and "count" in out["failed"][1], out["failed"]
+        assert out["seen"] == ["Work"]
         assert out["after"] == [float(WORLD)]
 
 

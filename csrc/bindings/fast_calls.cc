@@ -111,6 +111,10 @@ py::object FastCalls::allReduce(PyObject* tensor, PyObject* op) {
   });
 }
 
+py::object FastCalls::barrier() {
+  return issued(nullptr, 0, [&] { return comm_->barrier(); });
+}
+
 py::object FastCalls::broadcast(PyObject* tensor, int root) {
   return run({tensor}, {true}, [&](const HostSpan* s) {
     return comm_->broadcast(ptr(s[0]), s[0].count, dtypeOf(s[0]), root, algos_.broadcast);

@@ -55,6 +55,7 @@ class __attribute__((visibility("hidden"))) FastCalls {
   pybind11::object allReduce(PyObject* tensor, PyObject* op);
   pybind11::object broadcast(PyObject* tensor, int root);
   pybind11::object reduce(PyObject* tensor, PyObject* op, int root);
+  pybind11::object barrier();  // with the group's timeout (a timeout of its own: the general path)
   pybind11::object allGather(PyObject* output, PyObject* input);  // output = every rank's input
   pybind11::object reduceScatter(PyObject* output, PyObject* input, PyObject* op);
   pybind11::object send(PyObject* tensor, int peer, PyObject* tag);

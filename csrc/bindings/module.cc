@@ -113,6 +113,7 @@ PYBIND11_MODULE(_C, m) {
   pycollect::registerBuffers(m);
   pycollect::registerIssueLock(m);
   pycollect::registerFastCalls(m);
+  pycollect::registerFastEntry(m);
   // False in a build made with PYCOLLECT_TRACE_HOOKS=OFF (trace/hooks.h): it cannot trace.
   m.attr("TRACE_HOOKS") = pycollect::trace::kHooks;
   // The C++ ABI the engine was built with (its std::string crosses into the torch backend,

@@ -23,5 +23,6 @@ void registerTransport(pybind11::module_& m);
 void registerLatency(pybind11::module_& m);
 void registerBuffers(pybind11::module_& m);
 void registerFastCalls(pybind11::module_& m);
+void registerFastEntry(pybind11::module_& m);
 void registerIssueLock(pybind11::module_& m);
 }  // namespace pycollect

@@ -5,12 +5,13 @@
 // part is 400.
 //   FastCalls  one per group (ProcessGroup.fast; made by _C.fast_calls), in group ranks.
 //   FastFront  one per process (pycollect/api.py's _fast; made by _C.fast_front): the API's
-//              functions hand it their own arguments. It finds the group (None: the
-//              default one, read from pycollect.world) and its FastCalls, maps global
-//              ranks to group ranks, and declines where the general path must run: no
-//              such group or one without fast calls (destroyed, not a member, staging
-//              through a host device), a rank outside it, or a torch profiler recording
-//              (the general path names the call in the trace).
+//              functions (their C entries, register_fast_entry.cc) hand it their own
+//              arguments. It finds the group (None: the default one, read from
+//              pycollect.world) and its FastCalls, maps global ranks to group ranks, and
+//              declines where the general path must run: no such group or one without
+//              fast calls (destroyed, not a member, staging through a host device), a rank
+//              outside it, or a torch profiler recording (the general path names the call
+//              in the trace).
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
@@ -98,6 +99,11 @@ PyObject* callsReduce(PyObject* self, PyObject* const* a, Py_ssize_t n) {
   int root;
   if (!arity("reduce(tensor, op, root)", n, 3) || !rankArgument("reduce", a[2], root)) return nullptr;
   return guarded([&] { return calls(self)->reduce(a[0], a[1], root); });
+}
+
+PyObject* callsBarrier(PyObject* self, PyObject* const*, Py_ssize_t n) {
+  if (!arity("barrier()", n, 0)) return nullptr;
+  return guarded([&] { return calls(self)->barrier(); });
 }
 
 PyObject* callsAllGather(PyObject* self, PyObject* const* a, Py_ssize_t n) {
@@ -220,6 +226,11 @@ PyObject* frontReduce(PyObject* self, PyObject* const* a, Py_ssize_t n) {
   });
 }
 
+PyObject* frontBarrier(PyObject* self, PyObject* const* a, Py_ssize_t n) {
+  if (!arity("barrier(group)", n, 1)) return nullptr;
+  return onGroup(self, a[0], [&](FastCalls& f) { return f.barrier(); });
+}
+
 PyObject* frontAllGather(PyObject* self, PyObject* const* a, Py_ssize_t n) {
   if (!arity("all_gather(group, output, input)", n, 3)) return nullptr;
   return onGroup(self, a[0], [&](FastCalls& f) { return f.allGather(a[1], a[2]); });
@@ -298,6 +309,7 @@ PyMethodDef callsMethods[] = {
     {"all_reduce", PYCOLLECT_FASTCALL(callsAllReduce), "all_reduce(tensor, op)"},
     {"broadcast", PYCOLLECT_FASTCALL(callsBroadcast), "broadcast(tensor, root)"},
     {"reduce", PYCOLLECT_FASTCALL(callsReduce), "reduce(tensor, op, root)"},
+    {"barrier", PYCOLLECT_FASTCALL(callsBarrier), "barrier()"},
     {"all_gather", PYCOLLECT_FASTCALL(callsAllGather), "all_gather(output, input)"},
     {"reduce_scatter", PYCOLLECT_FASTCALL(callsReduceScatter), "reduce_scatter(output, input, op)"},
     {"send", PYCOLLECT_FASTCALL(callsSend), "send(tensor, peer, tag)"},
@@ -312,6 +324,7 @@ PyMethodDef frontMethods[] = {
     {"all_reduce", PYCOLLECT_FASTCALL(frontAllReduce), "all_reduce(group, tensor, op)"},
     {"broadcast", PYCOLLECT_FASTCALL(frontBroadcast), "broadcast(group, tensor, src)"},
     {"reduce", PYCOLLECT_FASTCALL(frontReduce), "reduce(group, tensor, dst, op)"},
+    {"barrier", PYCOLLECT_FASTCALL(frontBarrier), "barrier(group)"},
     {"all_gather", PYCOLLECT_FASTCALL(frontAllGather), "all_gather(group, output, input)"},
     {"reduce_scatter", PYCOLLECT_FASTCALL(frontReduceScatter), "reduce_scatter(group, output, input, op)"},
     {"send", PYCOLLECT_FASTCALL(frontSend), "send(group, tensor, dst, tag)"},
