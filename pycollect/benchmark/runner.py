@@ -50,21 +50,22 @@ class Engine:
         g = self.group
         if self._mpi is not None:
             MPI, comm, x = self._mpi, self._comm, a.numpy()
+            # Positional arguments, as for every engine here (measuring.op_caller says why).
             if op == "all_reduce":
-                return functools.partial(comm.Allreduce, MPI.IN_PLACE, x, op=MPI.SUM)
+                return functools.partial(comm.Allreduce, MPI.IN_PLACE, x, MPI.SUM)
             if op == "all_gather":
                 return functools.partial(comm.Allgather, x, b.numpy())
             if op == "reduce_scatter":
-                return functools.partial(comm.Reduce_scatter_block, x, b.numpy(), op=MPI.SUM)
-            return functools.partial(comm.Bcast, x, root=0)
+                return functools.partial(comm.Reduce_scatter_block, x, b.numpy(), MPI.SUM)
+            return functools.partial(comm.Bcast, x, 0)
         if self._torch:
             if op == "all_reduce":
-                return functools.partial(dist.all_reduce, a, group=g)
+                return functools.partial(dist.all_reduce, a, dist.ReduceOp.SUM, g)
             if op == "all_gather":
-                return functools.partial(_ag, b, a, group=g)
+                return functools.partial(_ag, b, a, g)
             if op == "reduce_scatter":
-                return functools.partial(_rs, b, a, group=g)
-            return functools.partial(dist.broadcast, a, src=0, group=g)
+                return functools.partial(_rs, b, a, dist.ReduceOp.SUM, g)
+            return functools.partial(dist.broadcast, a, 0, g)
         if self.compress is not None:
             return functools.partial(pc.all_reduce, a, group=g, algo=self.algo, compress=self.compress)
         return op_caller(op, a, b, g, self.algo)
