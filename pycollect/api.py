@@ -631,12 +631,6 @@ def all_to_all_single(output, input, output_split_sizes=None, input_split_sizes=
     message in flight at once. Ranks that disagree on a chunk's size get a MismatchError
     from the receiving side.
     """
-    # Chunks of the rows (even, or split sizes given as lists of ints): the fast call.
-    if not async_op and getattr(output, "ndim", 0) >= 1 and getattr(input, "ndim", 0) >= 1:
-        issued = _fast.all_to_all_single(group, output, input, output.shape[0], input.shape[0],
-                                         output_split_sizes, input_split_sizes)
-        if issued is not False:
-            return None if issued is None else _waited(issued, group, input, output)
     g = _group(group)
     if needs_host_staging(g, [output, input], "all_to_all_single"):
         return through_host([input], [output], lambda i, o: all_to_all_single(
@@ -705,8 +699,7 @@ def get_bytes_sent(group=None) -> int:
 
 
 # The public functions that have a fast call: name -> (FastFront's method, the parameters it
-# takes in its order, the parameters that must be None or False for it). all_to_all_single
-# computes its fast call's arguments (the rows) and makes it in Python.
+# takes in its order, the parameters that must be None or False for it).
 _FAST_CALLS = {
     "all_reduce": ("all_reduce", ("group", "tensor", "op"), ("async_op", "algo", "compress")),
     "all_gather_into_tensor": ("all_gather", ("group", "output_tensor", "input_tensor"), ("async_op", "algo")),
@@ -717,6 +710,8 @@ _FAST_CALLS = {
     "gather": ("gather", ("group", "tensor", "gather_list", "dst"), ("async_op",)),
     "scatter": ("scatter", ("group", "tensor", "scatter_list", "src"), ("async_op",)),
     "all_to_all": ("all_to_all", ("group", "output_tensor_list", "input_tensor_list"), ("async_op",)),
+    "all_to_all_single": ("all_to_all_single", ("group", "output", "input", "output_split_sizes", "input_split_sizes"),
+                          ("async_op",)),
     "send": ("send", ("group", "tensor", "dst", "tag"), ()),
     "recv": ("recv", ("group", "tensor", "src", "tag"), ()),
 }

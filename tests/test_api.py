@@ -257,31 +257,30 @@ def case_fast_front():
         flat_out = np.zeros(4, np.int64)
         flat_in = np.repeat(np.array([q * 10, q * 10 + 1], np.int64), 2)
         a2a = front.all_to_all_single
-        out["sub_all_to_all_single"] = (a2a(sub, flat_out, flat_in, 4, 4, None, None), flat_out.tolist())
+        out["sub_all_to_all_single"] = (a2a(sub, flat_out, flat_in, None, None), flat_out.tolist())
         rows_out = np.zeros((2, 2), np.int64)
-        out["rows_all_to_all_single"] = (a2a(sub, rows_out, flat_in.reshape(2, 2), 2, 2, None, None),
+        out["rows_all_to_all_single"] = (a2a(sub, rows_out, torch.from_numpy(flat_in.reshape(2, 2)), None, None),
                                          rows_out.tolist())
         # split sizes: group rank 0 sends rows [1, 3], group rank 1 [2, 2]; rows of 2 elements
         sends = [[1, 3], [2, 2]]
         recvs = [sends[0][q], sends[1][q]]
         rows_in = np.arange(8, dtype=np.int64).reshape(4, 2) + 100 * q
         split_out = np.zeros((sum(recvs), 2), np.int64)
-        out["split_all_to_all_single"] = (a2a(sub, split_out, rows_in, sum(recvs), 4, recvs, tuple(sends[q])),
-                                          split_out.tolist())
+        out["split_all_to_all_single"] = (a2a(sub, split_out, rows_in, recvs, tuple(sends[q])), split_out.tolist())
         zeros = np.zeros(6, np.int64)
-        out["single_declines"] = [a2a(sub, zeros[:3], zeros[3:], 3, 3, None, None),
-                                  a2a(sub, np.zeros(4, np.int32), flat_in, 4, 4, None, None),
-                                  a2a(sub, zeros, flat_in, 6, 4, None, None),
-                                  a2a(sub, zeros, zeros, 3, 3, None, None),
-                                  a2a(sub, flat_out, flat_in, 2, 4, None, None),
-                                  a2a(sub, flat_out, flat_in, 4, "4", None, None),
-                                  a2a(sub, flat_out, flat_in, 4, 4, [2, 2], [3, 1]),  # this rank's own chunk
-                                  a2a(sub, flat_out, flat_in, 4, 4, [2, 2], [2, 1]),  # splits add up to 3
-                                  a2a(sub, flat_out, flat_in, 4, 4, [2, 2], [5, -1]),
-                                  a2a(sub, flat_out, flat_in, 4, 4, [2, 2], [4]),
-                                  a2a(sub, flat_out, flat_in, 4, 4, [2, 2], [np.int64(2), 2]),
+        out["single_declines"] = [a2a(sub, zeros[:3], zeros[3:], None, None),
+                                  a2a(sub, np.zeros(4, np.int32), flat_in, None, None),
+                                  a2a(sub, zeros, flat_in, None, None),
+                                  a2a(sub, zeros.reshape(2, 3), zeros.reshape(3, 2), None, None),
+                                  a2a(sub, np.zeros((0, 4), np.int64), np.zeros((0, 4), np.int64), None, None),
+                                  a2a(sub, np.int64(5), flat_in, None, None),  # 0-d: no rows
+                                  a2a(sub, flat_out, flat_in, [2, 2], [3, 1]),  # this rank's own chunk
+                                  a2a(sub, flat_out, flat_in, [2, 2], [2, 1]),  # splits add up to 3
+                                  a2a(sub, flat_out, flat_in, [2, 2], [5, -1]),
+                                  a2a(sub, flat_out, flat_in, [2, 2], [4]),
+                                  a2a(sub, flat_out, flat_in, [2, 2], [np.int64(2), 2]),
                                   # rows of 2 elements out, of 1 in (one row each to itself)
-                                  a2a(sub, rows_out, flat_in, 2, 4, [1, 1], [1, 3] if q == 0 else [3, 1])]
+                                  a2a(sub, rows_out, flat_in, [1, 1], [1, 3] if q == 0 else [3, 1])]
         # Declined before anything is issued, on the rank whose arguments are wrong (the
         # general path names them): a list on a non-root, a short list, a list of another
         # dtype, a root's own slot of another size, a non-list.
@@ -899,10 +898,10 @@ def test_fast_front_finds_the_group_and_declines_for_the_general_path(pool4):
             # rows from group rank 0 (offset 0), then from group rank 1 (offset 100)
             want = {0: [[0, 1], [100, 101], [102, 103]], 1: [[2, 3], [4, 5], [6, 7], [104, 105], [106, 107]]}
             assert out["split_all_to_all_single"] == (None, want[q])
-            # not divisible, another dtype, another size, rows not divisible (3 of 6 elements),
-            # first dimensions that differ, rows that are not an int, this rank's own chunk of
-            # two sizes, splits that do not add up, a negative split, a short split list, a
-            # split that is not an int, rows of different lengths
+            # not divisible, another dtype, another size, rows of 3 elements out and 2 in, no
+            # rows (a first dimension of 0; a 0-d buffer), this rank's own chunk of two sizes,
+            # splits that do not add up, a negative split, a short split list, a split that is
+            # not an int, rows of different lengths
             assert out["single_declines"] == [False] * 12
             assert out["destroyed"] is False
         else:
@@ -1003,6 +1002,9 @@ with warnings.catch_warnings():
 print(g.fast.all_reduce(t, 0), t.tolist(), g.fast.all_reduce(torch.ones(4, 4).t(), 0),
       g.fast.all_reduce(torch.ones(2, dtype=torch.uint16), 0), g.fast.all_reduce(mapped, 0),
       g.fast.all_reduce(torch.nn.Parameter(torch.ones(2)), 0), "pycollect._torch" in sys.modules)
+rows = torch.zeros(2, 3)  # all_to_all_single's rows: the first dimension, read as `shape`
+print(g.fast.all_to_all_single(rows, torch.arange(6.0).reshape(2, 3), None, None), rows.tolist(),
+      g.fast.all_to_all_single(rows.view(6), torch.tensor(1.0), None, None))
 """
 
 
@@ -1019,7 +1021,9 @@ def test_fast_calls_read_tensors_by_attribute_without_the_native_backend(native)
     out = subprocess.run([sys.executable, "-c", _ATTRIBUTE_READER, f"tcp://127.0.0.1:{free_port()}", native],
                          capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
-    assert out.stdout.split("\n")[0] == "None [2.0, 2.0, 2.0] False False False False False"
+    lines = out.stdout.split("\n")
+    assert lines[0] == "None [2.0, 2.0, 2.0] False False False False False"
+    assert lines[1] == "None [[0.0, 1.0, 2.0], [3.0, 4.0, 5.0]] False"  # a 0-d input has no rows
 
 
 def test_in_place_all_gather(pool4):

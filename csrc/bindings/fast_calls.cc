@@ -199,33 +199,30 @@ py::object FastCalls::allToAll(PyObject* outputs, PyObject* inputs) {
   });
 }
 
-py::object FastCalls::allToAllSingle(PyObject* output, PyObject* input, PyObject* outRows, PyObject* inRows,
-                                     PyObject* outSplits, PyObject* inSplits) {
+py::object FastCalls::allToAllSingle(PyObject* output, PyObject* input, PyObject* outSplits, PyObject* inSplits) {
   const size_t size = static_cast<size_t>(comm_->size()), me = static_cast<size_t>(comm_->rank());
-  long long rowsOut, rowsIn;
+  HostSpan in, out;
   std::vector<size_t> outChunks, inChunks;  // rows per rank
-  if (!fastInteger(outRows, 1, LLONG_MAX, rowsOut) || !fastInteger(inRows, 1, LLONG_MAX, rowsIn) ||
-      !chunkRows(outSplits, rowsOut, size, outChunks) || !chunkRows(inSplits, rowsIn, size, inChunks) ||
+  if (!plainSpan(input, false, in) || !plainSpan(output, true, out) || in.rows < 1 || out.rows < 1 ||
+      !chunkRows(outSplits, out.rows, size, outChunks) || !chunkRows(inSplits, in.rows, size, inChunks) ||
       outChunks[me] != inChunks[me]) {
     return fastDeclined();
   }
-  return run({input, output}, {false, true}, [&](const HostSpan* s) -> std::shared_ptr<Work> {
-    // Rows of one length in both buffers: a chunk of rows is then a range of elements.
-    const size_t row = s[0].count / static_cast<size_t>(rowsIn);
-    if (s[0].dtype != s[1].dtype || s[0].count % static_cast<size_t>(rowsIn) != 0 ||
-        s[1].count != row * static_cast<size_t>(rowsOut)) {
-      return nullptr;
-    }
-    const size_t rowBytes = row * dtypeSize(dtypeOf(s[0]));
+  // Rows of one length in both buffers: a chunk of rows is then a range of elements.
+  const size_t rowsIn = static_cast<size_t>(in.rows), rowsOut = static_cast<size_t>(out.rows), row = in.count / rowsIn;
+  if (in.dtype != out.dtype || in.count % rowsIn != 0 || out.count != row * rowsOut) return fastDeclined();
+  PyObject* const buffers[] = {input, output};
+  return issued(buffers, 2, [&] {
+    const size_t rowBytes = row * dtypeSize(dtypeOf(in));
     std::vector<Span> ins(size), outs(size);
     size_t inRow = 0, outRow = 0;
     for (size_t p = 0; p < size; ++p) {
-      ins[p] = Span{static_cast<char*>(ptr(s[0])) + inRow * rowBytes, inChunks[p] * row};
-      outs[p] = Span{static_cast<char*>(ptr(s[1])) + outRow * rowBytes, outChunks[p] * row};
+      ins[p] = Span{static_cast<char*>(ptr(in)) + inRow * rowBytes, inChunks[p] * row};
+      outs[p] = Span{static_cast<char*>(ptr(out)) + outRow * rowBytes, outChunks[p] * row};
       inRow += inChunks[p];
       outRow += outChunks[p];
     }
-    return comm_->allToAll(std::move(ins), std::move(outs), dtypeOf(s[0]));
+    return comm_->allToAll(std::move(ins), std::move(outs), dtypeOf(in));
   });
 }
 

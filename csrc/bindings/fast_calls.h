@@ -70,11 +70,9 @@ class __attribute__((visibility("hidden"))) FastCalls {
   // Lists or tuples of one buffer per rank, all of one dtype, this rank's two of one size.
   pybind11::object allToAll(PyObject* outputs, PyObject* inputs);
   // Chunks of the first dimension of two buffers of one dtype whose rows hold as many
-  // elements: `outRows`, `inRows` (Python ints: the caller's shape[0]) split by `outSplits`,
-  // `inSplits` (lists or tuples of ints, or None: evenly among the ranks). Of contiguous
-  // buffers a chunk of rows is a range of elements.
-  pybind11::object allToAllSingle(PyObject* output, PyObject* input, PyObject* outRows, PyObject* inRows,
-                                  PyObject* outSplits, PyObject* inSplits);
+  // elements, split by `outSplits`, `inSplits` (lists or tuples of ints, or None: evenly
+  // among the ranks). Of contiguous buffers a chunk of rows is a range of elements.
+  pybind11::object allToAllSingle(PyObject* output, PyObject* input, PyObject* outSplits, PyObject* inSplits);
 
   // The group rank of a global rank given as a Python int; -1 for anything else (not an
   // int, not a member).

@@ -106,7 +106,8 @@ bool plainArraySpan(PyObject* obj, bool writable, HostSpan& out) {
   if (order != '=' && order != '|') return false;
   const int code = dtypeCode(dt.kind(), dt.itemsize());
   if (code < 0) return false;
-  out = HostSpan{reinterpret_cast<uintptr_t>(a.data()), static_cast<size_t>(a.size()), code};
+  out = HostSpan{reinterpret_cast<uintptr_t>(a.data()), static_cast<size_t>(a.size()), code,
+                 a.ndim() > 0 ? static_cast<int64_t>(a.shape(0)) : -1};
   return true;
 }
 
@@ -114,7 +115,7 @@ bool plainTensorSpan(PyObject* x, bool writable, HostSpan& out) {
   if (tensorReader != nullptr) return tensorReader(x, writable, out);  // pycollect._torch's
   static PyObject *kDtype = name("dtype"), *kIsCpu = name("is_cpu"), *kLayout = name("layout"),
                   *kIsContiguous = name("is_contiguous"), *kDataPtr = name("data_ptr"), *kNumel = name("numel"),
-                  *kStorage = name("untyped_storage"), *kResizable = name("resizable");
+                  *kStorage = name("untyped_storage"), *kResizable = name("resizable"), *kShape = name("shape");
   const auto* tensorType = reinterpret_cast<PyTypeObject*>(knownTorch.tensorType);
   if (tensorType == nullptr || Py_TYPE(x) != tensorType) return false;
   PyObject* dtype = attr(x, kDtype);
@@ -152,7 +153,15 @@ bool plainTensorSpan(PyObject* x, bool writable, HostSpan& out) {
       return false;
     }
   }
-  out = HostSpan{static_cast<uintptr_t>(address), static_cast<size_t>(count), static_cast<int>(c)};
+  long long rows = -1;
+  if (PyObject* shape = attr(x, kShape)) {  // a torch.Size: a tuple
+    if (PyTuple_Check(shape) && PyTuple_GET_SIZE(shape) > 0) {
+      rows = PyLong_AsLongLong(PyTuple_GET_ITEM(shape, 0));
+      if (rows == -1 && PyErr_Occurred()) PyErr_Clear();
+    }
+    Py_DECREF(shape);
+  }
+  out = HostSpan{static_cast<uintptr_t>(address), static_cast<size_t>(count), static_cast<int>(c), rows};
   return true;
 }
 

@@ -146,10 +146,8 @@ PyObject* callsAllToAll(PyObject* self, PyObject* const* a, Py_ssize_t n) {
 }
 
 PyObject* callsAllToAllSingle(PyObject* self, PyObject* const* a, Py_ssize_t n) {
-  if (!arity("all_to_all_single(output, input, output_rows, input_rows, output_splits, input_splits)", n, 6)) {
-    return nullptr;
-  }
-  return guarded([&] { return calls(self)->allToAllSingle(a[0], a[1], a[2], a[3], a[4], a[5]); });
+  if (!arity("all_to_all_single(output, input, output_splits, input_splits)", n, 4)) return nullptr;
+  return guarded([&] { return calls(self)->allToAllSingle(a[0], a[1], a[2], a[3]); });
 }
 
 void callsDealloc(PyObject* self) {
@@ -280,10 +278,8 @@ PyObject* frontAllToAll(PyObject* self, PyObject* const* a, Py_ssize_t n) {
 }
 
 PyObject* frontAllToAllSingle(PyObject* self, PyObject* const* a, Py_ssize_t n) {
-  if (!arity("all_to_all_single(group, output, input, output_rows, input_rows, output_splits, input_splits)", n, 7)) {
-    return nullptr;
-  }
-  return onGroup(self, a[0], [&](FastCalls& f) { return f.allToAllSingle(a[1], a[2], a[3], a[4], a[5], a[6]); });
+  if (!arity("all_to_all_single(group, output, input, output_splits, input_splits)", n, 5)) return nullptr;
+  return onGroup(self, a[0], [&](FastCalls& f) { return f.allToAllSingle(a[1], a[2], a[3], a[4]); });
 }
 
 void frontDealloc(PyObject* self) {
@@ -317,7 +313,7 @@ PyMethodDef callsMethods[] = {
     {"gather", PYCOLLECT_FASTCALL(callsGather), "gather(tensor, gather_list, root)"},
     {"scatter", PYCOLLECT_FASTCALL(callsScatter), "scatter(tensor, scatter_list, root)"},
     {"all_to_all", PYCOLLECT_FASTCALL(callsAllToAll), "all_to_all(outputs, inputs)"},
-    {"all_to_all_single", PYCOLLECT_FASTCALL(callsAllToAllSingle), "all_to_all_single(output, input, output_rows, input_rows, output_splits, input_splits): chunks of the rows"},
+    {"all_to_all_single", PYCOLLECT_FASTCALL(callsAllToAllSingle), "all_to_all_single(output, input, output_splits, input_splits): chunks of the rows"},
     {nullptr, nullptr, 0, nullptr}};
 
 PyMethodDef frontMethods[] = {
@@ -332,7 +328,7 @@ PyMethodDef frontMethods[] = {
     {"gather", PYCOLLECT_FASTCALL(frontGather), "gather(group, tensor, gather_list, dst)"},
     {"scatter", PYCOLLECT_FASTCALL(frontScatter), "scatter(group, tensor, scatter_list, src)"},
     {"all_to_all", PYCOLLECT_FASTCALL(frontAllToAll), "all_to_all(group, output_tensor_list, input_tensor_list)"},
-    {"all_to_all_single", PYCOLLECT_FASTCALL(frontAllToAllSingle), "all_to_all_single(group, output, input, output_rows, input_rows, output_splits, input_splits)"},
+    {"all_to_all_single", PYCOLLECT_FASTCALL(frontAllToAllSingle), "all_to_all_single(group, output, input, output_splits, input_splits)"},
     {nullptr, nullptr, 0, nullptr}};
 
 #undef PYCOLLECT_FASTCALL

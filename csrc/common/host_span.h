@@ -12,6 +12,7 @@ struct HostSpan {
   uintptr_t address = 0;
   size_t count = 0;
   int dtype = -1;  // the engine's DType code
+  int64_t rows = -1;  // its first dimension (all_to_all_single's chunks); -1: it has none (0-d)
 };
 
 // Reads a Python object (a PyObject*): true and its span for a plain CPU tensor (writable

@@ -45,7 +45,7 @@ bool readHostSpan(void* obj, bool writable, HostSpan& out) {
   // Memory torch allocated itself is writable; only foreign memory (from_numpy, frombuffer:
   // storage that cannot be resized) may be a read-only mapping.
   if (writable && !t.storage().resizable() && !isWritable(data, count * elementBytes)) return false;
-  out = HostSpan{reinterpret_cast<uintptr_t>(data), count, static_cast<int>(*dtype)};
+  out = HostSpan{reinterpret_cast<uintptr_t>(data), count, static_cast<int>(*dtype), t.dim() > 0 ? t.size(0) : -1};
   return true;
 }
 
