@@ -39,6 +39,10 @@ struct FastFrontObject {
   PyObject* world;     // the pycollect.world module
   PyObject* modules;   // sys.modules
   PyObject* profiler;  // torch.autograd.profiler once imported (looked for in `modules` until then)
+  // Their namespaces (borrowed: the modules are held), read as dicts: a module's
+  // attribute lookup costs twice a dict's, on every call.
+  PyObject* worldDict;
+  PyObject* profilerDict;
 };
 
 PyTypeObject* fastCallsType = nullptr;  // made once, in registerFastCalls
@@ -167,24 +171,26 @@ FastCalls* resolve(PyObject* self, PyObject* group, py::object& keep) {
                   *kProfiler = interned("torch.autograd.profiler"), *kEnabled = interned("_is_profiler_enabled");
   auto* front = reinterpret_cast<FastFrontObject*>(self);
   if (front->profiler == nullptr) {
-    front->profiler = PyDict_GetItemWithError(front->modules, kProfiler);
-    Py_XINCREF(front->profiler);  // a module lives as long as the process: held, not looked up again
+    PyObject* module = PyDict_GetItemWithError(front->modules, kProfiler);
+    if (module != nullptr && PyModule_Check(module)) {
+      front->profiler = Py_NewRef(module);  // a module lives as long as the process: held, not looked up again
+      front->profilerDict = PyModule_GetDict(module);
+    }
   }
   if (front->profiler != nullptr) {
-    PyObject* on = PyObject_GetAttr(front->profiler, kEnabled);
+    PyObject* on = PyDict_GetItemWithError(front->profilerDict, kEnabled);  // borrowed
     const int recording = on == nullptr ? 1 : PyObject_IsTrue(on);  // no flag (another torch): general
-    Py_XDECREF(on);
     if (recording != 0) {
       PyErr_Clear();
       return nullptr;
     }
   }
-  py::object g = group == Py_None ? py::reinterpret_steal<py::object>(PyObject_GetAttr(front->world, kDefault))
-                                  : py::reinterpret_borrow<py::object>(group);
-  if (!g) {
+  PyObject* found = group == Py_None ? PyDict_GetItemWithError(front->worldDict, kDefault) : group;
+  if (found == nullptr) {
     PyErr_Clear();
     return nullptr;
   }
+  const py::object g = py::reinterpret_borrow<py::object>(found);  // held while its attribute is read
   keep = py::reinterpret_steal<py::object>(PyObject_GetAttr(g.ptr(), kFast));
   if (!keep || Py_TYPE(keep.ptr()) != fastCallsType) {
     PyErr_Clear();
@@ -396,6 +402,7 @@ void registerFastCalls(py::module_& m) {
         py::object o = allocate(fastFrontType);
         auto* front = reinterpret_cast<FastFrontObject*>(o.ptr());
         front->world = world.release().ptr();
+        front->worldDict = PyModule_GetDict(front->world);
         front->modules = py::object(py::module_::import("sys").attr("modules")).release().ptr();
         return o;
       },
