@@ -45,6 +45,8 @@ def _caller(api, rank, op, group):
     t = torch.ones(2)
     out2 = torch.empty(4)
     parts = [torch.empty(2), torch.empty(2)]
+    # Views and inputs made once: a slice or a clone per call would be timed as the call's.
+    rs_out, rs_in, a2a_in = t[:1], out2[:2], torch.ones(4)
     if op == "ping_pong":
         def call():
             if rank == 0:
@@ -82,7 +84,7 @@ def _caller(api, rank, op, group):
         reduce_scatter = getattr(api, "reduce_scatter_single", None) or api.reduce_scatter_tensor
 
         def call():
-            reduce_scatter(t[:1], out2[:2], group=group)
+            reduce_scatter(rs_out, rs_in, group=group)
     elif op == "gather":
         def call():
             api.gather(t, parts if rank == 0 else None, 0, group=group)
@@ -91,7 +93,7 @@ def _caller(api, rank, op, group):
             api.scatter(t, parts if rank == 0 else None, 0, group=group)
     else:
         def call():
-            api.all_to_all_single(out2, out2.clone(), group=group)
+            api.all_to_all_single(out2, a2a_in, group=group)
     return call
 
 
