@@ -157,8 +157,8 @@ def _stub_fast_call(*_args):
     return None
 
 
-for _name in ("all_reduce", "broadcast", "barrier", "reduce", "all_gather", "reduce_scatter", "gather", "scatter",
-              "all_to_all", "all_to_all_single", "send", "recv"):
+for _name in ("all_reduce", "broadcast", "barrier", "reduce", "all_gather", "reduce_scatter", "all_gather_list",
+              "reduce_scatter_list", "gather", "scatter", "all_to_all", "all_to_all_single", "send", "recv"):
     setattr(_StubFront, _name, staticmethod(_stub_fast_call))
 
 

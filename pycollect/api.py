@@ -704,6 +704,8 @@ _FAST_CALLS = {
     "all_reduce": ("all_reduce", ("group", "tensor", "op"), ("async_op", "algo", "compress")),
     "all_gather_into_tensor": ("all_gather", ("group", "output_tensor", "input_tensor"), ("async_op", "algo")),
     "reduce_scatter_tensor": ("reduce_scatter", ("group", "output", "input", "op"), ("async_op", "algo")),
+    "all_gather": ("all_gather_list", ("group", "tensor_list", "tensor"), ("async_op", "algo")),
+    "reduce_scatter": ("reduce_scatter_list", ("group", "output", "input_list", "op"), ("async_op", "algo")),
     "broadcast": ("broadcast", ("group", "tensor", "src"), ("async_op", "algo")),
     "barrier": ("barrier", ("group",), ("async_op", "device_ids", "timeout")),
     "reduce": ("reduce", ("group", "tensor", "dst", "op"), ("async_op",)),

@@ -3,6 +3,7 @@ send/recv, new_group, shrink_group's refusals, and every error path that must be
 sent. The session's 4-rank pool (conftest.py); a case that breaks a group uses a fresh
 sub-group so the pool stays usable.
 """
+import contextlib
 import datetime
 import mmap
 import threading
@@ -207,6 +208,7 @@ def case_fast_front():
 
     r, n = pc.get_rank(), pc.get_world_size()
     front = api._fast
+    pc.all_reduce(torch.zeros(1))  # a first call on a tensor (the general path) teaches the fast calls torch's
     out = {}
     a = np.full(2, r + 1, np.float32)
     out["default"] = (front.all_reduce(None, a, 0), a.tolist())
@@ -295,6 +297,21 @@ def case_fast_front():
         out["non_member"] = front.all_reduce(sub, a, 0)
     out["not_a_group"] = front.all_reduce("g0", a, 0)
     out["barrier"] = (front.barrier(None), front.barrier("g0"))
+    # The list forms: rank q's tensor into slot q; the sum of every rank's slot r at rank r.
+    slots = [np.zeros(2, np.float32) for _ in range(n)]
+    out["gather_list"] = (front.all_gather_list(None, slots, np.full(2, r, np.float32)), [s.tolist() for s in slots])
+    mine = np.zeros(3, np.int64)
+    parts = tuple(np.full(3, 10 * r + p, np.int64) for p in range(n))
+    out["scatter_list"] = (front.reduce_scatter_list(None, mine, parts, 0), mine.tolist())
+    strided = torch.zeros(2, 2 * n)[:, ::2]  # not contiguous: the general path copies into it
+    x = np.zeros(2, np.float32)
+    out["list_declines"] = [front.all_gather_list(None, slots[:-1], x),  # a short list
+                            front.all_gather_list(None, slots[:-1] + [np.zeros(3, np.float32)], x),  # a size
+                            front.all_gather_list(None, slots[:-1] + [np.zeros(2, np.int32)], x),  # a dtype
+                            front.all_gather_list(None, [strided[:, k] for k in range(n)], torch.zeros(2)),
+                            front.all_gather_list(None, iter(slots), x),  # not a list or tuple
+                            front.reduce_scatter_list(None, mine, parts[:-1] + (np.zeros(2, np.int64),), 0),
+                            front.reduce_scatter_list(None, mine, parts, "sum")]  # an op by name
     with torch.profiler.profile():
         out["profiling"] = front.all_reduce(None, a, 0)
     pc.destroy_process_group(sub)
@@ -323,6 +340,8 @@ def case_fast_entries():
     behind another still running."""
     import inspect
     import pickle
+
+    import torch.profiler as torch_profiler
 
     from pycollect import _C, api
 
@@ -371,6 +390,21 @@ def case_fast_entries():
     else:
         named = pc.recv(m, peer, tag=9)
         out["recv"] = (pc.send(np.full(2, r, np.int32), peer, tag=9), named, m.tolist())
+    # The list forms on the fast path and on the general one meet in the same call: rank 0
+    # records a torch profile (its calls take the general path, which names them in the
+    # trace), the others take the fast one; small (the shared arena) and large (the ring,
+    # 2^19 floats a rank).
+    mixed = []
+    for count in (3, 1 << 19):
+        slots = [torch.zeros(count) for _ in range(n)]
+        got = torch.zeros(count)
+        parts = [torch.full((count,), 10.0 * r + k) for k in range(n)]
+        with torch_profiler.profile() if r == 0 else contextlib.nullcontext():
+            pc.all_gather(slots, torch.full((count,), float(r)))
+            pc.reduce_scatter(got, parts)
+        mixed.append(([float(s.min()) for s in slots] == [float(s.max()) for s in slots] == [float(q) for q in range(n)],
+                      float(got.min()) == float(got.max()) == float(sum(10 * q + r for q in range(n)))))
+    out["mixed_lists"] = mixed
     # Issued but failed (counts that differ across ranks): the entry's finish waits on the
     # Work and raises its error, through a recording finish on an entry made as the API's.
     seen = []
@@ -908,6 +942,9 @@ def test_fast_front_finds_the_group_and_declines_for_the_general_path(pool4):
             assert out["non_member"] is False
         assert out["not_a_group"] is False
         assert out["barrier"] == (None, False)
+        assert out["gather_list"] == (None, [[float(q)] * 2 for q in range(WORLD)])
+        assert out["scatter_list"] == (None, [sum(10 * q + r for q in range(WORLD))] * 3)
+        assert out["list_declines"] == [False] * 7
         assert out["profiling"] is False
         errors = out["errors"]
         assert "takes 3 arguments (2 given)" in errors["arity"]
@@ -921,12 +958,14 @@ def test_fast_entries_bind_as_the_functions_and_fall_back_to_them(pool4):
     results = pool4.run(case_fast_entries)
     for r, out in enumerate(results):
         names = set(out["looks"])
-        assert {"all_reduce", "broadcast", "barrier", "send", "recv", "all_gather_single", "scatter"} <= names, names
+        assert {"all_reduce", "broadcast", "barrier", "send", "recv", "all_gather_single", "scatter", "all_gather",
+                "reduce_scatter", "all_to_all_single"} <= names, names
         assert all(all(v) for v in out["looks"].values()), out["looks"]
         assert out["bound"] == [(None, [float(WORLD - 1)] * 3)] * 3
         assert out["async"] == ("Work", True, [float(WORLD * (WORLD - 1) / 2)] * 2)
         assert out["algo"] == (None, [float(WORLD * (WORLD - 1) / 2)] * 2)
         assert out["barriers"] == (None, None, "Work")
+        assert out["mixed_lists"] == [(True, True)] * 2
         errors = out["errors"]
         assert "unexpected keyword argument 'opp'" in errors["unknown"]
         assert "multiple values for argument 'op'" in errors["twice"]

@@ -170,6 +170,30 @@ py::object FastCalls::recvAny(PyObject* tensor, PyObject* tag) {
   }, [this](const Work& w) { return py::int_(ranks_[static_cast<const RecvWork&>(w).source()]); });
 }
 
+py::object FastCalls::allGatherList(PyObject* list, PyObject* tensor) {
+  return runLists(tensor, false, list, true, nullptr, [&](const std::vector<HostSpan>& s) {
+    std::vector<Span> outs = spansOf(s, 1, s.size());
+    for (const Span& o : outs) {
+      if (o.count != s[0].count) return std::shared_ptr<Work>();  // the general path names it
+    }
+    return comm_->allGatherList(Span{static_cast<char*>(ptr(s[0])), s[0].count}, std::move(outs), dtypeOf(s[0]),
+                                algos_.allGather);
+  });
+}
+
+py::object FastCalls::reduceScatterList(PyObject* output, PyObject* list, PyObject* op) {
+  ReduceOp o;
+  if (!reduceOp(op, o)) return fastDeclined();
+  return runLists(output, true, list, false, nullptr, [&](const std::vector<HostSpan>& s) {
+    std::vector<Span> ins = spansOf(s, 1, s.size());
+    for (const Span& i : ins) {
+      if (i.count != s[0].count) return std::shared_ptr<Work>();
+    }
+    return comm_->reduceScatterList(std::move(ins), Span{static_cast<char*>(ptr(s[0])), s[0].count}, dtypeOf(s[0]), o,
+                                    algos_.reduceScatter);
+  });
+}
+
 py::object FastCalls::gather(PyObject* tensor, PyObject* list, int root) {
   const bool isRoot = root == comm_->rank();
   if (!isRoot && list != Py_None) return fastDeclined();  // a list on a non-root: the general path names it

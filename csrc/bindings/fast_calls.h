@@ -58,6 +58,10 @@ class __attribute__((visibility("hidden"))) FastCalls {
   pybind11::object barrier();  // with the group's timeout (a timeout of its own: the general path)
   pybind11::object allGather(PyObject* output, PyObject* input);  // output = every rank's input
   pybind11::object reduceScatter(PyObject* output, PyObject* input, PyObject* op);
+  // The list forms: `list` a list or tuple of one buffer per rank, each the size of `tensor`
+  // (`output`) and of its dtype (declined otherwise).
+  pybind11::object allGatherList(PyObject* list, PyObject* tensor);
+  pybind11::object reduceScatterList(PyObject* output, PyObject* list, PyObject* op);
   pybind11::object send(PyObject* tensor, int peer, PyObject* tag);
   pybind11::object recv(PyObject* tensor, int peer, PyObject* tag);  // kAnySource: declined
   // From any rank: the sender's global rank (a Python int) where it ran to its end, else as

@@ -120,6 +120,16 @@ PyObject* callsReduceScatter(PyObject* self, PyObject* const* a, Py_ssize_t n) {
   return guarded([&] { return calls(self)->reduceScatter(a[0], a[1], a[2]); });
 }
 
+PyObject* callsAllGatherList(PyObject* self, PyObject* const* a, Py_ssize_t n) {
+  if (!arity("all_gather_list(tensor_list, tensor)", n, 2)) return nullptr;
+  return guarded([&] { return calls(self)->allGatherList(a[0], a[1]); });
+}
+
+PyObject* callsReduceScatterList(PyObject* self, PyObject* const* a, Py_ssize_t n) {
+  if (!arity("reduce_scatter_list(output, input_list, op)", n, 3)) return nullptr;
+  return guarded([&] { return calls(self)->reduceScatterList(a[0], a[1], a[2]); });
+}
+
 PyObject* callsSend(PyObject* self, PyObject* const* a, Py_ssize_t n) {
   int peer;
   if (!arity("send(tensor, peer, tag)", n, 3) || !rankArgument("send", a[1], peer)) return nullptr;
@@ -245,6 +255,16 @@ PyObject* frontReduceScatter(PyObject* self, PyObject* const* a, Py_ssize_t n) {
   return onGroup(self, a[0], [&](FastCalls& f) { return f.reduceScatter(a[1], a[2], a[3]); });
 }
 
+PyObject* frontAllGatherList(PyObject* self, PyObject* const* a, Py_ssize_t n) {
+  if (!arity("all_gather_list(group, tensor_list, tensor)", n, 3)) return nullptr;
+  return onGroup(self, a[0], [&](FastCalls& f) { return f.allGatherList(a[1], a[2]); });
+}
+
+PyObject* frontReduceScatterList(PyObject* self, PyObject* const* a, Py_ssize_t n) {
+  if (!arity("reduce_scatter_list(group, output, input_list, op)", n, 4)) return nullptr;
+  return onGroup(self, a[0], [&](FastCalls& f) { return f.reduceScatterList(a[1], a[2], a[3]); });
+}
+
 PyObject* frontSend(PyObject* self, PyObject* const* a, Py_ssize_t n) {
   if (!arity("send(group, tensor, dst, tag)", n, 4)) return nullptr;
   return onGroup(self, a[0], [&](FastCalls& f) {
@@ -314,6 +334,8 @@ PyMethodDef callsMethods[] = {
     {"barrier", PYCOLLECT_FASTCALL(callsBarrier), "barrier()"},
     {"all_gather", PYCOLLECT_FASTCALL(callsAllGather), "all_gather(output, input)"},
     {"reduce_scatter", PYCOLLECT_FASTCALL(callsReduceScatter), "reduce_scatter(output, input, op)"},
+    {"all_gather_list", PYCOLLECT_FASTCALL(callsAllGatherList), "all_gather_list(tensor_list, tensor)"},
+    {"reduce_scatter_list", PYCOLLECT_FASTCALL(callsReduceScatterList), "reduce_scatter_list(output, input_list, op)"},
     {"send", PYCOLLECT_FASTCALL(callsSend), "send(tensor, peer, tag)"},
     {"recv", PYCOLLECT_FASTCALL(callsRecv), "recv(tensor, peer, tag): a named peer only"},
     {"gather", PYCOLLECT_FASTCALL(callsGather), "gather(tensor, gather_list, root)"},
@@ -329,6 +351,8 @@ PyMethodDef frontMethods[] = {
     {"barrier", PYCOLLECT_FASTCALL(frontBarrier), "barrier(group)"},
     {"all_gather", PYCOLLECT_FASTCALL(frontAllGather), "all_gather(group, output, input)"},
     {"reduce_scatter", PYCOLLECT_FASTCALL(frontReduceScatter), "reduce_scatter(group, output, input, op)"},
+    {"all_gather_list", PYCOLLECT_FASTCALL(frontAllGatherList), "all_gather_list(group, tensor_list, tensor)"},
+    {"reduce_scatter_list", PYCOLLECT_FASTCALL(frontReduceScatterList), "reduce_scatter_list(group, output, input_list, op)"},
     {"send", PYCOLLECT_FASTCALL(frontSend), "send(group, tensor, dst, tag)"},
     {"recv", PYCOLLECT_FASTCALL(frontRecv), "recv(group, tensor, src, tag): src None for any rank, whose global rank comes back"},
     {"gather", PYCOLLECT_FASTCALL(frontGather), "gather(group, tensor, gather_list, dst)"},

@@ -8,7 +8,8 @@
 // others' flags, which checks every rank's call (shared_arena.h, "Mismatches").
 //
 // All-gather: each rank copies its input into its slot and raises `arrived`; once every
-// peer has, each copies every slot into its place in the output.
+// peer has, each copies every slot into its place in the output (one buffer, or a list of
+// one tensor per rank: list_forms.cc).
 //
 // Barrier: each rank raises `arrived` and waits until every peer has.
 #include <cstring>
@@ -36,22 +37,38 @@ void broadcastShared(Context& ctx, void* data, size_t bytes, int root) {
   });
 }
 
+namespace {
+
+// The all-gather on the arena, rank p's `count` elements written from place(p) on.
+template <class Place>
+void allgatherSharedTo(Context& ctx, SharedArena& a, const char* src, size_t count, size_t es, Place place) {
+  inRounds(ctx, a, count, kArenaSlotBytes / es, "shared all-gather", [&](uint32_t k, size_t off, size_t n) {
+    a.put(k, 0, src + off * es, n * es);
+    a.arrive(k);
+    a.waitAllArrived(ctx, k, "its all-gather input");
+    for (int p = 0; p < ctx.size && n > 0; ++p) {
+      char* to = place(p) + off * es;
+      const char* from = p == ctx.rank ? src + off * es : a.slot(p, k);
+      if (to != from) std::memcpy(to, from, n * es);
+    }
+  });
+}
+
+}  // namespace
+
 void allgatherShared(Context& ctx, const void* in, void* out, size_t count, DType dtype) {
   SharedArena* a = ctx.arena();
   if (a == nullptr || !a->ensure(ctx)) return allgatherRing(ctx, in, out, count, dtype);
   const size_t es = dtypeSize(dtype);
-  const char* src = static_cast<const char*>(in);
   char* dst = static_cast<char*>(out);
-  inRounds(ctx, *a, count, kArenaSlotBytes / es, "shared all-gather", [&](uint32_t k, size_t off, size_t n) {
-    a->put(k, 0, src + off * es, n * es);
-    a->arrive(k);
-    a->waitAllArrived(ctx, k, "its all-gather input");
-    for (int p = 0; p < ctx.size && n > 0; ++p) {
-      char* place = dst + (p * count + off) * es;
-      const char* from = p == ctx.rank ? src + off * es : a->slot(p, k);
-      if (place != from) std::memcpy(place, from, n * es);
-    }
-  });
+  allgatherSharedTo(ctx, *a, static_cast<const char*>(in), count, es, [&](int p) { return dst + p * count * es; });
+}
+
+bool allgatherSharedInto(Context& ctx, Span in, const std::vector<Span>& outs, DType dtype) {
+  SharedArena* a = ctx.arena();
+  if (a == nullptr || !a->ensure(ctx)) return false;
+  allgatherSharedTo(ctx, *a, in.data, in.count, dtypeSize(dtype), [&](int p) { return outs[p].data; });
+  return true;
 }
 
 void barrierShared(Context& ctx) {

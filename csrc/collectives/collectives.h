@@ -91,6 +91,8 @@ void reduceScatterShared(Context& ctx, const void* in, void* out, size_t count, 
 void reduceShared(Context& ctx, void* data, size_t count, DType dtype, ReduceOp op, int root);
 void broadcastShared(Context& ctx, void* data, size_t bytes, int root);
 void allgatherShared(Context& ctx, const void* in, void* out, size_t count, DType dtype);
+// The same into one span per rank; false (nothing done) where the group cannot share memory.
+bool allgatherSharedInto(Context& ctx, Span in, const std::vector<Span>& outs, DType dtype);
 void barrierShared(Context& ctx);
 // At any size (shared_arena.h, "Parts": sizes may differ by rank, so none could choose by its own).
 void gatherShared(Context& ctx, Span in, const std::vector<Span>& outs, DType dtype, int root);
@@ -121,5 +123,11 @@ void allreduceCoalesced(Context& ctx, const std::vector<Span>& tensors, DType dt
                         Algo algo);
 void allgatherCoalesced(Context& ctx, const std::vector<Span>& ins, const std::vector<Span>& outs,
                         DType dtype, Algo algo);
+
+// The list forms (list_forms.cc): the flat all-gather's and reduce-scatter's calls on the
+// wire, with one span per rank on this side. outs[r] gets rank r's `in`; `out` gets the
+// reduction of every rank's ins[rank]. `algo`: allgatherWith's, reduceScatterWith's.
+void allgatherInto(Algo algo, Context& ctx, Span in, const std::vector<Span>& outs, DType dtype);
+void reduceScatterFrom(Algo algo, Context& ctx, const std::vector<Span>& ins, Span out, DType dtype, ReduceOp op);
 
 }  // namespace pycollect

@@ -24,6 +24,20 @@ Algo chooseAllreduce(const CommOptions& o, int size, size_t bytes) {
   return hierarchyOr(bytes, o.hierarchicalFrom.allreduce, lookupAuto(o.allreduceAuto, bytes, fixed));
 }
 
+// A list form's spans: one per rank of the group (`size`), each of `count` elements.
+void checkCounts(const std::vector<Span>& spans, int size, size_t count, const char* what) {
+  if (spans.size() != static_cast<size_t>(size)) {
+    throw InvalidArgument(std::string(what) + ": " + std::to_string(spans.size()) + " buffers given, expected " +
+                          std::to_string(size));
+  }
+  for (size_t p = 0; p < spans.size(); ++p) {
+    if (spans[p].count != count) {
+      throw InvalidArgument(std::string(what) + ": buffer " + std::to_string(p) + " holds " +
+                            std::to_string(spans[p].count) + " elements, expected " + std::to_string(count));
+    }
+  }
+}
+
 // A host of its own for each of `size` ranks: the hosts until the group tells them.
 std::vector<int> eachAlone(int size) {
   std::vector<int> hosts;
@@ -187,6 +201,21 @@ std::shared_ptr<Work> Communicator::allGather(const void* in, void* out, size_t 
   const WireHeader h = allGatherHeader(count, dtype, algo, count * dtypeSize(dtype) * size_);
   const Algo chosen = static_cast<Algo>(h.algo);
   return enqueue(h, [=](Context& c) { allgatherWith(chosen, c, in, out, count, dtype); });
+}
+
+std::shared_ptr<Work> Communicator::allGatherList(Span in, std::vector<Span> outs, DType dtype, Algo algo) {
+  checkCounts(outs, size_, in.count, "all_gather(outputs)");
+  const WireHeader h = allGatherHeader(in.count, dtype, algo, in.count * dtypeSize(dtype) * size_);
+  const Algo chosen = static_cast<Algo>(h.algo);
+  return enqueue(h, [=, outs = std::move(outs)](Context& c) { allgatherInto(chosen, c, in, outs, dtype); });
+}
+
+std::shared_ptr<Work> Communicator::reduceScatterList(std::vector<Span> ins, Span out, DType dtype, ReduceOp op,
+                                                      Algo algo) {
+  checkCounts(ins, size_, out.count, "reduce_scatter(inputs)");
+  const WireHeader h = reduceScatterHeader(out.count, dtype, op, algo, out.count * dtypeSize(dtype) * size_);
+  const Algo chosen = static_cast<Algo>(h.algo);
+  return enqueue(h, [=, ins = std::move(ins)](Context& c) { reduceScatterFrom(chosen, c, ins, out, dtype, op); });
 }
 
 WireHeader Communicator::reduceScatterHeader(size_t count, DType dtype, ReduceOp op, Algo algo, size_t inBytes) {

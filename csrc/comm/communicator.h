@@ -157,6 +157,10 @@ class Communicator {
   // `algo`: kAuto (options().allgatherAuto by the bytes each rank ends with, else the
   // ring), kRing or kBruck.
   std::shared_ptr<Work> allGather(const void* in, void* out, size_t count, DType dtype, Algo algo);
+  // The list forms (collectives/list_forms.cc): the same calls on the wire as allGather's
+  // and reduceScatter's, with one span per rank of in.count (out.count) elements here.
+  std::shared_ptr<Work> allGatherList(Span in, std::vector<Span> outs, DType dtype, Algo algo);
+  std::shared_ptr<Work> reduceScatterList(std::vector<Span> ins, Span out, DType dtype, ReduceOp op, Algo algo);
   // `algo` of reduceScatter and broadcast: kAuto (hierarchical from the group's
   // HierarchicalFrom on, else the ring), kRing or kHierarchical.
   std::shared_ptr<Work> reduceScatter(const void* in, void* out, size_t count, DType dtype,
