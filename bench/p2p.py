@@ -29,8 +29,8 @@ import null_backend
 
 from pycollect._C import ANY_SOURCE as _ANY_SOURCE
 
-OPS = ("ping_pong", "ping_pong_any", "all_reduce", "broadcast", "barrier", "reduce", "all_gather", "reduce_scatter", "gather",
-       "scatter", "all_to_all")
+OPS = ("ping_pong", "ping_pong_any", "all_reduce", "broadcast", "barrier", "reduce", "all_gather", "reduce_scatter",
+       "all_gather_list", "reduce_scatter_list", "gather", "scatter", "all_to_all")
 
 
 def _median_p99(xs):
@@ -46,7 +46,7 @@ def _caller(api, rank, op, group):
     out2 = torch.empty(4)
     parts = [torch.empty(2), torch.empty(2)]
     # Views and inputs made once: a slice or a clone per call would be timed as the call's.
-    rs_out, rs_in, a2a_in = t[:1], out2[:2], torch.ones(4)
+    rs_out, rs_in, a2a_in, part_out = t[:1], out2[:2], torch.ones(4), torch.empty(2)
     if op == "ping_pong":
         def call():
             if rank == 0:
@@ -85,6 +85,12 @@ def _caller(api, rank, op, group):
 
         def call():
             reduce_scatter(rs_out, rs_in, group=group)
+    elif op == "all_gather_list":  # torch's list forms: a tensor per rank
+        def call():
+            api.all_gather(parts, t, group=group)
+    elif op == "reduce_scatter_list":
+        def call():
+            api.reduce_scatter(part_out, parts, group=group)
     elif op == "gather":
         def call():
             api.gather(t, parts if rank == 0 else None, 0, group=group)

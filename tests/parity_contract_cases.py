@@ -197,13 +197,17 @@ def _bitwise_refused_on_floats(g):
 
 
 def _strided_all_gather_outputs(g):
-    """all_gather into the columns of one tensor (big.unbind(1): views with a stride)."""
+    """all_gather into the columns of one tensor (big.unbind(1): views with a stride); then
+    rank 0 into columns and the others into tensors of their own (pycollect: one buffer
+    copied into the columns on rank 0, straight into the tensors elsewhere; one call)."""
     me, n = g.rank(), g.size()
     big = torch.zeros(5, n + 1)
     dist.all_gather(list(big.unbind(1))[:n], torch.arange(5.0) + 10 * me, group=g)
     rows = torch.zeros(n, 2 * n, dtype=torch.int64)
     dist.all_gather([rows[:, 2 * k] for k in range(n)], torch.full((n,), me + 1), group=g)
-    return big.tolist(), rows.tolist()
+    mixed = [rows[:, 2 * k + 1] for k in range(n)] if me == 0 else [torch.zeros(n, dtype=torch.int64) for _ in range(n)]
+    dist.all_gather(mixed, torch.full((n,), 10 * me + 3), group=g)
+    return big.tolist(), rows.tolist(), [t.tolist() for t in mixed]
 
 
 def _reduce_scatter_of_different_sizes(g):

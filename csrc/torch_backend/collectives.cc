@@ -25,6 +25,20 @@ bool onCuda(const char* method, c10::ArrayRef<at::Tensor> first, c10::ArrayRef<a
 
 Span spanOf(const at::Tensor& t) { return Span{static_cast<char*>(t.data_ptr()), static_cast<size_t>(t.numel())}; }
 
+std::vector<Span> spansOf(const std::vector<at::Tensor>& tensors) {
+  std::vector<Span> out;
+  out.reserve(tensors.size());
+  for (const auto& t : tensors) out.push_back(spanOf(t));
+  return out;
+}
+
+bool contiguous(const std::vector<at::Tensor>& tensors) {
+  for (const auto& t : tensors) {
+    if (!t.is_contiguous()) return false;
+  }
+  return true;
+}
+
 // A root's list argument on the other ranks.
 const std::vector<at::Tensor> kNoTensors;
 
@@ -205,7 +219,14 @@ WorkPtr Backend::allgather(std::vector<std::vector<at::Tensor>>& outputs, std::v
   // Any strides (a view such as big.unbind(1)): the finish step copies into them.
   const std::vector<at::Tensor>& outs = groupList(outputs, input, method, "output_tensors", true);
   for (const auto& o : outs) checkNumel(o, input.numel(), method, "output_tensors");
-  onCuda(method, outs, input);
+  if (!onCuda(method, outs, input) && !hostStaged() && contiguous(outs)) {
+    // Host tensors each in one piece: the engine writes every rank's part into its tensor
+    // (the flat all-gather on the wire: collectives/list_forms.cc).
+    return run(make(OpType::ALLGATHER, method, outs), !opts.asyncOp, [&](TorchWork& w) {
+      w.keep(input);
+      w.add(comm_->allGatherList(spanOf(input), spansOf(outs), i.dtype, Algo::kAuto));
+    });
+  }
   // Gathered into one buffer, then copied into the list (the Work's finish step): on the
   // device for CUDA tensors (a staged all-gather), else in host memory.
   at::Tensor flat = at::empty({input.numel() * size_}, input.options());
@@ -340,6 +361,13 @@ WorkPtr Backend::reduce_scatter(std::vector<at::Tensor>& outputs, std::vector<st
   for (const auto& t : ins) even = even && t.numel() == output.numel();
   const bool cuda = onCuda(method, ins, output);
   const Reduction r = reduction(opts.reduceOp, method);
+  if (even && !cuda && !r.premul() && contiguous(ins)) {
+    // Host tensors: the engine packs them into the flat call (collectives/list_forms.cc).
+    return run(make(OpType::REDUCE_SCATTER, method, {output}), !opts.asyncOp, [&](TorchWork& w) {
+      for (const auto& t : ins) w.keep(t);
+      w.add(comm_->reduceScatterList(spansOf(ins), spanOf(output), o.dtype, r.op, Algo::kAuto));
+    });
+  }
   // The list, one flat host buffer (PREMUL_SUM's factor applied there, not to the inputs).
   std::vector<at::Tensor> flats;
   for (const auto& t : ins) flats.push_back((cuda ? hostInput(t) : t).reshape({-1}));

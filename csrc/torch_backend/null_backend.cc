@@ -28,6 +28,14 @@ WorkPtr NullBackend::barrier(const c10d::BarrierOptions&) { return done(rank_, c
 WorkPtr NullBackend::_allgather_base(at::Tensor& out, at::Tensor&, const c10d::AllgatherOptions&) {
   return done(rank_, c10d::OpType::_ALLGATHER_BASE, {out});
 }
+WorkPtr NullBackend::allgather(std::vector<std::vector<at::Tensor>>& out, std::vector<at::Tensor>&,
+                               const c10d::AllgatherOptions&) {
+  return done(rank_, c10d::OpType::ALLGATHER, out.empty() ? std::vector<at::Tensor>() : out[0]);
+}
+WorkPtr NullBackend::reduce_scatter(std::vector<at::Tensor>& out, std::vector<std::vector<at::Tensor>>&,
+                                    const c10d::ReduceScatterOptions&) {
+  return done(rank_, c10d::OpType::REDUCE_SCATTER, out);
+}
 WorkPtr NullBackend::_reduce_scatter_base(at::Tensor& out, at::Tensor&, const c10d::ReduceScatterOptions&) {
   return done(rank_, c10d::OpType::_REDUCE_SCATTER_BASE, {out});
 }

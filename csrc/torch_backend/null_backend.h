@@ -19,6 +19,10 @@ class NullBackend : public c10d::Backend {
   WorkPtr reduce(std::vector<at::Tensor>& t, const c10d::ReduceOptions&) override;
   WorkPtr barrier(const c10d::BarrierOptions&) override;
   WorkPtr _allgather_base(at::Tensor& out, at::Tensor& in, const c10d::AllgatherOptions&) override;
+  WorkPtr allgather(std::vector<std::vector<at::Tensor>>& out, std::vector<at::Tensor>& in,
+                    const c10d::AllgatherOptions&) override;
+  WorkPtr reduce_scatter(std::vector<at::Tensor>& out, std::vector<std::vector<at::Tensor>>& in,
+                         const c10d::ReduceScatterOptions&) override;
   WorkPtr _reduce_scatter_base(at::Tensor& out, at::Tensor& in, const c10d::ReduceScatterOptions&) override;
   WorkPtr gather(std::vector<std::vector<at::Tensor>>& out, std::vector<at::Tensor>& in,
                  const c10d::GatherOptions&) override;
