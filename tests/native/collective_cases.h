@@ -87,6 +87,42 @@ void broadcastCase(Communicator& c, Algo algo, size_t count, int root, int style
                       << " count " << count);
 }
 
+// The list forms (collectives/list_forms.cc): an all-gather into one vector per rank and a
+// reduce-scatter from one, on the even ranks; the odd ranks make the flat calls, which the
+// list forms must meet (the same call on the wire).
+inline void listFormCases(Communicator& c, Algo algo, size_t count, int style) {
+  const int rank = c.rank(), n = c.size();
+  const bool list = rank % 2 == 0;
+  std::vector<float> in(count), flatOut(count * n, -1.0f);
+  for (size_t i = 0; i < count; ++i) in[i] = value<float>(rank, i);
+  std::vector<std::vector<float>> parts(n, std::vector<float>(count, -1.0f));
+  std::vector<Span> spans;
+  for (auto& p : parts) spans.push_back(Span{reinterpret_cast<char*>(p.data()), p.size()});
+  const Span mine{reinterpret_cast<char*>(in.data()), count};
+  runCall(c, style, [&] {
+    return list ? c.allGatherList(mine, spans, DType::kFloat32, algo)
+                : c.allGather(in.data(), flatOut.data(), count, DType::kFloat32, algo);
+  });
+  for (int r = 0; r < n; ++r) {
+    const float* got = list ? parts[r].data() : flatOut.data() + r * count;
+    EXPECT_EACH(got, count, [&](size_t i) { return value<float>(r, i); },
+                "rank " << rank << "/" << n << (list ? " list" : " flat") << " all-gather "
+                        << pycollect::algoName(algo) << " count " << count << ": rank " << r << "'s part");
+  }
+  // Reduce-scatter: rank r's part p holds value(r, p * count + i), as the flat input would.
+  std::vector<float> flatIn(count * n), out(count, -1.0f);
+  for (size_t j = 0; j < flatIn.size(); ++j) flatIn[j] = value<float>(rank, j);
+  for (int p = 0; p < n; ++p) std::copy(flatIn.begin() + p * count, flatIn.begin() + (p + 1) * count, parts[p].begin());
+  runCall(c, style + 1, [&] {
+    return list ? c.reduceScatterList(spans, Span{reinterpret_cast<char*>(out.data()), count}, DType::kFloat32,
+                                      ReduceOp::kSum, algo == Algo::kBruck ? Algo::kAuto : algo)
+                : c.reduceScatter(flatIn.data(), out.data(), count, DType::kFloat32, ReduceOp::kSum,
+                                  algo == Algo::kBruck ? Algo::kAuto : algo);
+  });
+  EXPECT_EACH(out.data(), count, [&](size_t i) { return reduced<float>(ReduceOp::kSum, n, rank * count + i); },
+              "rank " << rank << "/" << n << (list ? " list" : " flat") << " reduce-scatter count " << count);
+}
+
 // All-reduce and all-gather of several tensors at once (some empty).
 inline void coalescedCases(Communicator& c, Algo algo, int style) {
   const int rank = c.rank(), n = c.size();

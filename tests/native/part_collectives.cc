@@ -3,8 +3,8 @@
 // bitwise and and xor),
 // all-gather (ring, Bruck, in place), reduce-scatter, broadcast from every root, barrier,
 // reduce, gather and scatter (uneven shares, one empty), the all-gather of counts that differ
-// by rank, all-to-all, coalesced all-reduce
-// and all-gather, calls issued from completion hooks; each call issued blocking under InlineScope or async and waited on in
+// by rank, all-to-all, the list forms of all-gather and reduce-scatter (meeting the flat
+// calls), coalesced all-reduce and all-gather, calls issued from completion hooks; each call issued blocking under InlineScope or async and waited on in
 // another way, and rounds of async calls queued back to back and waited on in reverse.
 // Every rank's result is checked against values.h. collectiveSweep is also part_shm.cc's.
 #include <condition_variable>
@@ -274,6 +274,13 @@ void collectiveSweep(Communicator& c, const Sweep& sweep) {
   stage() = "all-to-all";
   allToAllCase(c, 5, style++);
   allToAllCase(c, 20000, style++);
+  stage() = "list forms";
+  for (Algo algo : {Algo::kAuto, Algo::kRing, Algo::kBruck}) {
+    for (size_t count : sweep.counts) {
+      listFormCases(c, algo, count, style);
+      style += 2;
+    }
+  }
   stage() = "coalesced";
   coalescedCases(c, Algo::kAuto, style++);
   coalescedCases(c, Algo::kRing, style++);
