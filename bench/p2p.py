@@ -164,7 +164,8 @@ def _stub_fast_call(*_args):
 
 
 for _name in ("all_reduce", "broadcast", "barrier", "reduce", "all_gather", "reduce_scatter", "all_gather_list",
-              "reduce_scatter_list", "gather", "scatter", "all_to_all", "all_to_all_single", "send", "recv"):
+              "reduce_scatter_list", "all_reduce_coalesced", "all_gather_coalesced", "gather", "scatter", "all_to_all",
+              "all_to_all_single", "send", "recv"):
     setattr(_StubFront, _name, staticmethod(_stub_fast_call))
 
 

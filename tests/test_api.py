@@ -303,6 +303,19 @@ def case_fast_front():
     mine = np.zeros(3, np.int64)
     parts = tuple(np.full(3, 10 * r + p, np.int64) for p in range(n))
     out["scatter_list"] = (front.reduce_scatter_list(None, mine, parts, 0), mine.tolist())
+    # The coalesced forms: two tensors summed in one call; two gathered from every rank.
+    pair = [np.full(2, r + 1.0, np.float64), np.full(3, 10.0 * (r + 1), np.float64)]
+    out["reduce_coalesced"] = (front.all_reduce_coalesced(None, pair, 0), [p.tolist() for p in pair])
+    rows = [[np.zeros(1, np.int32), np.zeros(2, np.int32)] for _ in range(n)]
+    out["gather_coalesced"] = (front.all_gather_coalesced(None, rows, (np.full(1, r, np.int32), np.full(2, -r, np.int32))),
+                               [[t.tolist() for t in row] for row in rows])
+    ones = [np.ones(1, np.int32), np.ones(2, np.int32)]
+    out["coalesced_declines"] = [front.all_reduce_coalesced(None, [], 0),  # nothing to reduce
+                                 front.all_reduce_coalesced(None, [pair[0], np.ones(2, np.float32)], 0),  # dtypes
+                                 front.all_reduce_coalesced(None, iter(pair), 0),
+                                 front.all_gather_coalesced(None, rows[:-1], ones),  # a rank's list missing
+                                 front.all_gather_coalesced(None, [row[:1] for row in rows], ones),  # an output missing
+                                 front.all_gather_coalesced(None, [row[::-1] for row in rows], ones)]  # sizes
     strided = torch.zeros(2, 2 * n)[:, ::2]  # not contiguous: the general path copies into it
     x = np.zeros(2, np.float32)
     out["list_declines"] = [front.all_gather_list(None, slots[:-1], x),  # a short list
@@ -945,6 +958,10 @@ def test_fast_front_finds_the_group_and_declines_for_the_general_path(pool4):
         assert out["gather_list"] == (None, [[float(q)] * 2 for q in range(WORLD)])
         assert out["scatter_list"] == (None, [sum(10 * q + r for q in range(WORLD))] * 3)
         assert out["list_declines"] == [False] * 7
+        total = WORLD * (WORLD + 1) / 2
+        assert out["reduce_coalesced"] == (None, [[total] * 2, [10 * total] * 3])
+        assert out["gather_coalesced"] == (None, [[[q], [-q, -q]] for q in range(WORLD)])
+        assert out["coalesced_declines"] == [False] * 6
         assert out["profiling"] is False
         errors = out["errors"]
         assert "takes 3 arguments (2 given)" in errors["arity"]

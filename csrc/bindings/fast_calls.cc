@@ -37,14 +37,14 @@ bool plainSpan(PyObject* buffer, bool writes, HostSpan& out) {
   return plainArraySpan(buffer, writes, out) || plainTensorSpan(buffer, writes, out);
 }
 
-// A list or tuple of one buffer per rank, appended to `buffers` (each written where
-// `written`); false for anything else.
+// A list or tuple of one buffer per rank (`size`; 0: any number, at least one), appended
+// to `buffers` (each written where `written`); false for anything else.
 bool rankList(PyObject* list, size_t size, bool written, std::vector<PyObject*>& buffers, std::vector<bool>& writes) {
-  if (!(PyList_CheckExact(list) || PyTuple_CheckExact(list)) || static_cast<size_t>(PySequence_Fast_GET_SIZE(list)) != size) {
-    return false;
-  }
-  buffers.insert(buffers.end(), PySequence_Fast_ITEMS(list), PySequence_Fast_ITEMS(list) + size);
-  writes.insert(writes.end(), size, written);
+  if (!(PyList_CheckExact(list) || PyTuple_CheckExact(list))) return false;
+  const size_t n = static_cast<size_t>(PySequence_Fast_GET_SIZE(list));
+  if (size == 0 ? n == 0 : n != size) return false;
+  buffers.insert(buffers.end(), PySequence_Fast_ITEMS(list), PySequence_Fast_ITEMS(list) + n);
+  writes.insert(writes.end(), n, written);
   return true;
 }
 
@@ -194,6 +194,38 @@ py::object FastCalls::reduceScatterList(PyObject* output, PyObject* list, PyObje
   });
 }
 
+py::object FastCalls::allReduceCoalesced(PyObject* tensors, PyObject* op) {
+  ReduceOp o;
+  std::vector<PyObject*> buffers;
+  std::vector<bool> writes;
+  if (!reduceOp(op, o) || !rankList(tensors, 0, true, buffers, writes)) return fastDeclined();
+  return runBuffers(buffers, writes, [&](const std::vector<HostSpan>& s) {
+    return comm_->allReduceCoalesced(spansOf(s, 0, s.size()), dtypeOf(s[0]), o, algos_.allReduce);
+  });
+}
+
+py::object FastCalls::allGatherCoalesced(PyObject* outputLists, PyObject* inputs) {
+  // The inputs, then each rank's list of outputs in rank order (rank-major, as the engine
+  // takes them): one output per input, of its size.
+  const size_t size = static_cast<size_t>(comm_->size());
+  std::vector<PyObject*> buffers;
+  std::vector<bool> writes;
+  if (!rankList(inputs, 0, false, buffers, writes) || !(PyList_CheckExact(outputLists) || PyTuple_CheckExact(outputLists)) ||
+      static_cast<size_t>(PySequence_Fast_GET_SIZE(outputLists)) != size) {
+    return fastDeclined();
+  }
+  const size_t k = buffers.size();
+  for (size_t r = 0; r < size; ++r) {
+    if (!rankList(PySequence_Fast_GET_ITEM(outputLists, r), k, true, buffers, writes)) return fastDeclined();
+  }
+  return runBuffers(buffers, writes, [&](const std::vector<HostSpan>& s) {
+    for (size_t j = k; j < s.size(); ++j) {
+      if (s[j].count != s[(j - k) % k].count) return std::shared_ptr<Work>();  // the general path names it
+    }
+    return comm_->allGatherCoalesced(spansOf(s, 0, k), spansOf(s, k, s.size()), dtypeOf(s[0]), algos_.allGather);
+  });
+}
+
 py::object FastCalls::gather(PyObject* tensor, PyObject* list, int root) {
   const bool isRoot = root == comm_->rank();
   if (!isRoot && list != Py_None) return fastDeclined();  // a list on a non-root: the general path names it
@@ -284,6 +316,11 @@ py::object FastCalls::runLists(PyObject* tensor, bool tensorWrites, PyObject* li
       (inputs != nullptr && !rankList(inputs, size, false, buffers, writes))) {
     return fastDeclined();
   }
+  return runBuffers(buffers, writes, issue);
+}
+
+template <class Issue>
+py::object FastCalls::runBuffers(const std::vector<PyObject*>& buffers, const std::vector<bool>& writes, Issue issue) {
   // Held here: another thread may change a list while the call runs without the GIL.
   std::vector<py::object> held;
   held.reserve(buffers.size());

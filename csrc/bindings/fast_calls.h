@@ -62,6 +62,10 @@ class __attribute__((visibility("hidden"))) FastCalls {
   // (`output`) and of its dtype (declined otherwise).
   pybind11::object allGatherList(PyObject* list, PyObject* tensor);
   pybind11::object reduceScatterList(PyObject* output, PyObject* list, PyObject* op);
+  // The coalesced forms: `tensors` / `inputs` a list or tuple of buffers of one dtype (at
+  // least one); `outputLists` one such list per rank, each output the size of its input.
+  pybind11::object allReduceCoalesced(PyObject* tensors, PyObject* op);
+  pybind11::object allGatherCoalesced(PyObject* outputLists, PyObject* inputs);
   pybind11::object send(PyObject* tensor, int peer, PyObject* tag);
   pybind11::object recv(PyObject* tensor, int peer, PyObject* tag);  // kAnySource: declined
   // From any rank: the sender's global rank (a Python int) where it ran to its end, else as
@@ -96,6 +100,9 @@ class __attribute__((visibility("hidden"))) FastCalls {
   template <class Issue>
   pybind11::object runLists(PyObject* tensor, bool tensorWrites, PyObject* list, bool listWrites, PyObject* inputs,
                             Issue issue);
+  // The same on `buffers` collected (each written where `writes` says).
+  template <class Issue>
+  pybind11::object runBuffers(const std::vector<PyObject*>& buffers, const std::vector<bool>& writes, Issue issue);
   // Under the group's lock: `issue` run without the GIL, `buffers` kept with its Work;
   // done(the Work) if it ran to its end here.
   template <class Issue, class Done = NothingToSay>

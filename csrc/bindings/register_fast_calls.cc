@@ -130,6 +130,16 @@ PyObject* callsReduceScatterList(PyObject* self, PyObject* const* a, Py_ssize_t 
   return guarded([&] { return calls(self)->reduceScatterList(a[0], a[1], a[2]); });
 }
 
+PyObject* callsAllReduceCoalesced(PyObject* self, PyObject* const* a, Py_ssize_t n) {
+  if (!arity("all_reduce_coalesced(tensors, op)", n, 2)) return nullptr;
+  return guarded([&] { return calls(self)->allReduceCoalesced(a[0], a[1]); });
+}
+
+PyObject* callsAllGatherCoalesced(PyObject* self, PyObject* const* a, Py_ssize_t n) {
+  if (!arity("all_gather_coalesced(output_tensor_lists, input_tensor_list)", n, 2)) return nullptr;
+  return guarded([&] { return calls(self)->allGatherCoalesced(a[0], a[1]); });
+}
+
 PyObject* callsSend(PyObject* self, PyObject* const* a, Py_ssize_t n) {
   int peer;
   if (!arity("send(tensor, peer, tag)", n, 3) || !rankArgument("send", a[1], peer)) return nullptr;
@@ -265,6 +275,16 @@ PyObject* frontReduceScatterList(PyObject* self, PyObject* const* a, Py_ssize_t 
   return onGroup(self, a[0], [&](FastCalls& f) { return f.reduceScatterList(a[1], a[2], a[3]); });
 }
 
+PyObject* frontAllReduceCoalesced(PyObject* self, PyObject* const* a, Py_ssize_t n) {
+  if (!arity("all_reduce_coalesced(group, tensors, op)", n, 3)) return nullptr;
+  return onGroup(self, a[0], [&](FastCalls& f) { return f.allReduceCoalesced(a[1], a[2]); });
+}
+
+PyObject* frontAllGatherCoalesced(PyObject* self, PyObject* const* a, Py_ssize_t n) {
+  if (!arity("all_gather_coalesced(group, output_tensor_lists, input_tensor_list)", n, 3)) return nullptr;
+  return onGroup(self, a[0], [&](FastCalls& f) { return f.allGatherCoalesced(a[1], a[2]); });
+}
+
 PyObject* frontSend(PyObject* self, PyObject* const* a, Py_ssize_t n) {
   if (!arity("send(group, tensor, dst, tag)", n, 4)) return nullptr;
   return onGroup(self, a[0], [&](FastCalls& f) {
@@ -336,6 +356,8 @@ PyMethodDef callsMethods[] = {
     {"reduce_scatter", PYCOLLECT_FASTCALL(callsReduceScatter), "reduce_scatter(output, input, op)"},
     {"all_gather_list", PYCOLLECT_FASTCALL(callsAllGatherList), "all_gather_list(tensor_list, tensor)"},
     {"reduce_scatter_list", PYCOLLECT_FASTCALL(callsReduceScatterList), "reduce_scatter_list(output, input_list, op)"},
+    {"all_reduce_coalesced", PYCOLLECT_FASTCALL(callsAllReduceCoalesced), "all_reduce_coalesced(tensors, op)"},
+    {"all_gather_coalesced", PYCOLLECT_FASTCALL(callsAllGatherCoalesced), "all_gather_coalesced(output_tensor_lists, input_tensor_list)"},
     {"send", PYCOLLECT_FASTCALL(callsSend), "send(tensor, peer, tag)"},
     {"recv", PYCOLLECT_FASTCALL(callsRecv), "recv(tensor, peer, tag): a named peer only"},
     {"gather", PYCOLLECT_FASTCALL(callsGather), "gather(tensor, gather_list, root)"},
@@ -353,6 +375,8 @@ PyMethodDef frontMethods[] = {
     {"reduce_scatter", PYCOLLECT_FASTCALL(frontReduceScatter), "reduce_scatter(group, output, input, op)"},
     {"all_gather_list", PYCOLLECT_FASTCALL(frontAllGatherList), "all_gather_list(group, tensor_list, tensor)"},
     {"reduce_scatter_list", PYCOLLECT_FASTCALL(frontReduceScatterList), "reduce_scatter_list(group, output, input_list, op)"},
+    {"all_reduce_coalesced", PYCOLLECT_FASTCALL(frontAllReduceCoalesced), "all_reduce_coalesced(group, tensors, op)"},
+    {"all_gather_coalesced", PYCOLLECT_FASTCALL(frontAllGatherCoalesced), "all_gather_coalesced(group, output_tensor_lists, input_tensor_list)"},
     {"send", PYCOLLECT_FASTCALL(frontSend), "send(group, tensor, dst, tag)"},
     {"recv", PYCOLLECT_FASTCALL(frontRecv), "recv(group, tensor, src, tag): src None for any rank, whose global rank comes back"},
     {"gather", PYCOLLECT_FASTCALL(frontGather), "gather(group, tensor, gather_list, dst)"},
