@@ -193,7 +193,8 @@ FastCalls* resolve(PyObject* self, PyObject* group, py::object& keep) {
   if (front->profiler == nullptr) {
     PyObject* module = PyDict_GetItemWithError(front->modules, kProfiler);
     if (module != nullptr && PyModule_Check(module)) {
-      front->profiler = Py_NewRef(module);  // a module lives as long as the process: held, not looked up again
+      Py_INCREF(module);  // a module lives as long as the process: held, not looked up again
+      front->profiler = module;
       front->profilerDict = PyModule_GetDict(module);
     }
   }

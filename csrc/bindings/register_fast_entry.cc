@@ -29,6 +29,11 @@
 
 namespace py = pybind11;
 
+// Python 3.9 (pyproject's oldest) has no immutable types: there the entry's type may be changed.
+#ifndef Py_TPFLAGS_IMMUTABLETYPE
+#define Py_TPFLAGS_IMMUTABLETYPE 0
+#endif
+
 namespace pycollect {
 
 namespace {
@@ -72,7 +77,7 @@ int entryParameter(const FastEntryObject* e, PyObject* name) {
 // The caller's arguments bound to the parameters, defaults filled in; false where they do
 // not bind (the Python function says why).
 bool entryBind(const FastEntryObject* e, PyObject* const* args, Py_ssize_t positional, PyObject* kwnames,
-          PyObject** bound) {
+               PyObject** bound) {
   if (positional > e->params) return false;
   for (int i = 0; i < e->params; ++i) bound[i] = i < positional ? args[i] : nullptr;
   const Py_ssize_t keywords = kwnames == nullptr ? 0 : PyTuple_GET_SIZE(kwnames);
@@ -103,7 +108,9 @@ PyObject* entryCall(PyObject* self, PyObject* const* args, size_t nargsf, PyObje
     if (r == nullptr) return nullptr;  // the call's own error (it was issued)
     if (r == Py_None) {
       Py_DECREF(r);
-      return Py_NewRef(e->returns < 0 ? Py_None : bound[e->returns]);
+      PyObject* result = e->returns < 0 ? Py_None : bound[e->returns];
+      Py_INCREF(result);
+      return result;
     }
     if (r != Py_False) {
       if (PyLong_CheckExact(r)) return r;  // the sender of a receive from any source
