@@ -12,8 +12,8 @@ forward, stage s sends only activations (each step's first preceded by a header 
 asked) to s+1; backward, s+1 sends only gradients to s. Sends are posted with pc.isend
 and complete in the background, which is what lets 1F1B's steady state send its
 activation forward and then wait for a gradient without either neighbour blocking.
-Receives are waited for at once; `wait_s` adds up the time spent blocked, the part of a
-step that is bubble (or wire).
+Receives block (the API's fast call, on the caller's thread); `wait_s` adds up the time
+spent blocked in them and in flush, the part of a step that is bubble (or wire).
 
 The header: a receiver must size its buffer before the data arrives. The sender
 announces (ndim, dtype code, dims...) in a HEADER_SLOTS int64 tensor whenever the
@@ -76,13 +76,13 @@ class StageLinks:
     def recv_forward(self, announce: bool) -> torch.Tensor:
         if announce:
             header = torch.empty(HEADER_SLOTS, dtype=torch.int64)
-            self._wait(api.irecv(header, src=self.prev, group=self.group))
+            self._recv(header, self.prev)
             self._incoming = decode_header(header)
         if self._incoming is None:
             raise RuntimeError("recv_forward before any header: the first receive must announce")
         shape, dtype = self._incoming
         x = torch.empty(shape, dtype=dtype)
-        self._wait(api.irecv(x, src=self.prev, group=self.group))
+        self._recv(x, self.prev)
         return x
 
     def send_backward(self, grad: torch.Tensor) -> None:
@@ -90,7 +90,7 @@ class StageLinks:
 
     def recv_backward(self, like: torch.Tensor) -> torch.Tensor:
         grad = torch.empty(like.shape, dtype=like.dtype)
-        self._wait(api.irecv(grad, src=self.next, group=self.group))
+        self._recv(grad, self.next)
         return grad
 
     def flush(self) -> None:
@@ -105,4 +105,11 @@ class StageLinks:
     def _wait(self, work) -> None:
         start = time.perf_counter()
         work.wait()
+        self.wait_s += time.perf_counter() - start
+
+    def _recv(self, t: torch.Tensor, src: int) -> None:
+        """A blocking receive (the API's fast call: on this thread, no hand-off to the
+        engine's), its time counted as waiting."""
+        start = time.perf_counter()
+        api.recv(t, src=src, group=self.group)
         self.wait_s += time.perf_counter() - start
