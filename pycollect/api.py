@@ -193,8 +193,8 @@ def _profiler_active() -> bool:
 # call ran to its end, False when it declined (nothing issued: the general path runs, and
 # raises what is wrong), else the engine's Work of a call it issued that did not end on this
 # thread, which _waited waits on. The public functions that have a fast call are made C
-# entries at the end of this module (_with_fast_call): the functions below are their
-# general paths.
+# entries at the end of this module (_FAST_CALLS, _fast_entries): the functions below are
+# their general paths.
 _fast = _C.fast_front(world)
 
 
@@ -333,9 +333,6 @@ def reduce_scatter_tensor(output, input, op=ReduceOp.SUM, group=None, async_op: 
         return _run(g, g._comm.reduce_scatter_staged, (i.address, o.address, o.numel, o.code, op, algo, *dc),
                     (i, o), async_op)
     return _run(g, g._comm.reduce_scatter, (i.address, o.address, o.numel, o.code, op, algo), (i, o), async_op)
-
-
-# torch 2.13's names for the two flat calls (it deprecates the older ones; both stay here).
 
 
 def reduce_scatter(output, input_list, op=ReduceOp.SUM, group=None, async_op: bool = False, algo=None):
@@ -695,7 +692,6 @@ def get_bytes_sent(group=None) -> int:
     group's shared arena for its peers (the shared-memory collectives), as counted by the
     engine when each operation finished."""
     return _group(group).bytes_sent()
-
 
 
 # The public functions that have a fast call: name -> (FastFront's method, the parameters it

@@ -72,12 +72,24 @@ bool chunkRows(PyObject* splits, long long rows, size_t size, std::vector<size_t
   return total == rows;
 }
 
+// A span as the engine's calls take it.
+Span spanOf(const HostSpan& s) { return Span{static_cast<char*>(ptr(s)), s.count}; }
+
 // Spans [first, end) of `spans`, as the engine's calls take them.
 std::vector<Span> spansOf(const std::vector<HostSpan>& spans, size_t first, size_t end) {
   std::vector<Span> out;
   out.reserve(end - first);
-  for (size_t i = first; i < end; ++i) out.push_back(Span{static_cast<char*>(ptr(spans[i])), spans[i].count});
+  for (size_t i = first; i < end; ++i) out.push_back(spanOf(spans[i]));
   return out;
+}
+
+// Whether every span holds `count` elements (a list form's parts: else the general path
+// names the one that does not).
+bool allOfCount(const std::vector<Span>& spans, size_t count) {
+  for (const Span& s : spans) {
+    if (s.count != count) return false;
+  }
+  return true;
 }
 
 }  // namespace
@@ -173,11 +185,8 @@ py::object FastCalls::recvAny(PyObject* tensor, PyObject* tag) {
 py::object FastCalls::allGatherList(PyObject* list, PyObject* tensor) {
   return runLists(tensor, false, list, true, nullptr, [&](const std::vector<HostSpan>& s) {
     std::vector<Span> outs = spansOf(s, 1, s.size());
-    for (const Span& o : outs) {
-      if (o.count != s[0].count) return std::shared_ptr<Work>();  // the general path names it
-    }
-    return comm_->allGatherList(Span{static_cast<char*>(ptr(s[0])), s[0].count}, std::move(outs), dtypeOf(s[0]),
-                                algos_.allGather);
+    if (!allOfCount(outs, s[0].count)) return std::shared_ptr<Work>();
+    return comm_->allGatherList(spanOf(s[0]), std::move(outs), dtypeOf(s[0]), algos_.allGather);
   });
 }
 
@@ -186,11 +195,8 @@ py::object FastCalls::reduceScatterList(PyObject* output, PyObject* list, PyObje
   if (!reduceOp(op, o)) return fastDeclined();
   return runLists(output, true, list, false, nullptr, [&](const std::vector<HostSpan>& s) {
     std::vector<Span> ins = spansOf(s, 1, s.size());
-    for (const Span& i : ins) {
-      if (i.count != s[0].count) return std::shared_ptr<Work>();
-    }
-    return comm_->reduceScatterList(std::move(ins), Span{static_cast<char*>(ptr(s[0])), s[0].count}, dtypeOf(s[0]), o,
-                                    algos_.reduceScatter);
+    if (!allOfCount(ins, s[0].count)) return std::shared_ptr<Work>();
+    return comm_->reduceScatterList(std::move(ins), spanOf(s[0]), dtypeOf(s[0]), o, algos_.reduceScatter);
   });
 }
 
@@ -232,7 +238,7 @@ py::object FastCalls::gather(PyObject* tensor, PyObject* list, int root) {
   return runLists(tensor, false, isRoot ? list : nullptr, true, nullptr, [&](const std::vector<HostSpan>& s) {
     std::vector<Span> outs = spansOf(s, 1, s.size());  // none on a non-root
     if (isRoot && outs[root].count != s[0].count) return std::shared_ptr<Work>();  // the root's own slot
-    return comm_->gather(Span{static_cast<char*>(ptr(s[0])), s[0].count}, std::move(outs), dtypeOf(s[0]), root);
+    return comm_->gather(spanOf(s[0]), std::move(outs), dtypeOf(s[0]), root);
   });
 }
 
@@ -242,7 +248,7 @@ py::object FastCalls::scatter(PyObject* tensor, PyObject* list, int root) {
   return runLists(tensor, true, isRoot ? list : nullptr, false, nullptr, [&](const std::vector<HostSpan>& s) {
     std::vector<Span> ins = spansOf(s, 1, s.size());
     if (isRoot && ins[root].count != s[0].count) return std::shared_ptr<Work>();
-    return comm_->scatter(std::move(ins), Span{static_cast<char*>(ptr(s[0])), s[0].count}, dtypeOf(s[0]), root);
+    return comm_->scatter(std::move(ins), spanOf(s[0]), dtypeOf(s[0]), root);
   });
 }
 

@@ -25,13 +25,6 @@ bool onCuda(const char* method, c10::ArrayRef<at::Tensor> first, c10::ArrayRef<a
 
 Span spanOf(const at::Tensor& t) { return Span{static_cast<char*>(t.data_ptr()), static_cast<size_t>(t.numel())}; }
 
-std::vector<Span> spansOf(const std::vector<at::Tensor>& tensors) {
-  std::vector<Span> out;
-  out.reserve(tensors.size());
-  for (const auto& t : tensors) out.push_back(spanOf(t));
-  return out;
-}
-
 bool contiguous(const std::vector<at::Tensor>& tensors) {
   for (const auto& t : tensors) {
     if (!t.is_contiguous()) return false;
@@ -222,9 +215,10 @@ WorkPtr Backend::allgather(std::vector<std::vector<at::Tensor>>& outputs, std::v
   if (!onCuda(method, outs, input) && !hostStaged() && contiguous(outs)) {
     // Host tensors each in one piece: the engine writes every rank's part into its tensor
     // (the flat all-gather on the wire: collectives/list_forms.cc).
+    std::vector<std::pair<at::Tensor, at::Tensor>> none;  // host tensors: nothing to copy back
     return run(make(OpType::ALLGATHER, method, outs), !opts.asyncOp, [&](TorchWork& w) {
       w.keep(input);
-      w.add(comm_->allGatherList(spanOf(input), spansOf(outs), i.dtype, Algo::kAuto));
+      w.add(comm_->allGatherList(spanOf(input), hostOutputSpans(outs, false, none), i.dtype, Algo::kAuto));
     });
   }
   // Gathered into one buffer, then copied into the list (the Work's finish step): on the
@@ -364,8 +358,7 @@ WorkPtr Backend::reduce_scatter(std::vector<at::Tensor>& outputs, std::vector<st
   if (even && !cuda && !r.premul() && contiguous(ins)) {
     // Host tensors: the engine packs them into the flat call (collectives/list_forms.cc).
     return run(make(OpType::REDUCE_SCATTER, method, {output}), !opts.asyncOp, [&](TorchWork& w) {
-      for (const auto& t : ins) w.keep(t);
-      w.add(comm_->reduceScatterList(spansOf(ins), spanOf(output), o.dtype, r.op, Algo::kAuto));
+      w.add(comm_->reduceScatterList(hostInputSpans(w, ins, false), spanOf(output), o.dtype, r.op, Algo::kAuto));
     });
   }
   // The list, one flat host buffer (PREMUL_SUM's factor applied there, not to the inputs).
