@@ -205,6 +205,26 @@ def _waited(issued, group, *keepalive) -> None:
     _group(group).wait_issued(issued, keepalive)
 
 
+def _async_work(issued, group, *keepalive) -> Work:
+    """The Work of an async_op=True call the fast path queued (its buffers are already in the
+    group's list of calls in flight, as ProcessGroup.submit leaves them)."""
+    return Work(_group(group), issued, keepalive)
+
+
+def _receiving(work: Work, g: ProcessGroup, src: Optional[int]) -> Work:
+    """An irecv's Work: source_rank() and received_bytes() once it completed."""
+    # work._cwork: the engine's RecvWork, which knows the sender and the message's size
+    work.source_rank = (lambda: src) if src is not None else \
+        (lambda: g.ranks[work._cwork.source] if work.wait() else None)
+    work.received_bytes = lambda: work._cwork.bytes if work.wait() else None
+    return work
+
+
+def _async_recv_work(issued, group, tensor, src, tag) -> Work:
+    """_async_work for an irecv."""
+    return _receiving(_async_work(issued, group, tensor), _group(group), src)
+
+
 def _waited_recv(issued, group, tensor, src, tag) -> int:
     """_waited for a receive: the sender's global rank."""
     _waited(issued, group, tensor)
@@ -422,12 +442,7 @@ def _recv(tensor, src: Optional[int], group, tag: int, async_op: bool):
         raise ValueError("recv(src=None): the group has no other rank to receive from")
     peer = _C.ANY_SOURCE if src is None else g.group_rank(src, "recv(src)")
     if async_op:
-        work = _run(g, g._comm.recv, (b.address, b.numel, b.code, peer, tag), (b,), True)
-        # work._cwork: the engine's RecvWork, which knows the sender and the message's size
-        work.source_rank = (lambda: src) if src is not None else \
-            (lambda: g.ranks[work._cwork.source] if work.wait() else None)
-        work.received_bytes = lambda: work._cwork.bytes if work.wait() else None
-        return work
+        return _receiving(_run(g, g._comm.recv, (b.address, b.numel, b.code, peer, tag), (b,), True), g, src)
     if src is not None:
         _run(g, g._comm.recv, (b.address, b.numel, b.code, peer, tag), (b,), False)
         return src
@@ -715,19 +730,27 @@ _FAST_CALLS = {
                           ("async_op",)),
     "send": ("send", ("group", "tensor", "dst", "tag"), ()),
     "recv": ("recv", ("group", "tensor", "src", "tag"), ()),
+    # off None: every call queued (the API's Work of it returned)
+    "isend": ("send", ("group", "tensor", "dst", "tag"), None),
+    "irecv": ("recv", ("group", "tensor", "src", "tag"), None),
 }
 
 
 def _fast_entries(front, functions) -> dict:
     """Each function of _FAST_CALLS (`functions[name]`: its general path) as a C entry on
     `front` (csrc/bindings/register_fast_entry.cc): a call whose `off` parameters are None or
-    False goes to front's method without a Python frame, and what it declines runs the
-    function. Each keeps its function's name, docstring and signature (__wrapped__)."""
+    False (async_op True too: the call queued, as every isend and irecv) goes to front's
+    method without a Python frame, and what it declines runs the function. Each keeps its
+    function's name, docstring and signature (__wrapped__)."""
     entries = {}
     for name, (method, fast, off) in _FAST_CALLS.items():
         receives = name == "recv"  # returns its src, or the sender's rank
+        # async_op=True (or every call: isend, irecv) queued by the fast call, its Work made here
+        queues = off is None or "async_op" in off
+        work_of = _async_recv_work if name == "irecv" else _async_work
         entry = _C.fast_entry(functions[name], getattr(front, method), _waited_recv if receives else _waited,
-                              fast, off, "src" if receives else None)
+                              fast, off or (), "src" if receives else None,
+                              "async_op" if off and "async_op" in off else None, work_of if queues else None)
         entries[name] = functools.update_wrapper(entry, functions[name])
     return entries
 

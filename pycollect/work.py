@@ -93,7 +93,7 @@ class Work:
                 and self._stream_wait():
             self._complete()  # a finish's copies queue behind the wait; the group keeps the buffers
             return True
-        seconds = to_seconds(timeout)
+        seconds = None if timeout is None else to_seconds(timeout)
         deadline = None if seconds is None else time.monotonic() + seconds
         try:
             # The caller drives the links itself while the worker only progresses posted
@@ -101,9 +101,12 @@ class Work:
             # Without a deadline it also runs the call itself if the worker has not begun it
             # (not a staged call: those are the worker's, comm/communicator_staged.cc).
             comm = self._group._comm
-            run_queued = deadline is None and not self._staged
-            while not comm.wait_driving(self._cwork, _slice(deadline), run_queued):
-                self._check_deadline(deadline, seconds)
+            if deadline is None:
+                while not comm.wait_driving(self._cwork, WAIT_SLICE_S, not self._staged):
+                    pass
+            else:
+                while not comm.wait_driving(self._cwork, _slice(deadline), False):
+                    self._check_deadline(deadline, seconds)
             while self._staged and not self._cwork.wait_device(_slice(deadline)):  # its last copies too
                 self._check_deadline(deadline, seconds)
         except PyCollectError as e:

@@ -188,8 +188,10 @@ def case_fast_calls():
         z = np.ones(3, np.int32)
         pc.all_reduce(z)
         out["api_fast"] = z.tolist()
+        pc.all_reduce(z, async_op=True).wait()  # async_op=True too (FastAsyncScope)
+        out["api_fast"] += z.tolist()
         try:
-            pc.all_reduce(z, async_op=True).wait()
+            pc.all_reduce(z, async_op=True, algo="ring").wait()
             out["async_general"] = "not general"
         except TypeError:  # None is not callable: the general path ran
             out["async_general"] = "general"
@@ -433,6 +435,82 @@ def case_fast_entries():
     after = np.ones(1, np.float64)
     pc.all_reduce(after)
     out["after"] = after.tolist()
+    return out
+
+
+def case_fast_async():
+    """async_op=True on the fast path (register_fast_entry.cc, FastAsyncScope): the call is
+    queued by the C entry, never run on the caller's thread, even behind calls still in
+    flight; it comes back as the API's Work, its buffers held by the group until the engine
+    is done with them, whoever drops the Work."""
+    import gc
+    import weakref
+
+    from pycollect import _C, api
+
+    r, n = pc.get_rank(), pc.get_world_size()
+    total = float(n * (n - 1) / 2)
+    out = {}
+    pc.all_reduce(torch.zeros(1))  # the fast calls read torch tensors once the general path has met one
+    # Through an entry made as the API's, with a recording general path and Work maker.
+    general, made = [], []
+
+    def function(tensor, op=pc.ReduceOp.SUM, group=None, async_op=False, algo=None, compress=None):
+        general.append(async_op)
+        return api.all_reduce.__wrapped__(tensor, op, group, async_op, algo, compress)
+
+    def work_of(work, group, *keep):
+        made.append((type(work).__name__, len(keep)))
+        return api._async_work(work, group, *keep)
+
+    entry = _C.fast_entry(function, api._fast.all_reduce, api._waited, ("group", "tensor", "op"),
+                          ("async_op", "algo", "compress"), None, "async_op", work_of)
+    t = torch.full((2,), float(r))
+    w = entry(t, async_op=True)
+    out["entry"] = (type(w).__name__, w.wait(), t.tolist(), list(general), list(made))
+    t = torch.full((2,), float(r))
+    w = entry(t, algo="ring", async_op=True)  # an algorithm named: the general path
+    out["entry_declined"] = (type(w).__name__, w.wait(), t.tolist(), list(general), len(made))
+    # Several in flight at once, waited in reverse.
+    a, b = np.full(3, float(r), np.float32), torch.full((2,), float(r + 1))
+    slots, c = [torch.zeros(2) for _ in range(n)], np.full(1, float(r), np.float64)
+    works = [pc.all_reduce(a, async_op=True), pc.broadcast(b, 1, async_op=True),
+             pc.all_gather(slots, torch.full((2,), float(r)), async_op=True), pc.all_reduce(c, async_op=True),
+             pc.barrier(async_op=True)]
+    out["in_flight"] = [type(x).__name__ for x in works]
+    out["waited"] = [x.wait() for x in reversed(works)]
+    out["values"] = (a.tolist(), b.tolist(), [s.tolist() for s in slots], c.tolist())
+    # A blocking call behind an async one still in flight (the fast call declines; the
+    # general path queues behind it).
+    x, y = torch.full((2,), float(r)), torch.full((2,), 1.0)
+    w = pc.all_reduce(x, async_op=True)
+    pc.all_reduce(y)
+    out["behind"] = (w.is_completed(), w.wait(), x.tolist(), y.tolist())
+    # The buffer of a Work nobody keeps: held by the group until the call ended and the
+    # group's next call dropped it.
+    buffer = np.full(4, float(r), np.float32)
+    alive = weakref.ref(buffer)
+    pc.all_reduce(buffer, async_op=True)
+    del buffer
+    gc.collect()
+    held = alive() is not None
+    pc.barrier()
+    pc.barrier()
+    gc.collect()
+    out["held"] = (held, alive() is None)
+    # isend and irecv: every call queued by their entries; tags out of order, one from any source.
+    peer = r ^ 1
+    got = [np.zeros(2, np.int32), np.zeros(3, np.int32)]
+    recvs = [pc.irecv(got[1], peer, tag=2), pc.irecv(got[0], None, tag=1)]
+    sends = [pc.isend(np.full(2, r, np.int32), peer, tag=1), pc.isend(np.full(3, 10 + r, np.int32), peer, tag=2)]
+    out["p2p"] = ([type(x).__name__ for x in recvs + sends], [x.wait() for x in sends + recvs],
+                  [x.source_rank() for x in recvs], [x.received_bytes() for x in recvs], [v.tolist() for v in got])
+    # A call that fails (counts that differ across ranks): its Work's wait raises, on every rank.
+    out["failed"] = _on_fresh_group(
+        lambda grp, rank: pc.all_reduce(np.ones(2 + (rank == 0), np.float32), group=grp, async_op=True).wait(), 30.0)
+    after = np.ones(1, np.float64)
+    pc.all_reduce(after)
+    out["after"] = (after.tolist(), total)
     return out
 
 
@@ -894,8 +972,8 @@ def test_fast_calls_take_plain_buffers_and_decline_the_rest(pool4):
         assert out["declined_more"] == {k: False for k in out["declined_more"]}, out["declined_more"]
         assert out["after_more"] == [float(WORLD)]
         assert out["same_bits"]
-        assert out["api_fast"] == [WORLD] * 3
-        assert out["async_general"] == "general"
+        assert out["api_fast"] == [WORLD] * 3 + [WORLD * WORLD] * 3
+        assert out["async_general"] == "general"  # an algorithm named
 
 
 def case_recv_any_against_gloo():
@@ -975,8 +1053,8 @@ def test_fast_entries_bind_as_the_functions_and_fall_back_to_them(pool4):
     results = pool4.run(case_fast_entries)
     for r, out in enumerate(results):
         names = set(out["looks"])
-        assert {"all_reduce", "broadcast", "barrier", "send", "recv", "all_gather_single", "scatter", "all_gather",
-                "reduce_scatter", "all_to_all_single"} <= names, names
+        assert {"all_reduce", "broadcast", "barrier", "send", "recv", "isend", "irecv", "all_gather_single",
+                "scatter", "all_gather", "reduce_scatter", "all_to_all_single"} <= names, names
         assert all(all(v) for v in out["looks"].values()), out["looks"]
         assert out["bound"] == [(None, [float(WORLD - 1)] * 3)] * 3
         assert out["async"] == ("Work", True, [float(WORLD * (WORLD - 1) / 2)] * 2)
@@ -993,6 +1071,21 @@ def test_fast_entries_bind_as_the_functions_and_fall_back_to_them(pool4):
         assert out["failed"][0] == "MismatchError" and "count" in out["failed"][1], out["failed"]
         assert out["seen"] == ["Work"]
         assert out["after"] == [float(WORLD)]
+
+
+def test_async_calls_take_the_fast_path(pool4):
+    for r, out in enumerate(pool4.run(case_fast_async)):
+        total = out["after"][1]
+        assert out["entry"] == ("Work", True, [total] * 2, [], [("Work", 2)])  # (tensor, op) kept
+        assert out["entry_declined"] == ("Work", True, [total] * 2, [True], 1)
+        assert out["in_flight"] == ["Work"] * 5
+        assert out["waited"] == [True] * 5
+        assert out["values"] == ([total] * 3, [2.0] * 2, [[float(q)] * 2 for q in range(WORLD)], [total])
+        assert out["behind"][1:] == (True, [total] * 2, [float(WORLD)] * 2)
+        assert out["held"] == (True, True)
+        assert out["p2p"] == (["Work"] * 4, [True] * 4, [r ^ 1] * 2, [12, 8], [[r ^ 1] * 2, [10 + (r ^ 1)] * 3])
+        assert out["failed"][0] == "MismatchError" and "count" in out["failed"][1], out["failed"]
+        assert out["after"][0] == [float(WORLD)]
 
 
 def test_issue_lock_is_a_lock_whose_waiters_release_the_gil():

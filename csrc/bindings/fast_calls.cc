@@ -340,11 +340,14 @@ py::object FastCalls::runBuffers(const std::vector<PyObject*>& buffers, const st
 
 template <class Issue, class Done>
 py::object FastCalls::issued(PyObject* const* buffers, size_t n, Issue issue, Done done) {
+  const bool async = FastAsyncScope::on();
   IssueLockHeld held(lock_.ptr());
   if (inFlight() != 0) {  // calls issued before: the buffers of those that ended are dropped
     py::object release = releaseSettled_();
     if (!release.is_none()) release();
-    if (inFlight() != 0) return fastDeclined();  // one still runs: the general path queues behind it
+    // One still runs: a blocking call goes the general path, which queues behind it (an
+    // async one is queued behind it here).
+    if (!async && inFlight() != 0) return fastDeclined();
   }
   std::shared_ptr<Work> work;
   {
@@ -352,7 +355,7 @@ py::object FastCalls::issued(PyObject* const* buffers, size_t n, Issue issue, Do
     // its internals first.)
     PyThreadState* saved = PyEval_SaveThread();
     try {
-      Blocking scope(true);
+      Blocking scope(!async);
       work = issue();
     } catch (...) {
       PyEval_RestoreThread(saved);
@@ -361,13 +364,21 @@ py::object FastCalls::issued(PyObject* const* buffers, size_t n, Issue issue, Do
     PyEval_RestoreThread(saved);
   }
   if (work == nullptr) return fastDeclined();
-  if (work->isCompleted() && !work->failed()) return done(*work);
+  if (!async && work->isCompleted() && !work->failed()) return done(*work);
   py::object w = py::cast(work);
   py::tuple keep(n);
   for (size_t i = 0; i < n; ++i) keep[i] = py::reinterpret_borrow<py::object>(buffers[i]);
   pending_.attr("append")(py::make_tuple(w, keep));  // the buffers live until it ends
   return w;
 }
+
+namespace {
+thread_local bool tFastAsync = false;
+}  // namespace
+
+FastAsyncScope::FastAsyncScope() : saved_(tFastAsync) { tFastAsync = true; }
+FastAsyncScope::~FastAsyncScope() { tFastAsync = saved_; }
+bool FastAsyncScope::on() { return tFastAsync; }
 
 Py_ssize_t FastCalls::inFlight() const {
   const Py_ssize_t n = PyObject_Size(pending_.ptr());

@@ -15,6 +15,9 @@
 // the general path does (calls stay in issue order across threads), runs on this thread
 // with the GIL released, and returns None when it ran to its end.
 //
+// async_op=True, isend and irecv (FastAsyncScope, below) take the same calls: queued for the
+// group's worker, even behind calls still in flight, and handed back as their Work.
+//
 // Anything else is declined before anything is issued: False comes back, and Python takes
 // the general path, which raises the errors that name what is wrong (refusals live in one
 // place: a wrong size or a dtype that differs between two buffers is declined here too).
@@ -33,6 +36,20 @@ namespace pycollect {
 
 class Communicator;
 class Work;
+
+// The calls of the API's async_op=True (register_fast_entry.cc): while one lives on a thread,
+// the FastCalls calls made there are queued for the group's worker, never run on the thread,
+// whether or not calls of the group are still in flight, and each comes back as its Work,
+// in the group's list of calls in flight with its buffers (as ProcessGroup.submit leaves it).
+class __attribute__((visibility("hidden"))) FastAsyncScope {
+ public:
+  FastAsyncScope();
+  ~FastAsyncScope();
+  static bool on();
+
+ private:
+  bool saved_;
+};
 
 // Default algorithms of the group's calls with a choice (ProcessGroup._default_algos).
 struct FastAlgos {

@@ -10,6 +10,11 @@
 //   an int  a receive from any source ended: the sender's global rank;
 //   a Work  issued but not ended on this thread: `finish(work, *fast arguments)` waits
 //           for it as the Python function would.
+// An entry given `async_param` (async_op) takes its fast path also where that parameter is
+// True and the others of `off` are off: FastFront's method runs under a FastAsyncScope
+// (fast_calls.h), so the call is queued and comes back as the engine's Work, and
+// `async_finish(work, *fast arguments)` makes the API's Work of it. An entry given
+// `async_finish` without `async_param` (isend, irecv) queues every call so.
 // Anything it cannot bind (a missing or unknown argument, too many) goes to the Python
 // function as well, which raises the TypeError Python would. The Python frame, the
 // defaults and the checks cost some 0.05 us of a 0.7 us all-reduce (docs/measurements.md,
@@ -21,10 +26,12 @@
 #include <pybind11/pybind11.h>
 #include <structmember.h>
 
+#include <algorithm>
 #include <array>
 #include <string>
 #include <vector>
 
+#include "bindings/fast_calls.h"
 #include "bindings/register.h"
 
 namespace py = pybind11;
@@ -57,6 +64,8 @@ struct FastEntryObject {
   std::array<int, kEntryMaxParams> off;  // parameters that must be None or False for the fast path
   int offCount;
   int returns;  // the parameter returned when the call ended (-1: None)
+  int asyncParam;        // the parameter that asks for an async call (-1: none, or every call); one of `off`
+  PyObject* asyncFinish;  // async_finish(work, *fast arguments): the API's Work (nullptr: none)
 };
 
 FastEntryObject* asEntry(PyObject* self) { return reinterpret_cast<FastEntryObject*>(self); }
@@ -97,15 +106,32 @@ PyObject* entryCall(PyObject* self, PyObject* const* args, size_t nargsf, PyObje
   FastEntryObject* e = asEntry(self);
   PyObject* bound[kEntryMaxParams];
   bool fast = entryBind(e, args, PyVectorcall_NARGS(nargsf), kwnames, bound);
+  bool async = e->asyncFinish != nullptr && e->asyncParam < 0;
   for (int j = 0; fast && j < e->offCount; ++j) {
     PyObject* v = bound[e->off[j]];
-    fast = v == Py_None || v == Py_False;
+    if (v == Py_True && e->off[j] == e->asyncParam) {
+      async = true;
+    } else {
+      fast = v == Py_None || v == Py_False;
+    }
   }
   if (fast) {
     PyObject* call[kEntryMaxParams + 1];  // call[0]: room for finish's Work
     for (int j = 0; j < e->fastCount; ++j) call[j + 1] = bound[e->fast[j]];
-    PyObject* r = PyObject_Vectorcall(e->front, call + 1, e->fastCount, nullptr);
+    PyObject* r;
+    if (async) {
+      FastAsyncScope queued;
+      r = PyObject_Vectorcall(e->front, call + 1, e->fastCount, nullptr);
+    } else {
+      r = PyObject_Vectorcall(e->front, call + 1, e->fastCount, nullptr);
+    }
     if (r == nullptr) return nullptr;  // the call's own error (it was issued)
+    if (async && r != Py_False) {  // the queued call's engine Work
+      call[0] = r;
+      PyObject* made = PyObject_Vectorcall(e->asyncFinish, call, e->fastCount + 1, nullptr);
+      Py_DECREF(r);
+      return made;
+    }
     if (r == Py_None) {
       Py_DECREF(r);
       PyObject* result = e->returns < 0 ? Py_None : bound[e->returns];
@@ -130,6 +156,7 @@ int entryTraverse(PyObject* self, visitproc visit, void* arg) {
   Py_VISIT(e->function);
   Py_VISIT(e->front);
   Py_VISIT(e->finish);
+  Py_VISIT(e->asyncFinish);
   Py_VISIT(e->nameTuple);
   Py_VISIT(e->defaultTuple);
   Py_VISIT(Py_TYPE(self));
@@ -142,6 +169,7 @@ int entryClear(PyObject* self) {
   Py_CLEAR(e->function);
   Py_CLEAR(e->front);
   Py_CLEAR(e->finish);
+  Py_CLEAR(e->asyncFinish);
   Py_CLEAR(e->nameTuple);
   Py_CLEAR(e->defaultTuple);
   e->params = 0;  // the names and defaults went with their tuples
@@ -229,7 +257,7 @@ void registerFastEntry(py::module_& m) {
   m.def(
       "fast_entry",
       [](py::function function, py::object front, py::object finish, std::vector<std::string> fast,
-         std::vector<std::string> off, py::object returns) {
+         std::vector<std::string> off, py::object returns, py::object asyncParam, py::object asyncFinish) {
         py::object code = function.attr("__code__");
         const int params = code.attr("co_argcount").cast<int>();
         if (params > kEntryMaxParams || code.attr("co_kwonlyargcount").cast<int>() != 0) {
@@ -260,13 +288,24 @@ void registerFastEntry(py::module_& m) {
         e->function = function.inc_ref().ptr();
         e->front = front.inc_ref().ptr();
         e->finish = finish.inc_ref().ptr();
+        e->asyncParam = -1;
+        if (!asyncParam.is_none()) {
+          e->asyncParam = entryIndices(e, {asyncParam.cast<std::string>()}, "async_param")[0];
+          if (std::find(x.begin(), x.end(), e->asyncParam) == x.end()) {
+            throw py::value_error("fast_entry: async_param must be one of the off parameters");
+          }
+          if (asyncFinish.is_none()) throw py::value_error("fast_entry: async_param needs async_finish");
+        }
+        if (!asyncFinish.is_none()) e->asyncFinish = asyncFinish.inc_ref().ptr();
         return held;
       },
       py::arg("function"), py::arg("front"), py::arg("finish"), py::arg("fast"), py::arg("off"),
-      py::arg("returns") = py::none(),
+      py::arg("returns") = py::none(), py::arg("async_param") = py::none(), py::arg("async_finish") = py::none(),
       "`function` with its fast call in C: front(*fast parameters) where every `off` parameter is None or "
       "False; finish(work, *fast parameters) for a call issued but not ended; `returns`: the parameter "
-      "returned when it ended (register_fast_entry.cc).");
+      "returned when it ended; where `async_param` (one of `off`) is True and the others off, or always "
+      "where `async_finish` is given without it, front's call is queued and async_finish(work, *fast "
+      "parameters) returned (register_fast_entry.cc).");
 }
 
 }  // namespace pycollect
