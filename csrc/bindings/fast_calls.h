@@ -1,5 +1,5 @@
 #pragma once
-// The API's blocking calls on plain host buffers, in one crossing into C++: all_reduce,
+// The API's calls on plain host buffers, in one crossing into C++: all_reduce,
 // broadcast, reduce, all_gather_into_tensor, reduce_scatter_tensor, gather, scatter,
 // all_to_all, all_to_all_single (chunks of the rows, even or by split sizes), send and recv
 // (from a named rank or any): pycollect/api.py tries them first; register_fast_calls.cc
