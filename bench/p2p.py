@@ -8,7 +8,8 @@ same run:
    limit, loopback TCP with a busy-polling receive (pycollect._C.tcp_round_trip_us).
 2. Each call through torch against the same call on pycollect's API and on the null
    backend (bench/null_backend.py: a C++ backend that moves nothing, torch's own dispatch),
-   8 bytes a rank; targets: through torch at most API + null + 1 us, a ping-pong at most
+   8 bytes a rank, an async all-reduce and an isend/irecv round trip (each waited on at
+   once) among them; targets: through torch at most API + null + 1 us, a ping-pong at most
    1.5x the API.
 3. torch.distributed.pipelining: 2 stages (an 8-layer MLP cut in half, 256 and 64 wide:
    the narrower, the larger the communication's share of a step), Schedule1F1B,
@@ -30,7 +31,10 @@ import null_backend
 from pycollect._C import ANY_SOURCE as _ANY_SOURCE
 
 OPS = ("ping_pong", "ping_pong_any", "all_reduce", "broadcast", "barrier", "reduce", "all_gather", "reduce_scatter",
-       "all_gather_list", "reduce_scatter_list", "gather", "scatter", "all_to_all")
+       "all_gather_list", "reduce_scatter_list", "gather", "scatter", "all_to_all", "all_reduce_async", "isend_irecv")
+# Calls whose Work the caller waits on: the hand-off to the engine's thread is most of them, and
+# the stubbed API (python_share) has no engine thread to hand to.
+ASYNC_OPS = ("all_reduce_async", "isend_irecv")
 
 
 def _median_p99(xs):
@@ -97,6 +101,17 @@ def _caller(api, rank, op, group):
     elif op == "scatter":
         def call():
             api.scatter(t, parts if rank == 0 else None, 0, group=group)
+    elif op == "all_reduce_async":
+        def call():
+            api.all_reduce(t, group=group, async_op=True).wait()
+    elif op == "isend_irecv":  # a round trip of isend and irecv, each waited on at once
+        def call():
+            if rank == 0:
+                api.isend(t, 1, group=group).wait()
+                api.irecv(t, 1, group=group).wait()
+            else:
+                api.irecv(t, 0, group=group).wait()
+                api.isend(t, 0, group=group).wait()
     else:
         def call():
             api.all_to_all_single(out2, a2a_in, group=group)
@@ -199,7 +214,8 @@ def python_share(rank, ops, engines, stubbed, iters):
     api._fast = _StubFront()
     vars(api).update({attr: stand_ins[value.__name__] for attr, value in saved.items()})
     try:
-        return {op: {"api": _time_calls(_caller(api, 0, op, engines["api"][1]), iters)} for op in ops}
+        return {op: {"api": _time_calls(_caller(api, 0, op, engines["api"][1]), iters)} for op in ops
+                if op not in ASYNC_OPS}
     finally:
         api._fast = front
         vars(api).update(saved)
@@ -331,9 +347,10 @@ def main() -> int:
           "met | Gloo |")
     print("|---|---|---|---|---|---|---|---|---|")
     for op in OPS:
-        r, st = rows[0][1][op], rows[0][1]["stubbed"][op]
+        r, st = rows[0][1][op], rows[0][1]["stubbed"].get(op)
         bound = r["api"][0] + r["null"][0] + 1.0
-        print(f"| {op} | {r['api'][0]:.1f} | {st['api']:.1f} | {r['torch'][0]:.1f} | {r['null'][0]:.1f} | "
+        python = "-" if st is None else f"{st['api']:.1f}"
+        print(f"| {op} | {r['api'][0]:.1f} | {python} | {r['torch'][0]:.1f} | {r['null'][0]:.1f} | "
               f"{r['torch'][0] - r['null'][0]:.1f} | {bound:.1f} | {'yes' if r['torch'][0] <= bound else 'no'} | "
               f"{r['gloo'][0]:.1f} |")
     pp = rows[0][1]["ping_pong"]
