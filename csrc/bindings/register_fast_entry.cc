@@ -127,6 +127,11 @@ PyObject* entryCall(PyObject* self, PyObject* const* args, size_t nargsf, PyObje
     }
     if (r == nullptr) return nullptr;  // the call's own error (it was issued)
     if (async && r != Py_False) {  // the queued call's engine Work
+      if (r == Py_None) {  // FastCalls hands back every call it queued (fast_calls.h)
+        Py_DECREF(r);
+        PyErr_SetString(PyExc_RuntimeError, "pycollect: a queued fast call came back without its Work");
+        return nullptr;
+      }
       call[0] = r;
       PyObject* made = PyObject_Vectorcall(e->asyncFinish, call, e->fastCount + 1, nullptr);
       Py_DECREF(r);
