@@ -147,10 +147,14 @@ def _steps(out: str, replica: int) -> list:
         return [(int(a), float(b)) for a, b in (line.split() for line in f if line.count(" ") == 1)]
 
 
-def _wait(what: str, cond, timeout: float = 120.0) -> None:
+def _wait(what: str, cond, timeout: float = 120.0, out: str = None, jobs=()) -> None:
+    """Until cond(); else fails naming `what`, with each job's exit code (None: still running)
+    and the tail of every job's log in `out`."""
     deadline = time.monotonic() + timeout
     while not cond():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        if time.monotonic() >= deadline:
+            codes = [proc.poll() for proc in jobs]
+            pytest.fail(f"timed out waiting for {what}; the jobs' exit codes {codes}\n" + (_logs(out) if out else ""))
         time.sleep(0.1)
 
 
@@ -170,13 +174,15 @@ def test_ft_replica_group_killed_and_rejoined(tmp_path, job):
     lighthouse = LighthouseServer(bind="[::]:0", min_replicas=1, join_timeout_ms=2000)
     jobs = [_replica_group(job, r, lighthouse.address(), out, steps) for r in (0, 1)]
     try:
-        _wait("both replica groups to step", lambda: len(_steps(out, 0)) >= 10 and len(_steps(out, 1)) >= 10)
+        _wait("both replica groups to step", lambda: len(_steps(out, 0)) >= 10 and len(_steps(out, 1)) >= 10,
+              out=out, jobs=jobs)
         _kill_tree(jobs[1].pid)
         jobs[1].wait(30)
         killed_at, before = time.time(), len(_steps(out, 1))
-        _wait("replica group 0 to step on alone", lambda: len([s for s, t in _steps(out, 0) if t > killed_at]) >= 5)
+        _wait("replica group 0 to step on alone", lambda: len([s for s, t in _steps(out, 0) if t > killed_at]) >= 5,
+              out=out, jobs=jobs)
         jobs[1] = _replica_group(job, 1, lighthouse.address(), out, steps)
-        _wait("replica group 1 to rejoin", lambda: len(_steps(out, 1)) > before)
+        _wait("replica group 1 to rejoin", lambda: len(_steps(out, 1)) > before, out=out, jobs=jobs)
         end = max(s for r in (0, 1) for s, _ in _steps(out, r)) + 20
         with open(os.path.join(out, "stop.tmp"), "w") as f:
             f.write(str(end))
