@@ -746,11 +746,12 @@ def _fast_entries(front, functions) -> dict:
     for name, (method, fast, off) in _FAST_CALLS.items():
         receives = name == "recv"  # returns its src, or the sender's rank
         # async_op=True (or every call: isend, irecv) queued by the fast call, its Work made here
-        queues = off is None or "async_op" in off
+        async_param = "async_op" if off and "async_op" in off else None
+        queues = off is None or async_param is not None
         work_of = _async_recv_work if name == "irecv" else _async_work
         entry = _C.fast_entry(functions[name], getattr(front, method), _waited_recv if receives else _waited,
-                              fast, off or (), "src" if receives else None,
-                              "async_op" if off and "async_op" in off else None, work_of if queues else None)
+                              fast, off or (), "src" if receives else None, async_param,
+                              work_of if queues else None)
         entries[name] = functools.update_wrapper(entry, functions[name])
     return entries
 

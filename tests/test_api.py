@@ -472,6 +472,14 @@ def case_fast_async():
     t = torch.full((2,), float(r))
     w = entry(t, algo="ring", async_op=True)  # an algorithm named: the general path
     out["entry_declined"] = (type(w).__name__, w.wait(), t.tolist(), list(general), len(made))
+    # A front that answers a queued call with None (the engine's never does): an error, no Work.
+    stub = _C.fast_entry(function, lambda group, tensor, op: None, api._waited, ("group", "tensor", "op"),
+                         ("async_op", "algo", "compress"), None, "async_op", work_of)
+    try:
+        stub(t, async_op=True)
+        out["no_work"] = "no error"
+    except RuntimeError as e:
+        out["no_work"] = (str(e), len(general), len(made))
     # Several in flight at once, waited in reverse.
     a, b = np.full(3, float(r), np.float32), torch.full((2,), float(r + 1))
     slots, c = [torch.zeros(2) for _ in range(n)], np.full(1, float(r), np.float64)
@@ -1089,6 +1097,7 @@ def test_async_calls_take_the_fast_path(pool4):
         total = out["after"][1]
         assert out["entry"] == ("Work", True, [total] * 2, [], [("Work", 2)])  # (tensor, op) kept
         assert out["entry_declined"] == ("Work", True, [total] * 2, [True], 1)
+        assert out["no_work"] == ("pycollect: a queued fast call came back without its Work", 1, 1)
         assert out["in_flight"] == ["Work"] * 5
         assert out["waited"] == [True] * 5
         assert out["values"] == ([total] * 3, [2.0] * 2, [[float(q)] * 2 for q in range(WORLD)], [total])

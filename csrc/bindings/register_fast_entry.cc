@@ -28,6 +28,7 @@
 
 #include <algorithm>
 #include <array>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -118,13 +119,10 @@ PyObject* entryCall(PyObject* self, PyObject* const* args, size_t nargsf, PyObje
   if (fast) {
     PyObject* call[kEntryMaxParams + 1];  // call[0]: room for finish's Work
     for (int j = 0; j < e->fastCount; ++j) call[j + 1] = bound[e->fast[j]];
-    PyObject* r;
-    if (async) {
-      FastAsyncScope queued;
-      r = PyObject_Vectorcall(e->front, call + 1, e->fastCount, nullptr);
-    } else {
-      r = PyObject_Vectorcall(e->front, call + 1, e->fastCount, nullptr);
-    }
+    std::optional<FastAsyncScope> queued;
+    if (async) queued.emplace();
+    PyObject* r = PyObject_Vectorcall(e->front, call + 1, e->fastCount, nullptr);
+    queued.reset();
     if (r == nullptr) return nullptr;  // the call's own error (it was issued)
     if (async && r != Py_False) {  // the queued call's engine Work
       if (r == Py_None) {  // FastCalls hands back every call it queued (fast_calls.h)
