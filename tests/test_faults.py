@@ -1,6 +1,5 @@
 """Faults that need fresh processes: a rank killed mid-collective, strangers on a
 rank's port during rendezvous, IPv6 loopback and interface selection."""
-import glob
 import socket
 import struct
 import threading
@@ -8,6 +7,7 @@ import time
 
 import pytest
 import torch
+import shm_segments
 import shrink_cases
 from fault_cases import case_all_reduce_until_failure, case_host_and_sum
 
@@ -91,7 +91,7 @@ def test_killed_rank_fails_every_other_rank_fast(transport, algo, compress):
         assert failed_at - killed_at < 5.0, f"rank {r} took {failed_at - killed_at:.2f} s"
         assert later == "GroupFailedError", f"rank {r}: {later}"
     # Segments lose their names once both ends have them mapped: a SIGKILL leaves none.
-    assert glob.glob("/dev/shm/pycollect-*") == []
+    assert shm_segments.left_behind() == []
 
 
 @pytest.mark.slow

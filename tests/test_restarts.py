@@ -3,13 +3,12 @@ its checkpoint (tests/restart_job.py). A module of its own, started first under
 scripts/test.sh (tests/conftest.py): it is a minute and more of torchrun attempts, each
 importing torch, that one worker waits on while the others run the rest; its three jobs run
 at once."""
-import glob
 import os
 import subprocess
 import sys
-import time
 
 import pytest
+import shm_segments
 import torch
 
 from pycollect.launch import free_port
@@ -23,7 +22,7 @@ def test_torchrun_restarts_carry_on_from_the_checkpoint(tmp_path):
     with c10d and 2 (the last attempt meets the keys of two before it), and ends with an
     uninterrupted run's parameters; no shared-memory segment is left behind."""
     job = os.path.join(os.path.dirname(os.path.abspath(__file__)), "restart_job.py")
-    before = set(glob.glob("/dev/shm/pycollect-*"))
+    before = shm_segments.named()
 
     def start(name, crashes, *rdzv):
         out = tmp_path / name
@@ -58,11 +57,5 @@ def test_torchrun_restarts_carry_on_from_the_checkpoint(tmp_path):
     for name, got in (("static", static), ("c10d", c10d)):
         for key, want in straight["model"].items():
             assert torch.equal(got["model"][key], want), f"{name}: {key} differs from the uninterrupted run"
-    # Other tests' groups form meanwhile (the suite runs in parallel), each segment named
-    # for a moment only: one of these jobs' would stay.
-    stuck = set(glob.glob("/dev/shm/pycollect-*")) - before
-    deadline = time.monotonic() + 10
-    while stuck and time.monotonic() < deadline:
-        time.sleep(0.2)
-        stuck &= set(glob.glob("/dev/shm/pycollect-*"))
-    assert not stuck, f"shared-memory segments left behind: {sorted(stuck)}"
+    stuck = shm_segments.left_behind(before)
+    assert not stuck, f"shared-memory segments left behind: {stuck}"

@@ -3,7 +3,6 @@ that mixes shared-memory and TCP links, the ring path for data that is never rea
 straight from the sender's memory, PYCOLLECT_TRANSPORT=shm where it cannot be had,
 and no segment left behind in /dev/shm. The collective suite runs on both transports
 (test_collectives.py); a rank killed mid-collective on shm links is in test_faults.py."""
-import glob
 import os
 import signal
 import time
@@ -12,11 +11,8 @@ import pytest
 import torch
 
 import pycollect as pc
+import shm_segments
 from rank_pool import RankPool
-
-
-def _leftover_segments():
-    return glob.glob("/dev/shm/pycollect-*")
 
 
 # -- worker functions ------------------------------------------------------------------
@@ -29,7 +25,7 @@ def case_segments_while_connected():
     pc.all_reduce(t)
     w = pc.get_world_size()
     pc.all_to_all([torch.zeros(1) for _ in range(w)], [torch.ones(1) for _ in range(w)])
-    return pc.get_transport_info(), _leftover_segments(), bool(torch.all(t == pc.get_world_size()))
+    return pc.get_transport_info(), shm_segments.left_behind(), bool(torch.all(t == pc.get_world_size()))
 
 
 def case_mixed_group(env: dict):
@@ -185,7 +181,7 @@ def test_mixed_group_shares_memory_within_a_host_and_tcp_across(pool4, env):
         same = {0: 1, 1: 0, 2: 3, 3: 2}[r]
         assert info == {p: "shm" if p == same else "tcp" for p in range(4) if p != r}
         assert bad == [], f"rank {r}: wrong results {bad}"
-    assert _leftover_segments() == []
+    assert shm_segments.left_behind() == []
 
 
 def test_a_peer_that_sends_and_leaves_is_not_lost(pool4, tmp_path):
