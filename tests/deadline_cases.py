@@ -130,12 +130,13 @@ def case_rendezvous(timeout_s: float):
     return None
 
 
-def case_destroy_while_blocked(how: str) -> dict:
-    """Rank 0 blocks in an all-reduce that rank 1 never joins (inline, on the calling thread;
-    or queued: async, then wait()), and another thread ends the group with
-    `how` ("destroy": pc.destroy_process_group(g); "abort": the group's abort): how long
-    that took, and what the blocked call raised, how soon."""
-    g = _group(60.0)
+def case_destroy_while_blocked(how: str, call: str = "all_reduce", transport: str = "auto") -> dict:
+    """Rank 0 blocks in a call that rank 1 never answers, and another thread ends the group
+    with `how` ("destroy": pc.destroy_process_group(g); "abort": the group's abort): how long
+    that took, and what the blocked call raised, how soon. `call`: "all_reduce" (8 MiB, run
+    inline by the caller), "recv" (blocking, driven by its caller) or "irecv" (posted, then
+    wait(): the worker or the waiter drives it); `transport`: the group's links."""
+    g = _group(60.0, transport=transport)
     out: dict = {}
     if g.rank == 0:
         def end():
@@ -151,7 +152,12 @@ def case_destroy_while_blocked(how: str) -> dict:
         t = threading.Thread(target=end)
         t.start()
         try:
-            pc.all_reduce(torch.ones(1 << 20), group=g)
+            if call == "all_reduce":
+                pc.all_reduce(torch.ones(1 << 20), group=g)
+            elif call == "recv":
+                pc.recv(torch.empty(2), 1, group=g)
+            else:
+                pc.irecv(torch.empty(2), 1, group=g).wait()
             out["call"] = "no error"
         except Exception as e:  # noqa: BLE001 - the test reads it
             out["call"] = f"{type(e).__name__}: {e}"

@@ -52,11 +52,19 @@ def _reinitialised(pool) -> None:
 
 def _ended_at_once(pool) -> None:
     """pc.destroy_process_group and a group's abort, called while a call blocks on another
-    thread: each returns within a second, and the blocked call raises within one too."""
-    for how in ("destroy", "abort"):
-        out = pool.run(dc.case_destroy_while_blocked, how)[0]
-        assert out["end_s"] < 1.0 and out["call_s"] is not None and out["call_s"] < 1.0, (how, out)
-        assert out["call"].startswith(("GroupFailedError", "PeerLostError")) and "all_reduce" in out["call"], (how, out)
+    thread: each returns within a second, and the blocked call raises within one too; a
+    receive nobody answers as well as an all-reduce, on shared memory and on TCP (an abort
+    once left a receive posted on a quiet shared-memory link waiting out its deadline)."""
+    cases = [(how, "all_reduce", "auto") for how in ("destroy", "abort")]
+    cases += [(how, call, transport) for how in ("destroy", "abort") for call in ("recv", "irecv")
+              for transport in ("shm", "tcp")]
+    for case in cases:
+        out = pool.run(dc.case_destroy_while_blocked, *case)[0]
+        assert out["end_s"] < 1.0 and out["call_s"] is not None and out["call_s"] < 1.0, (case, out)
+        named = "all_reduce" if case[1] == "all_reduce" else "recv"
+        assert out["call"].startswith(("GroupFailedError", "PeerLostError")) and named in out["call"], (case, out)
+        if case[0] == "abort":  # the abort's reason, not the links it closed
+            assert "aborted by the test" in out["call"], (case, out)
 
 
 def _flight_ring(pool) -> None:

@@ -17,7 +17,9 @@
 // queued or posted call is finished with an error naming the cause (failPending, also
 // shutdown's, with "the process group was destroyed"). abort() does the same from any
 // thread: it records the reason and interrupts the links, so the running call fails on
-// the worker, which then fails the rest.
+// the worker, which then fails the rest; sends and receives left posted are failed by the
+// next thread that drives (the worker, or a waiter in driveUntil) as soon as it sees the
+// reason, whether or not a link has anything to say ([Note: calls left posted by an abort]).
 //
 // [Note: the driving rule] Several threads may run the engine: the worker, a caller that
 // runs its blocking call inline (enqueue), a caller that posts its send or recv (issueP2P),
@@ -337,11 +339,16 @@ void Communicator::driveUntil(const std::shared_ptr<Work>& work, Clock::time_poi
   auto nextCheck = Clock::now() + interrupt::kCheckEvery;
   for (;;) {
     std::deque<Collective> queued;
+    std::string failure;
     {
       std::lock_guard<std::mutex> lock(mu_);
-      // Failed or ending: whoever drives next fails what is left, and wait() reports it.
-      if (!failure_.empty() || stopping_) return;
-      if (runQueued) queued.swap(queue_);
+      if (stopping_) return;  // shutdown() fails what is left once the driver lets go
+      failure = failure_;
+      if (failure.empty() && runQueued) queued.swap(queue_);
+    }
+    if (!failure.empty()) {  // abort() from another thread: fail what is posted, this call too
+      failWith(failure);
+      return;
     }
     runHere(queued);
     progressP2P();
@@ -505,6 +512,19 @@ void Communicator::workerLoop() {
     {
       std::unique_lock<std::mutex> lock(mu_);
       while ((queue_.empty() || driving_) && !stopping_) {
+        if (!failure_.empty() && !driving_ && !p2pIdle()) {
+          // [Note: calls left posted by an abort] abort() failed the group from another
+          // thread: finish what is still posted now. Nothing on the links need throw (a
+          // shared-memory link not busy is not even watched), and the idle poll below
+          // would sleep until the calls' deadlines.
+          driving_ = true;
+          const std::string failure = failure_;
+          lock.unlock();
+          failWith(failure);
+          lock.lock();
+          driving_ = false;
+          continue;
+        }
         if (driving_ || drivers_ > 0 || p2pIdle()) {
           if (driving_ || heldScratch() <= kScratchKeepBytes) {
             cv_.wait(lock);
@@ -553,19 +573,21 @@ void Communicator::workerLoop() {
 
 void Communicator::failWith(const std::string& message) {
   std::deque<Collective> dropped;
+  std::string cause;  // the group's first failure: an abort's reason, not the closed links it made
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (failure_.empty()) failure_ = message;
+    cause = failure_;
     dropped.swap(queue_);
   }
-  arena_.poison(message);  // peers waiting in a shared-memory call stop at once
+  arena_.poison(cause);  // peers waiting in a shared-memory call stop at once
   // Aborting every link makes the neighbours fail at once, and theirs in turn.
   for (auto* links : {&links_, &p2pLinks_}) {
     for (Link* l : *links) {
       if (l != nullptr) l->abort();
     }
   }
-  failPending(std::move(dropped), "the process group failed: " + message);
+  failPending(std::move(dropped), "the process group failed: " + cause);
 }
 
 void Communicator::failPending(std::deque<Collective> dropped, const std::string& reason) {
@@ -592,16 +614,17 @@ void Communicator::abort(const std::string& reason) {
     std::lock_guard<std::mutex> lock(mu_);
     if (failure_.empty()) failure_ = reason;  // queued and later calls fail naming it
   }
-  cv_.notify_all();
-  transport_->wake();
   transport_->cancelConnect();  // a link being made gives up; peers that dial us are refused
   // Thread-safe: shutdown(2) only; the running op fails on the worker, which then
-  // fails what is queued, and the peers see the links close.
+  // fails what is queued and posted, and the peers see the links close. Interrupted
+  // before the driver is woken, so that the driver finds them so.
   for (auto* links : {&links_, &p2pLinks_}) {
     for (Link* l : *links) {
       if (l != nullptr) l->interrupt();
     }
   }
+  cv_.notify_all();
+  transport_->wake();
 }
 
 void Communicator::shutdown() {
