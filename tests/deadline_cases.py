@@ -133,9 +133,10 @@ def case_rendezvous(timeout_s: float):
 def case_destroy_while_blocked(how: str, call: str = "all_reduce", transport: str = "auto") -> dict:
     """Rank 0 blocks in a call that rank 1 never answers, and another thread ends the group
     with `how` ("destroy": pc.destroy_process_group(g); "abort": the group's abort): how long
-    that took, and what the blocked call raised, how soon. `call`: "all_reduce" (8 MiB, run
-    inline by the caller), "recv" (blocking, driven by its caller) or "irecv" (posted, then
-    wait(): the worker or the waiter drives it); `transport`: the group's links."""
+    that took, and what the blocked call raised, how soon. `call`: "all_reduce" (4 MiB, run
+    inline by the caller), "all_reduce_small" (8 B: the shared arena's on shm), "recv"
+    (blocking, driven by its caller) or "irecv" (posted, then wait(): the worker or the
+    waiter drives it); `transport`: the group's links."""
     g = _group(60.0, transport=transport)
     out: dict = {}
     if g.rank == 0:
@@ -154,6 +155,8 @@ def case_destroy_while_blocked(how: str, call: str = "all_reduce", transport: st
         try:
             if call == "all_reduce":
                 pc.all_reduce(torch.ones(1 << 20), group=g)
+            elif call == "all_reduce_small":
+                pc.all_reduce(torch.ones(2), group=g)
             elif call == "recv":
                 pc.recv(torch.empty(2), 1, group=g)
             else:

@@ -238,6 +238,77 @@ PROGRAMS = {f.__name__: f for f in (
     any_source_then_send, any_source_from_everyone)}
 
 
+# -- the same on pycollect's Python API ----------------------------------------------------
+# Its async calls and isend/irecv take the C fast entries (api._fast_entries), not the torch
+# backend: these programs take the module (torch.distributed or pycollect) with the group.
+
+
+def _source(work):
+    """Who sent what an irecv from any source received (torch's and the API's spellings)."""
+    return work._source_rank() if hasattr(work, "_source_rank") else work.source_rank()
+
+
+def api_async_waited_in_reverse(d, g, r):
+    """Every rank issues an async all-reduce, broadcast, flat all-gather and barrier, then
+    waits for them last first."""
+    n = d.get_world_size(g)
+    t, u, a = torch.full((3,), float(r + 1)), torch.full((2,), float(10 * r)), torch.zeros(2 * n)
+    works = [d.all_reduce(t, group=g, async_op=True), d.broadcast(u, 1, group=g, async_op=True),
+             d.all_gather_into_tensor(a, torch.full((2,), float(r)), group=g, async_op=True),
+             d.barrier(group=g, async_op=True)]
+    for w in reversed(works):
+        w.wait()
+    return t.tolist(), u.tolist(), a.tolist()
+
+
+def api_isend_irecv_out_of_order(d, g, r):
+    """Rank 1 isends tags 3 then 7; rank 0 irecvs tag 7 first, then tag 3 from any source,
+    with an async all-reduce of every rank between, and waits for the all-reduce first."""
+    b3, b7, t = torch.zeros(4), torch.zeros(4), torch.full((3,), float(r + 1))
+    source = None
+    if r == 0:
+        w7 = d.irecv(b7, 1, group=g, tag=7)
+        w3 = d.irecv(b3, None, group=g, tag=3)
+        d.all_reduce(t, group=g, async_op=True).wait()
+        w7.wait()
+        w3.wait()
+        source = _source(w3)
+    elif r == 1:
+        works = [d.isend(_message(1, 3), 0, group=g, tag=3), d.isend(_message(1, 7), 0, group=g, tag=7)]
+        d.all_reduce(t, group=g, async_op=True).wait()
+        for w in works:
+            w.wait()
+    else:
+        d.all_reduce(t, group=g, async_op=True).wait()
+    return source, b3.tolist(), b7.tolist(), t.tolist()
+
+
+API_PROGRAMS = {f.__name__: f for f in (api_async_waited_in_reverse, api_isend_irecv_out_of_order)}
+
+
+def case_api_programs(size: int, names):
+    """Each named API program on Gloo (torch.distributed), then on pycollect's API, over
+    ranks [0, size); None off the group."""
+    import pycollect
+
+    pair = _pair(size)
+    members = list(range(size))
+    api_group = pycollect.new_group(members)  # every rank calls it, members or not
+    if pair is None:
+        return None
+    out = {}
+    for name in names:
+        out[name] = {}
+        for backend, d, g in (("gloo", dist, pair[1]), ("api", pycollect, api_group)):
+            dist.barrier(group=pair[1])
+            try:
+                out[name][backend] = API_PROGRAMS[name](d, g, dist.get_rank(pair[1]))
+            except Exception as e:  # noqa: BLE001 - a failure is a result to compare
+                out[name][backend] = f"{type(e).__name__}: {e}"
+    pycollect.destroy_process_group(api_group)
+    return out
+
+
 def case_programs(size: int, names):
     """Each named program on Gloo, then on pycollect, over ranks [0, size); None off the group."""
     pair = _pair(size)

@@ -53,15 +53,15 @@ def _reinitialised(pool) -> None:
 def _ended_at_once(pool) -> None:
     """pc.destroy_process_group and a group's abort, called while a call blocks on another
     thread: each returns within a second, and the blocked call raises within one too; a
-    receive nobody answers as well as an all-reduce, on shared memory and on TCP (an abort
-    once left a receive posted on a quiet shared-memory link waiting out its deadline)."""
+    receive nobody answers and an 8-byte all-reduce (the shared arena's, on shm) as well as
+    a large all-reduce, on shared memory and on TCP."""
     cases = [(how, "all_reduce", "auto") for how in ("destroy", "abort")]
-    cases += [(how, call, transport) for how in ("destroy", "abort") for call in ("recv", "irecv")
+    cases += [(how, call, transport) for how in ("destroy", "abort") for call in ("recv", "irecv", "all_reduce_small")
               for transport in ("shm", "tcp")]
     for case in cases:
         out = pool.run(dc.case_destroy_while_blocked, *case)[0]
         assert out["end_s"] < 1.0 and out["call_s"] is not None and out["call_s"] < 1.0, (case, out)
-        named = "all_reduce" if case[1] == "all_reduce" else "recv"
+        named = "recv" if case[1].endswith("recv") else "all_reduce"
         assert out["call"].startswith(("GroupFailedError", "PeerLostError")) and named in out["call"], (case, out)
         if case[0] == "abort":  # the abort's reason, not the links it closed
             assert "aborted by the test" in out["call"], (case, out)

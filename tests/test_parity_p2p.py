@@ -18,7 +18,7 @@ import struct
 
 import pytest
 import parity_p2p_cases as pc_cases
-from parity_p2p_cases import BIG, PROGRAMS
+from parity_p2p_cases import API_PROGRAMS, BIG, PROGRAMS
 
 WORLD = 3
 
@@ -94,4 +94,34 @@ def test_point_to_point_programs_run_as_on_gloo(pool3, size):
             for backend in ("gloo", "pycollect"):
                 if _as_plain(got[backend]) != want:
                     problems.append(f"{name}, rank {rank}, {backend}: {got[backend]!r}, expected {want!r}")
+    assert not problems, "\n".join(problems)
+
+
+def _expected_api(name: str, rank: int, size: int):
+    """What rank `rank` of a group of `size` must return from API program `name`."""
+    reduced = [float(sum(range(1, size + 1)))] * 3
+    if name == "api_async_waited_in_reverse":
+        return reduced, [10.0] * 2, [float(k // 2) for k in range(2 * size)]
+    if name == "api_isend_irecv_out_of_order":
+        if rank == 0:
+            return 1, _message(1, 3), _message(1, 7), reduced
+        return None, [0.0] * 4, [0.0] * 4, reduced
+    raise KeyError(name)
+
+
+@pytest.mark.parametrize("size", [WORLD, 2])
+def test_api_async_programs_run_as_on_gloo(pool3, size):
+    """pycollect's own API, whose async calls, isends and irecvs take the C fast entries:
+    the same programs on Gloo and on it end with the same results, the ones meant."""
+    results = pool3.run(pc_cases.case_api_programs, size, list(API_PROGRAMS))
+    problems = []
+    for rank, per_program in enumerate(results):
+        if rank >= size:
+            assert per_program is None
+            continue
+        for name in API_PROGRAMS:
+            want = _as_plain(_expected_api(name, rank, size))
+            for backend in ("gloo", "api"):
+                if _as_plain(per_program[name][backend]) != want:
+                    problems.append(f"{name}, rank {rank}, {backend}: {per_program[name][backend]!r}, expected {want!r}")
     assert not problems, "\n".join(problems)
