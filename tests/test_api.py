@@ -6,6 +6,7 @@ sub-group so the pool stays usable.
 import contextlib
 import datetime
 import mmap
+import os
 import threading
 import time
 import warnings
@@ -519,6 +520,16 @@ def case_fast_async():
     after = np.ones(1, np.float64)
     pc.all_reduce(after)
     out["after"] = (after.tolist(), total)
+    # The groups' workers sleep in SCHED_BATCH with nothing to do (worker.cc, [Note: the
+    # worker's wake-up]); the caller's thread keeps its own class.
+    time.sleep(0.1)
+    classes = []
+    for tid in os.listdir("/proc/self/task"):
+        try:
+            classes.append(os.sched_getscheduler(int(tid)))
+        except OSError:  # a thread that ended meanwhile
+            pass
+    out["classes"] = (classes.count(os.SCHED_BATCH), os.sched_getscheduler(0))
     return out
 
 
@@ -1095,6 +1106,8 @@ def test_async_calls_take_the_fast_path(pool4):
         assert out["p2p"] == (["Work"] * 4, [True] * 4, [r ^ 1] * 2, [12, 8], [[r ^ 1] * 2, [10 + (r ^ 1)] * 3])
         assert out["failed"][0] == "MismatchError" and "count" in out["failed"][1], out["failed"]
         assert out["after"][0] == [float(WORLD)]
+        batch, caller = out["classes"]
+        assert batch >= 1 and caller == os.SCHED_OTHER, out["classes"]
 
 
 def test_issue_lock_is_a_lock_whose_waiters_release_the_gil():

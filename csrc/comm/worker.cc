@@ -51,6 +51,8 @@
 // after whatever was queued before it; a send or recv is posted on the spot; and a wait
 // for either drives the group right there (waitDriving -> driveUntil). The engine finishes
 // Works after it is done with its own lists (PointToPoint::poll), so a hook may post more.
+#include <pthread.h>
+#include <sched.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -506,7 +508,43 @@ bool Communicator::othersNeedWaking() const {
   return !driving_ && (!p2pIdle() || heldScratch() > kScratchKeepBytes);
 }
 
+namespace {
+
+// [Note: the worker's wake-up] A caller's thread and the group's worker often share a core
+// (pinned ranks; and unpinned, Linux keeps a process's threads where they woke each other).
+// A call queued for the worker wakes it, and a woken thread of the normal class preempts
+// the one that woke it: the caller, who was about to wait for that call and run it itself
+// (waitDriving), waits instead for the worker to run it and wake it back, 7-10 us for an
+// 8-byte call where 3-5 would do, or 30-40 in stretches (docs/measurements.md). So the
+// worker sleeps with nothing to do in SCHED_BATCH, whose wake-ups preempt nobody: it runs
+// when the core is free (the caller waits or sleeps) or at the caller's next time slice
+// (a few ms at most, for a call nobody waits on). It takes the normal class back to run a
+// call, poll the links or fail what a failure left, so the wake-ups inside a call preempt
+// as before. A worker started in another class (a real-time program's) keeps it.
+class WorkerClass {
+ public:
+  void set(bool batch) {
+    if (batch == batch_) return;
+    batch_ = batch;  // for the loop, whether or not the class could change
+#ifdef SCHED_BATCH
+    if (!normal_) return;
+    sched_param none{};
+    pthread_setschedparam(pthread_self(), batch ? SCHED_BATCH : SCHED_OTHER, &none);  // refused: no harm
+#endif
+  }
+  bool batch() const { return batch_; }
+
+ private:
+  bool batch_ = false;
+#ifdef SCHED_BATCH
+  const bool normal_ = sched_getscheduler(0) == SCHED_OTHER;
+#endif
+};
+
+}  // namespace
+
 void Communicator::workerLoop() {
+  WorkerClass sleeping;
   for (;;) {
     Collective c;
     {
@@ -520,12 +558,19 @@ void Communicator::workerLoop() {
           driving_ = true;
           const std::string failure = failure_;
           lock.unlock();
+          sleeping.set(false);
           failWith(failure);
           lock.lock();
           driving_ = false;
           continue;
         }
         if (driving_ || drivers_ > 0 || p2pIdle()) {
+          if (!sleeping.batch()) {  // [Note: the worker's wake-up]
+            lock.unlock();
+            sleeping.set(true);
+            lock.lock();
+            continue;
+          }
           if (driving_ || heldScratch() <= kScratchKeepBytes) {
             cv_.wait(lock);
           } else if (!cv_.wait_for(lock, kScratchIdle, [this] {
@@ -543,6 +588,7 @@ void Communicator::workerLoop() {
         }
         idlePolling_ = driving_ = true;
         lock.unlock();
+        sleeping.set(false);
         try {
           progressIdle(Clock::time_point::max());
         } catch (const std::exception& e) {
@@ -562,6 +608,7 @@ void Communicator::workerLoop() {
       queue_.pop_front();
       driving_ = true;
     }
+    sleeping.set(false);
     runCollective(c);
     std::unique_lock<std::mutex> lock(mu_);
     driving_ = false;
