@@ -79,22 +79,27 @@ def _as_plain(x):
     return x
 
 
-@pytest.mark.parametrize("size", [WORLD, 2])
-def test_point_to_point_programs_run_as_on_gloo(pool3, size):
-    names = list(PROGRAMS) if size >= 3 else [n for n in PROGRAMS if n != "any_source_from_everyone"]
-    results = pool3.run(pc_cases.case_programs, size, names)
+def _compare(results, size: int, names, expected, backends) -> None:
+    """Every rank of [0, size) ended each program with `expected(name, rank, size)` on each
+    backend; the others had no part (None)."""
     problems = []
     for rank, per_program in enumerate(results):
         if rank >= size:
             assert per_program is None
             continue
         for name in names:
-            got = per_program[name]
-            want = _as_plain(_expected(name, rank, size))
-            for backend in ("gloo", "pycollect"):
-                if _as_plain(got[backend]) != want:
-                    problems.append(f"{name}, rank {rank}, {backend}: {got[backend]!r}, expected {want!r}")
+            want = _as_plain(expected(name, rank, size))
+            for backend in backends:
+                got = per_program[name][backend]
+                if _as_plain(got) != want:
+                    problems.append(f"{name}, rank {rank}, {backend}: {got!r}, expected {want!r}")
     assert not problems, "\n".join(problems)
+
+
+@pytest.mark.parametrize("size", [WORLD, 2])
+def test_point_to_point_programs_run_as_on_gloo(pool3, size):
+    names = list(PROGRAMS) if size >= 3 else [n for n in PROGRAMS if n != "any_source_from_everyone"]
+    _compare(pool3.run(pc_cases.case_programs, size, names), size, names, _expected, ("gloo", "pycollect"))
 
 
 def _expected_api(name: str, rank: int, size: int):
@@ -113,15 +118,5 @@ def _expected_api(name: str, rank: int, size: int):
 def test_api_async_programs_run_as_on_gloo(pool3, size):
     """pycollect's own API, whose async calls, isends and irecvs take the C fast entries:
     the same programs on Gloo and on it end with the same results, the ones meant."""
-    results = pool3.run(pc_cases.case_api_programs, size, list(API_PROGRAMS))
-    problems = []
-    for rank, per_program in enumerate(results):
-        if rank >= size:
-            assert per_program is None
-            continue
-        for name in API_PROGRAMS:
-            want = _as_plain(_expected_api(name, rank, size))
-            for backend in ("gloo", "api"):
-                if _as_plain(per_program[name][backend]) != want:
-                    problems.append(f"{name}, rank {rank}, {backend}: {per_program[name][backend]!r}, expected {want!r}")
-    assert not problems, "\n".join(problems)
+    names = list(API_PROGRAMS)
+    _compare(pool3.run(pc_cases.case_api_programs, size, names), size, names, _expected_api, ("gloo", "api"))
