@@ -249,9 +249,21 @@ Algo Communicator::chooseAlgo(Algo algo, size_t bytes) const {
 bool Communicator::sharedFits(OpKind kind, size_t bytes) const {
   if (size_ < 2 || hierarchy_.hosts() != 1 || options_.transport == TransportKind::kTcp) return false;
   size_t limit = options_.sharedMaxBytes;
-  if (limit == kSharedPerCall) {
-    const bool large = kind == OpKind::kAllGather || (size_ > 2 && (kind == OpKind::kAllReduce || kind == OpKind::kReduce));
-    limit = large ? kSharedLargeBytes : kSharedSmallBytes;
+  if (limit == kSharedPerCall) {  // what measured faster (communicator.h)
+    switch (kind) {
+      case OpKind::kAllReduce:
+      case OpKind::kAllGather:
+      case OpKind::kReduceScatter:
+        return true;
+      case OpKind::kBroadcast:
+        limit = kSharedLargeBytes;
+        break;
+      case OpKind::kReduce:
+        limit = size_ > 2 ? kSharedLargeBytes : kSharedSmallBytes;
+        break;
+      default:
+        limit = kSharedSmallBytes;
+    }
   }
   return limit > 0 && bytes <= limit;
 }

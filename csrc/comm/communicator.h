@@ -58,11 +58,13 @@ struct HierarchicalFrom {
   size_t broadcast = SIZE_MAX;
 };
 
-// CommOptions::sharedMaxBytes's default, and the per-call limits it stands for: the arena's
-// one copy in and the reads in place beat the links' pipelined copies for small calls; above
-// kSharedSmallBytes, only the all-gather (every rank's data read once, in place) and, on
-// more than two ranks, the all-reduce (one write where the ring has 2(p-1) steps) still do
-// (docs/algorithms.md, "Shared-memory collectives").
+// CommOptions::sharedMaxBytes's default, and the per-call limits it stands for
+// (Communicator::sharedFits): the all-reduce, all-gather and reduce-scatter take the arena
+// at every size (its pipelined pieces, each read while still in a cache, beat the links'
+// copies from 1 MiB and tie with them below, at 2 to 4 ranks); the broadcast up to
+// kSharedLargeBytes (at 3 ranks the chain's pipelined pieces win from 4 MiB); the reduce up
+// to kSharedSmallBytes, kSharedLargeBytes on more than two ranks (docs/algorithms.md,
+// "Shared-memory collectives").
 constexpr size_t kSharedPerCall = SIZE_MAX;
 constexpr size_t kSharedSmallBytes = 16 << 10;
 constexpr size_t kSharedLargeBytes = 1 << 20;
