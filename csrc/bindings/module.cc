@@ -129,7 +129,7 @@ PYBIND11_MODULE(_C, m) {
   defaults["pipeline_slice_segments"] = pycollect::kSliceSegments;
   defaults["pipeline_max_slices"] = pycollect::kMaxSlices;
   defaults["link_timeout"] = pycollect::kDefaultLinkTimeoutSec;
-  defaults["shm_collective_bytes"] = py::make_tuple(pycollect::kSharedSmallBytes, pycollect::kSharedLargeBytes);
+  defaults["shm_collective_bytes"] = py::make_tuple(pycollect::kSharedSmallBytes, pycollect::kSharedBroadcastBytes, pycollect::kSharedLargeBytes);
   m.attr("ENGINE_DEFAULTS") = defaults;
   m.attr("ANY_SOURCE") = pycollect::kAnySource;  // a recv's peer: the first matching message from any rank
   py::dict dtypes;  // name -> (code, bytes an element)
