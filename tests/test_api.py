@@ -1427,7 +1427,7 @@ def test_engine_latency_loop_runs_each_op_from_cpp(pool4):
     """The loop really runs the op: after warm-up + iters in-place sums of (1, 2) every rank
     holds 3 * 2^(calls - 1); broadcast and the ping-pong leave rank 0's 1 on rank 1; the
     gather fills only the root's output, the scatter gives each rank the root's 1s, the
-    all-to-all each rank a row from each."""
+    all-to-all each rank a row from each, the reduce rank 0 its 1 plus rank 1's 2 per call."""
     iters = 5
     calls = iters + 1
     results = pool4.run(case_engine_loop, iters, timeout=120)
@@ -1440,6 +1440,8 @@ def test_engine_latency_loop_runs_each_op_from_cpp(pool4):
                 assert data == [expect[op]] * 16, (rank, op, data)
             elif op == "barrier":
                 assert data == [rank + 1.0] * 16
+            elif op == "reduce":  # into rank 0's buffer, rank 1's left as it was
+                assert data == [1.0 + 2.0 * calls if rank == 0 else 2.0] * 16, (rank, data)
             elif op == "all_gather":  # 64 B gathered: 8 floats from each rank
                 assert out == [1.0] * 8 + [2.0] * 8, (rank, out)
             elif op == "gather":  # to rank 0 only: rank 1's output keeps its zeros

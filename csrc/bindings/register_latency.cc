@@ -24,11 +24,12 @@ namespace pycollect {
 
 namespace {
 
-enum class LoopOp { kAllReduce, kBroadcast, kBarrier, kPingPong, kAllGather, kReduceScatter, kGather, kScatter, kAllToAll };
+enum class LoopOp { kAllReduce, kBroadcast, kReduce, kBarrier, kPingPong, kAllGather, kReduceScatter, kGather, kScatter, kAllToAll };
 
 LoopOp loopOp(const std::string& name) {
   if (name == "all_reduce") return LoopOp::kAllReduce;
   if (name == "broadcast") return LoopOp::kBroadcast;
+  if (name == "reduce") return LoopOp::kReduce;
   if (name == "barrier") return LoopOp::kBarrier;
   if (name == "ping_pong") return LoopOp::kPingPong;
   if (name == "all_gather") return LoopOp::kAllGather;
@@ -37,7 +38,7 @@ LoopOp loopOp(const std::string& name) {
   if (name == "scatter") return LoopOp::kScatter;
   if (name == "all_to_all") return LoopOp::kAllToAll;
   throw InvalidArgument("engine_latency: unknown op '" + name +
-                        "' (all_reduce, broadcast, barrier, ping_pong, all_gather, reduce_scatter, gather, scatter, "
+                        "' (all_reduce, broadcast, reduce, barrier, ping_pong, all_gather, reduce_scatter, gather, scatter, "
                         "all_to_all)");
 }
 
@@ -57,7 +58,7 @@ std::vector<Span> partsOf(const Communicator& c, float* all, size_t count) {
 }
 
 // One call of `op` on float32 buffers, SUM for the reductions, root 0. `count`: the
-// elements of `data` (all_reduce, broadcast, ping_pong), each rank's input (all_gather and
+// elements of `data` (all_reduce, broadcast, reduce, ping_pong), each rank's input (all_gather and
 // gather, out: size() * count), each rank's output (reduce_scatter and scatter, data:
 // size() * count) or each part (all_to_all: data and out of size() * count).
 void callOnce(Communicator& c, LoopOp op, float* data, float* out, size_t count) {
@@ -75,6 +76,8 @@ void callOnce(Communicator& c, LoopOp op, float* data, float* out, size_t count)
       return settle(c, c.allReduce(data, count, DType::kFloat32, ReduceOp::kSum, Algo::kAuto));
     case LoopOp::kBroadcast:
       return settle(c, c.broadcast(data, count, DType::kFloat32, 0));
+    case LoopOp::kReduce:
+      return settle(c, c.reduce(data, count, DType::kFloat32, ReduceOp::kSum, 0));
     case LoopOp::kBarrier:
       return settle(c, c.barrier());
     case LoopOp::kAllGather:

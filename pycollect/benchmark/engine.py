@@ -5,8 +5,8 @@ returned; the GIL is released for the whole loop. This module sizes the buffers 
 back the times, so that the callers (pycollect bench --latency, bench/engine_latency.py,
 the tests) print medians beside the API's.
 
-Sizes follow the benchmark's conventions: `nbytes` is the buffer of all_reduce, broadcast
-and ping_pong, the total gathered by all_gather and gather, the total input of
+Sizes follow the benchmark's conventions: `nbytes` is the buffer of all_reduce, broadcast,
+reduce and ping_pong, the total gathered by all_gather and gather, the total input of
 reduce_scatter and scatter, and each rank's total sent by all_to_all (nccl-tests), float32
 elements, at least one (per rank); barrier moves none. The rooted calls' root is rank 0.
 """
@@ -16,8 +16,8 @@ from typing import List, Optional, Tuple
 
 import numpy as np
 
-OPS = ("all_reduce", "broadcast", "barrier", "ping_pong", "all_gather", "reduce_scatter", "gather", "scatter",
-       "all_to_all")
+OPS = ("all_reduce", "broadcast", "reduce", "barrier", "ping_pong", "all_gather", "reduce_scatter", "gather",
+       "scatter", "all_to_all")
 
 
 def buffers(op: str, nbytes: int, world: int) -> Tuple[np.ndarray, Optional[np.ndarray], int]:

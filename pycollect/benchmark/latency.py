@@ -46,6 +46,8 @@ def call(comm, op: str, t, rank: int, out=None) -> None:
         comm.all_reduce(t)
     elif op == "broadcast":
         comm.broadcast(t, src=0)
+    elif op == "reduce":  # to rank 0
+        comm.reduce(t, 0)
     elif op == "barrier":
         comm.barrier()
     elif op == "all_gather":
