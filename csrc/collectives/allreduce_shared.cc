@@ -23,7 +23,8 @@
 //     piece is still in a cache when it is read. Each rank copies in (n - 1)/n of its
 //     input instead of all of it, and reads its share once.
 // Every chunk is reduced by one rank, in one order, and copied by the others: the result
-// is the same to the bit on every rank. A call larger than the arena's slot runs as
+// is the same to the bit on every rank. A large reduce (reduce_shared.cc) runs the same
+// pipeline, but only its root copies the chunks out: the others' buffers are untouched. A call larger than the arena's slot runs as
 // several rounds; consecutive rounds use the slot's two parities, so a rank fills the next
 // round while its peers still read this one.
 //
@@ -43,14 +44,17 @@
 namespace pycollect {
 namespace {
 
-constexpr size_t kOnePhaseBytes = 32 << 10;
 constexpr size_t kPieceBytes = 128 << 10;
 constexpr size_t kBiteBytes = 8 << 10;
 
-// One round of `n` elements at `out` (its input and its output) as a pipeline of pieces
-// (above), in round k's slots.
-void pipelinedRound(Context& ctx, SharedArena& a, uint32_t k, char* out, size_t n, DType dtype, ReduceOp op) {
+}  // namespace
+
+void pipelinedRound(Context& ctx, SharedArena& a, uint32_t k, char* out, size_t n, DType dtype, ReduceOp op,
+                    int root) {
   const size_t es = dtypeSize(dtype);
+  const bool keeps = root < 0 || ctx.rank == root;  // the result lands in `out` (a reduce: the root's only)
+  const char* input = root < 0 ? "its all-reduce input" : "its reduce input";
+  const char* share = root < 0 ? "its share of the all-reduce" : "its share of the reduce";
   const int me = ctx.rank, size = ctx.size;
   const size_t perPiece = std::max<size_t>(size, kPieceBytes / es);
   const size_t perBite = std::max<size_t>(1, kBiteBytes / es);
@@ -68,7 +72,7 @@ void pipelinedRound(Context& ctx, SharedArena& a, uint32_t k, char* out, size_t 
   };
   auto reduceMine = [&](uint32_t j) {
     for (int p = 0; p < size; ++p) {
-      if (p != me) a.waitFilled(ctx, p, first + j, "its all-reduce input");
+      if (p != me) a.waitFilled(ctx, p, first + j, input);
     }
     const Chunks chunks(length(j), size);
     const size_t o = (begin(j) + chunks.offset(me)) * es, len = chunks.length(me);
@@ -76,16 +80,17 @@ void pipelinedRound(Context& ctx, SharedArena& a, uint32_t k, char* out, size_t 
     for (size_t i = 0; i < len; i += perBite) {
       const size_t at = o + i * es, m = std::min(perBite, len - i);
       reduceSlots(a, size, k, at, m, dtype, op, mine + at, me, out + at);
-      std::memcpy(out + at, mine + at, m * es);
+      if (keeps) std::memcpy(out + at, mine + at, m * es);
     }
     a.wrote(len * es);
     a.done(first + j);
   };
   auto copy = [&](uint32_t j) {
+    if (!keeps) return;
     const Chunks chunks(length(j), size);
     for (int p = 0; p < size; ++p) {
       if (p == me) continue;
-      a.waitDone(ctx, p, first + j, "its share of the all-reduce");
+      a.waitDone(ctx, p, first + j, share);
       const size_t o = (begin(j) + chunks.offset(p)) * es;
       std::memcpy(out + o, a.slot(p, k) + o, chunks.length(p) * es);
     }
@@ -94,13 +99,15 @@ void pipelinedRound(Context& ctx, SharedArena& a, uint32_t k, char* out, size_t 
   // `arrived = k` after the first piece: every peer is done with round k - 1 (the slot
   // parity the next round reuses), and its call's announcement is checked here, once.
   a.arrive(k);
-  a.waitAllArrived(ctx, k, "its all-reduce input");
+  a.waitAllArrived(ctx, k, input);
   for (uint32_t j = 0; j < pieces; ++j) {
     reduceMine(j);
     if (j + 1 < pieces) fill(j + 1);
     copy(j);
   }
 }
+
+namespace {
 
 // dst = term(0) op term(1) op ... op term(size - 1) (AVG: divided by the size).
 template <class Term>

@@ -9,6 +9,10 @@
 // Reduce: each rank copies its input into its slot and raises `arrived`; the root
 // reduces the slots in rank order into its buffer. Every rank waits for all the flags
 // (which checks every rank's call: shared_arena.h, "Mismatches"); only the root reduces.
+// A round larger than kOnePhaseBytes runs as the all-reduce's pipeline of pieces instead
+// (allreduce_shared.cc), each rank reducing its chunk of every piece and the root copying
+// the chunks out: the reductions split among the ranks, where one rank alone did them all
+// (2 ranks, 64 MiB, the arena forced: 11.6-14.9 ms, where the root alone took 21.7-21.9).
 #include <cstring>
 
 #include "collectives/collectives.h"
@@ -38,6 +42,7 @@ void reduceShared(Context& ctx, void* data, size_t count, DType dtype, ReduceOp 
   const size_t es = dtypeSize(dtype);
   char* buf = static_cast<char*>(data);
   inRounds(ctx, *a, count, kArenaSlotBytes / es, "shared reduce", [&](uint32_t k, size_t off, size_t n) {
+    if (n * es > kOnePhaseBytes) return pipelinedRound(ctx, *a, k, buf + off * es, n, dtype, op, root);
     a->put(k, 0, buf + off * es, n * es);
     a->arrive(k);
     a->waitAllArrived(ctx, k, "its reduce input");

@@ -223,4 +223,13 @@ void reduceSlots(const SharedArena& a, int size, uint32_t round, size_t offset, 
 // The same on the round's data in the ranks' flag lines (SharedArena::lineSlot).
 void reduceLines(const SharedArena& a, int size, uint32_t round, size_t count, DType dtype, ReduceOp op, void* dst);
 
+// Rounds of more than this many bytes run as a pipeline of pieces (allreduce_shared.cc).
+constexpr size_t kOnePhaseBytes = 32 << 10;
+// One round of `n` elements at `data` (its input, and its output where it has one) as the
+// all-reduce's pipeline of pieces, in round k's slots: every rank reduces its chunk of each
+// piece; with `root` >= 0 (a reduce) only the root copies the others' chunks out, and the
+// other ranks' `data` is left as it was (allreduce_shared.cc).
+void pipelinedRound(Context& ctx, SharedArena& a, uint32_t k, char* data, size_t n, DType dtype, ReduceOp op,
+                    int root = -1);
+
 }  // namespace pycollect

@@ -87,6 +87,22 @@ void broadcastCase(Communicator& c, Algo algo, size_t count, int root, int style
                       << " count " << count);
 }
 
+// A reduce of int64 sums to `root`: the root holds the sums, every other rank its own input.
+inline void reduceCase(Communicator& c, size_t count, int root, int style) {
+  const int rank = c.rank(), n = c.size();
+  std::vector<int64_t> data(count);
+  for (size_t i = 0; i < count; ++i) data[i] = value<int64_t>(rank, i);
+  runCall(c, style, [&] { return c.reduce(data.data(), count, DType::kInt64, ReduceOp::kSum, root); });
+  if (rank == root) {
+    EXPECT_EACH(data.data(), count, [&](size_t i) { return reduced<int64_t>(ReduceOp::kSum, n, i); },
+                "rank " << rank << "/" << n << " reduce to " << root << " count " << count);
+  } else {
+    EXPECT_EACH(data.data(), count, [&](size_t i) { return value<int64_t>(rank, i); },
+                "rank " << rank << "/" << n << " reduce to " << root << " changed a non-root's buffer, count "
+                        << count);
+  }
+}
+
 // The list forms (collectives/list_forms.cc): an all-gather into one vector per rank and a
 // reduce-scatter from one, on the even ranks; the odd ranks make the flat calls, which the
 // list forms must meet (the same call on the wire).

@@ -19,21 +19,6 @@
 namespace driver {
 namespace {
 
-void reduceCase(Communicator& c, size_t count, int root, int style) {
-  const int rank = c.rank(), n = c.size();
-  std::vector<int64_t> data(count);
-  for (size_t i = 0; i < count; ++i) data[i] = value<int64_t>(rank, i);
-  runCall(c, style, [&] { return c.reduce(data.data(), count, DType::kInt64, ReduceOp::kSum, root); });
-  if (rank == root) {
-    EXPECT_EACH(data.data(), count, [&](size_t i) { return reduced<int64_t>(ReduceOp::kSum, n, i); },
-                "rank " << rank << "/" << n << " reduce to " << root << " count " << count);
-  } else {
-    EXPECT_EACH(data.data(), count, [&](size_t i) { return value<int64_t>(rank, i); },
-                "rank " << rank << "/" << n << " reduce to " << root << " changed a non-root's buffer, count "
-                        << count);
-  }
-}
-
 // Rank r's share in gather and scatter: sizes differ by rank, rank 1's is empty.
 size_t shareOf(int r, size_t base) { return r == 1 ? 0 : base + 5 * r; }
 
