@@ -23,10 +23,10 @@
 //     piece is still in a cache when it is read. Each rank copies in (n - 1)/n of its
 //     input instead of all of it, and reads its share once.
 // Every chunk is reduced by one rank, in one order, and copied by the others: the result
-// is the same to the bit on every rank. A large reduce (reduce_shared.cc) runs the same
-// pipeline, but only its root copies the chunks out: the others' buffers are untouched. A call larger than the arena's slot runs as
+// is the same to the bit on every rank. A call larger than the arena's slot runs as
 // several rounds; consecutive rounds use the slot's two parities, so a rank fills the next
-// round while its peers still read this one.
+// round while its peers still read this one. A large reduce (reduce_shared.cc) runs the
+// same pipeline, but only its root copies the chunks out: the others' buffers are untouched.
 //
 // Example, 2 ranks, 8 bytes: rank 0 copies x0 into its slot, raises arrived = k, sees rank
 // 1's arrived = k, and computes x0 + x1 from the two slots; rank 1 does the same.
