@@ -305,6 +305,8 @@ def case_api_programs(size: int, names):
                 out[name][backend] = API_PROGRAMS[name](d, g, dist.get_rank(pair[1]))
             except Exception as e:  # noqa: BLE001 - a failure is a result to compare
                 out[name][backend] = f"{type(e).__name__}: {e}"
+    # Every rank done before any leaves: a rank's links closing fails the others' group.
+    dist.barrier(group=pair[1])
     pycollect.destroy_process_group(api_group)
     return out
 
