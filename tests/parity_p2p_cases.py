@@ -286,27 +286,36 @@ def api_isend_irecv_out_of_order(d, g, r):
 API_PROGRAMS = {f.__name__: f for f in (api_async_waited_in_reverse, api_isend_irecv_out_of_order)}
 
 
+def _run_each(names, gloo_group, runs) -> dict:
+    """{name: {backend: what the program returned, or its error's text}} for each program
+    named, run on each of `runs` ((backend, run(name)) in turn), every run started together."""
+    out = {}
+    for name in names:
+        out[name] = {}
+        for backend, run in runs:
+            dist.barrier(group=gloo_group)  # each program starts together, whatever the last one did
+            try:
+                out[name][backend] = run(name)
+            except Exception as e:  # noqa: BLE001 - a failure is a result to compare
+                out[name][backend] = f"{type(e).__name__}: {e}"
+    return out
+
+
 def case_api_programs(size: int, names):
     """Each named API program on Gloo (torch.distributed), then on pycollect's API, over
     ranks [0, size); None off the group."""
     import pycollect
 
     pair = _pair(size)
-    members = list(range(size))
-    api_group = pycollect.new_group(members)  # every rank calls it, members or not
+    api_group = pycollect.new_group(list(range(size)))  # every rank calls it, members or not
     if pair is None:
         return None
-    out = {}
-    for name in names:
-        out[name] = {}
-        for backend, d, g in (("gloo", dist, pair[1]), ("api", pycollect, api_group)):
-            dist.barrier(group=pair[1])
-            try:
-                out[name][backend] = API_PROGRAMS[name](d, g, dist.get_rank(pair[1]))
-            except Exception as e:  # noqa: BLE001 - a failure is a result to compare
-                out[name][backend] = f"{type(e).__name__}: {e}"
+    gg = pair[1]
+    rank = dist.get_rank(gg)
+    out = _run_each(names, gg, (("gloo", lambda name: API_PROGRAMS[name](dist, gg, rank)),
+                                ("api", lambda name: API_PROGRAMS[name](pycollect, api_group, rank))))
     # Every rank done before any leaves: a rank's links closing fails the others' group.
-    dist.barrier(group=pair[1])
+    dist.barrier(group=gg)
     pycollect.destroy_process_group(api_group)
     return out
 
@@ -317,13 +326,5 @@ def case_programs(size: int, names):
     if pair is None:
         return None
     pg, gg = pair
-    out = {}
-    for name in names:
-        out[name] = {}
-        for backend, g in (("gloo", gg), ("pycollect", pg)):
-            dist.barrier(group=gg)  # each program starts together, whatever the last one did
-            try:
-                out[name][backend] = PROGRAMS[name](g, dist.get_rank(g))
-            except Exception as e:  # noqa: BLE001 - a failure is a result to compare
-                out[name][backend] = f"{type(e).__name__}: {e}"
-    return out
+    return _run_each(names, gg, (("gloo", lambda name: PROGRAMS[name](gg, dist.get_rank(gg))),
+                                 ("pycollect", lambda name: PROGRAMS[name](pg, dist.get_rank(pg)))))
