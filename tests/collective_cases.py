@@ -21,6 +21,11 @@ DTYPES = [torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.int
           torch.int32, torch.int64]
 OPS = ["SUM", "PRODUCT", "MIN", "MAX", "AVG"]
 BIG = 2 * 1024 * 1024 // 4 + 3  # ~2 MiB of float32, not divisible by 2, 3 or 4
+# A reduce-scatter's count is its output's: each rank's input holds ws times as many. Its
+# large count (what BIG stands for in its cases) is a third of BIG, odd: in float32 each
+# input is then 1.3-2.7 MiB at 2-4 ranks, past the arena's 1 MiB slot and a link segment's
+# 512 KiB, where BIG's was 4-8 MiB (the reduce-scatters were half of this matrix's time).
+SCATTER_BIG = BIG // 3
 COUNTS = [0, 1, 13, BIG]
 # The algorithms forced with algo=, each checked like "auto" (with every dtype x op): 3 is
 # fewer elements than ranks at 4 ranks, so some blocks of the log-step algorithms are empty.
@@ -35,6 +40,13 @@ SHM_COUNTS = [0, 1, 3, 13, 70001, BIG]
 ALGOS = {"all_reduce": ["halving_doubling", "tree", "ring", "direct", "shm"],
          "all_gather_into_tensor": ["bruck", "ring", "shm"], "all_gather": ["bruck", "shm"],
          "reduce_scatter_tensor": ["ring", "shm"], "broadcast": ["ring", "shm"]}
+
+
+# The calls "auto" puts in the arena at every size on one host (csrc Communicator::sharedFits):
+# over shared-memory links their automatic run is the "shm" one, so it is checked there at
+# SHM_COUNTS (and the forced "shm" run is left to the TCP links' pool, where "auto" never
+# takes the arena).
+ARENA_AT_EVERY_SIZE = ("all_reduce", "all_gather_into_tensor", "all_gather", "reduce_scatter_tensor")
 
 
 def algo_counts(algo: str) -> list:
@@ -116,9 +128,22 @@ def _torch_op(op: str):
 
 def case_collective(kind: str, ws: int, seed: int = 0, counts=COUNTS, dtypes=DTYPES, ops=OPS, algo=None):
     """Run every (dtype, count, op) case of one collective on ranks [0, ws), with `algo`
-    forced (all_reduce and the all-gathers) or the group's choice (None)."""
+    forced (all_reduce and the all-gathers) or the group's choice (None). The result's
+    "algos": the algorithms the engine ran for the calls with data (its flight record)."""
     pair = paired_groups(ws)
-    return None if pair is None else run_cases(kind, pair, ws, seed, counts, dtypes, ops, algo=algo)
+    if pair is None:
+        return None
+    pg = pair[0]
+    first = _last_flight_id(pg)
+    out = run_cases(kind, pair, ws, seed, counts, dtypes, ops, algo=algo)
+    out["algos"] = sorted({e["algo"] for e in pc.world.resolve(pg)._comm.flight_record()
+                           if e["id"] > first and e["count"] > 0})
+    return out
+
+
+def _last_flight_id(pg) -> int:
+    record = pc.world.resolve(pg)._comm.flight_record()
+    return record[-1]["id"] if record else -1
 
 
 def check_members(results, kind: str, ws: int) -> None:
@@ -147,6 +172,8 @@ def run_cases(kind: str, pair, ws: int, seed: int = 0, counts=COUNTS, dtypes=DTY
     r = comm.get_rank(pg)
     out = {"digests": [], "gloo_compared": 0, "cases": 0}
     index = 0
+    if kind in ("reduce_scatter_tensor", "reduce_scatter"):
+        counts = [SCATTER_BIG if count == BIG else count for count in counts]
     for dtype in dtypes:
         for count in counts:
             case_ops = ops if kind in ("all_reduce", "reduce_scatter_tensor", "reduce_scatter") else ["SUM"]

@@ -14,22 +14,49 @@ pytestmark = pytest.mark.slow  # the full dtype x op x size matrix: minutes, not
 WORLD = 4
 
 
+def _links(request) -> str:
+    """The pool a test runs on: "shm" or "tcp" links (conftest.py: pool4_each)."""
+    return request.node.callspec.params["pool4_each"]
+
+
 @pytest.mark.parametrize("ws", [1, 2, 3, 4])
 @pytest.mark.parametrize("kind", ["all_reduce", "all_gather_into_tensor", "all_gather",
                                   "reduce_scatter_tensor", "reduce_scatter", "broadcast"])
-def test_collective_matches_reference_and_gloo(pool4_each, kind, ws):
-    counts = cc.COUNTS if kind in ("all_reduce", "all_gather_into_tensor", "reduce_scatter_tensor") else [0, 1, 13]
-    cc.check_members(pool4_each.run(cc.case_collective, kind, ws, 1, counts), kind, ws)
+def test_collective_matches_reference_and_gloo(pool4_each, request, kind, ws):
+    """The automatic choice. Over shared-memory links the calls it puts in the arena at every
+    size run the arena's counts, and the flight record shows that the arena ran them."""
+    arena = _links(request) == "shm" and kind in cc.ARENA_AT_EVERY_SIZE
+    counts = (cc.SHM_COUNTS if arena else
+              cc.COUNTS if kind in ("all_reduce", "all_gather_into_tensor", "reduce_scatter_tensor") else [0, 1, 13])
+    results = pool4_each.run(cc.case_collective, kind, ws, 1, counts)
+    cc.check_members(results, kind, ws)
+    if arena and ws > 1:
+        assert all(res["algos"] == ["shm"] for res in results if res is not None), results[0]["algos"]
 
 
-@pytest.mark.parametrize("ws", [1, 2, 3, 4])
-@pytest.mark.parametrize("kind, algo", [(kind, algo) for kind, algos in cc.ALGOS.items() for algo in algos])
-def test_algorithm_matches_reference_and_gloo(pool4_each, kind, algo, ws):
+# (pool, kind, algo): every forced algorithm over both kinds of links, but for the arena's
+# calls that "auto" already runs there (above).
+FORCED = [(links, kind, algo) for links in ("shm", "tcp") for kind, algos in cc.ALGOS.items() for algo in algos
+          if not (links == "shm" and algo == "shm" and kind in cc.ARENA_AT_EVERY_SIZE)]
+
+
+@pytest.mark.parametrize("ws", [2, 3, 4])
+@pytest.mark.parametrize("pool4_each, kind, algo", FORCED, indirect=["pool4_each"])
+def test_algorithm_matches_reference_and_gloo(pool4_each, request, kind, algo, ws):
     """Each algorithm forced with algo= (the link ones, and the shared-memory ones that
     "auto" picks on one host) through the same matrix as "auto": every dtype x op, counts
     0, 1, fewer than the ranks, uneven and several segments or rounds; 3 ranks fold one rank
-    away in the log-step algorithms; every rank's result the same to the bit."""
-    cc.check_members(pool4_each.run(cc.case_collective, kind, ws, 1, cc.algo_counts(algo), algo=algo), kind, ws)
+    away in the log-step algorithms; every rank's result the same to the bit. (A group of
+    one rank runs no algorithm: the automatic choice's test has it.) The arena forced over
+    TCP links runs the same code as over shared-memory ones: there it leaves the rounds past
+    its slot (BIG) to the shared-memory pool's runs."""
+    counts = cc.algo_counts(algo)
+    if algo == "shm" and _links(request) == "tcp":
+        counts = [count for count in counts if count != cc.BIG]
+    results = pool4_each.run(cc.case_collective, kind, ws, 1, counts, algo=algo)
+    cc.check_members(results, kind, ws)
+    if ws > 1:
+        assert all(res["algos"] == [algo] for res in results if res is not None), results[0]["algos"]
 
 
 @pytest.mark.parametrize("ws", [1, 2, 3, 4])
