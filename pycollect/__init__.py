@@ -28,6 +28,7 @@ _API = {
     "all_gather_single", "reduce_scatter", "reduce_scatter_tensor", "reduce_scatter_single", "broadcast", "barrier",
     "send", "recv", "isend", "irecv", "get_counters",
     "all_to_all_single", "register_group", "unregister_group", "get_bytes_sent", "get_transport_info",
+    "get_flight_record",
     "get_topology", "reduce", "gather",
     "scatter", "all_to_all", "all_reduce_coalesced", "all_gather_coalesced", "tracing", "take_trace",
 }

@@ -689,6 +689,14 @@ def get_counters(group=None) -> dict:
     return _group(group).counters()
 
 
+def get_flight_record(group=None) -> List[dict]:
+    """This rank's last calls in the group (its flight recorder's ring,
+    PYCOLLECT_FLIGHT_ENTRIES of them), oldest first, each a dict: id, seq, op, dtype, algo
+    (the algorithm the engine ran: "shm" for the shared arena), root, count, peer, state,
+    phase, step, steps, waiting_on and its issued, started and ended times (us)."""
+    return _group(group).flight_record()
+
+
 def get_transport_info(group=None) -> dict:
     """{peer's global rank: "shm" or "tcp"}: what carries each of this rank's links in the
     group (PYCOLLECT_TRANSPORT; shared memory to ranks on this host under "auto"), for the

@@ -233,6 +233,10 @@ class ProcessGroup:
         """Calls per kind executed through this group's engine."""
         return dict(self._comm.counters())
 
+    def flight_record(self) -> List[dict]:
+        """This rank's flight record for the group (csrc/trace/flight.h), oldest first."""
+        return list(self._comm.flight_record())
+
     def transport_info(self) -> Dict[int, str]:
         """global rank of each peer -> what carries the link to it ("shm" or "tcp")."""
         return {self.ranks[p]: kind for p, kind in self._comm.link_kinds().items()}

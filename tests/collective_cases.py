@@ -134,16 +134,11 @@ def case_collective(kind: str, ws: int, seed: int = 0, counts=COUNTS, dtypes=DTY
     if pair is None:
         return None
     pg = pair[0]
-    first = _last_flight_id(pg)
+    before = pc.get_flight_record(pg)
+    first = before[-1]["id"] if before else -1
     out = run_cases(kind, pair, ws, seed, counts, dtypes, ops, algo=algo)
-    out["algos"] = sorted({e["algo"] for e in pc.world.resolve(pg)._comm.flight_record()
-                           if e["id"] > first and e["count"] > 0})
+    out["algos"] = sorted({e["algo"] for e in pc.get_flight_record(pg) if e["id"] > first and e["count"] > 0})
     return out
-
-
-def _last_flight_id(pg) -> int:
-    record = pc.world.resolve(pg)._comm.flight_record()
-    return record[-1]["id"] if record else -1
 
 
 def check_members(results, kind: str, ws: int) -> None:

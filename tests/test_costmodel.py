@@ -75,6 +75,56 @@ def test_gather_scatter_broadcast_by_hand():
     assert predict("broadcast", 3000, 4, "chain", P, segment_bytes=1000) == pytest.approx(11e-6)
 
 
+def test_arena_by_hand():
+    """The shared arena's formulas (tuning/arena.py) read the arena's own set: alpha is a
+    round of flags, beta a byte copied in or out of a slot, gamma a byte reduced."""
+    A = Params(alpha=1e-6, beta=1e-9, gamma=2e-9, overhead=3e-6)
+    links = P.with_(arena=A)
+    # 2 ranks, 8 KiB (one phase): overhead 3 + a round 1 + copy in 8.192 + one reduction 16.384
+    assert predict("all_reduce", 8192, 2, "shm", links) == pytest.approx((3 + 1 + 8.192 + 16.384) * 1e-6)
+    # 4 ranks, 1 MiB (one pipelined round): (2p - 1)/p of it copied, (p - 1)/p reduced
+    mib = 1 << 20
+    assert predict("all_reduce", mib, 4, "shm", links) == pytest.approx(3e-6 + 1e-6 + 7 / 4 * mib * 1e-9
+                                                                        + 3 / 4 * mib * 2e-9)
+    # 3 MiB: three rounds of a slot, each with its round of flags
+    assert predict("all_reduce", 3 * mib, 2, "shm", links) == pytest.approx(
+        3e-6 + 3 * (1e-6 + 3 / 2 * mib * 1e-9 + 1 / 2 * mib * 2e-9))
+    # all-gather of N = 3000 at 3: each part copied in (1000) and all out (3000)
+    assert predict("all_gather", 3000, 3, "shm", links) == pytest.approx((3 + 1 + 4) * 1e-6)
+    # reduce-scatter of N = 3000 at 3: the input copied in, a third of it reduced twice
+    assert predict("reduce_scatter", 3000, 3, "shm", links) == pytest.approx((3 + 1 + 3 + 4) * 1e-6)
+    # broadcast of 128 KiB: two rounds of 64 KiB, the last one's copy out behind the rest
+    kib128 = 128 << 10
+    assert predict("broadcast", kib128, 4, "shm", links) == pytest.approx(
+        3e-6 + 2e-6 + (kib128 + kib128 / 2) * 1e-9)
+    # one rank: the call's overhead alone; the links' formulas do not see the arena's set
+    assert predict("all_reduce", 8192, 1, "shm", links) == pytest.approx(3e-6)
+    assert predict("all_reduce", 8192, 2, "ring", links) == predict("all_reduce", 8192, 2, "ring", P)
+    # without a set of its own, the built-in one (fitted on the development machine)
+    assert P.arena_set() is not None and P.arena_set().arena is None
+    assert Params.from_json(links.to_json()).arena.with_(source="") == A.with_(source="")
+    with pytest.raises(ValueError, match="Params.arena"):
+        Params(arena=links)
+
+
+def test_fit_gives_the_arena_its_own_set():
+    """Samples of the arena ("shm") fit a set of their own (Params.arena), apart from the
+    links' samples, whose set comes out as it went in."""
+    arena = Params(alpha=0.4e-6, beta=1 / 12e9, gamma=1 / 8e9, overhead=2e-6)
+    true = Params(alpha=12e-6, beta=1 / 3e9, gamma=1 / 5e9, overhead=5e-6, arena=arena)
+    samples = [(op, algo, float(n), p, predict(op, n, p, algo, true))
+               for op, algos in (("all_reduce", ("ring", "shm")), ("all_gather", ("ring", "shm")),
+                                 ("broadcast", ("chain", "shm")))
+               for algo in algos for p in (2, 3, 4) for n in (8, 4096, 1 << 16, 1 << 20, 16 << 20)]
+    got, err = fit(samples, cache_sizes=(None,), single_copy=(None,))
+    assert err < 1e-6
+    for name in ("alpha", "beta", "gamma", "overhead"):
+        assert getattr(got.arena, name) == pytest.approx(getattr(arena, name), rel=1e-4), name
+        assert getattr(got, name) == pytest.approx(getattr(true, name), rel=1e-4), name
+    only, _ = fit([s for s in samples if s[1] == "shm"], cache_sizes=(None,), single_copy=(None,))
+    assert only.arena.alpha == pytest.approx(arena.alpha, rel=1e-4) and only.alpha == Params().alpha
+
+
 def test_shared_cores_stretch_costs():
     shared = P.with_(cores=2)
     assert predict("all_reduce", 1000, 4, "direct", shared) == pytest.approx(2 * 12e-6)
@@ -312,13 +362,23 @@ def test_fit_finds_a_cache_term():
 
 
 def test_fit_reads_bench_json_and_refuses_auto():
+    """Each row's algorithm is the one the bench recorded as run (the arena's "shm" where
+    "auto" took it; the engine's ring broadcast is the model's chain); a file without that
+    record is taken with the --algo it names, and refused where "auto" ran."""
     data = {"meta": {"op": "all_gather", "world_size": 3, "env": {}},
-            "rows": [{"size": 3000, "pycollect": {"time_us": 5.0}}]}
-    (sample,) = samples_from_bench(data)
-    assert sample[:4] == ("all_gather", "ring", 3000.0, 3) and sample[4] == pytest.approx(5e-6)
-    data["meta"].update(op="all_reduce")
-    with pytest.raises(ValueError, match="--algo ring or direct"):
-        samples_from_bench(data)
+            "rows": [{"size": 3000, "pycollect": {"time_us": 5.0, "algo": "shm"}},
+                     {"size": 6000, "pycollect": {"time_us": 7.0, "algo": "ring"}}]}
+    shm, ring = samples_from_bench(data)
+    assert shm[:4] == ("all_gather", "shm", 3000.0, 3) and shm[4] == pytest.approx(5e-6)
+    assert ring[:4] == ("all_gather", "ring", 6000.0, 3)
+    data["meta"].update(op="broadcast")
+    assert [s[1] for s in samples_from_bench(data)] == ["shm", "chain"]
+    older = {"meta": {"op": "all_reduce", "world_size": 2, "algo": "direct"},
+             "rows": [{"size": 8, "pycollect": {"time_us": 3.0}}]}
+    assert samples_from_bench(older)[0][:2] == ("all_reduce", "direct")
+    older["meta"].pop("algo")
+    with pytest.raises(ValueError, match="automatic choice"):
+        samples_from_bench(older)
 
 
 def test_choose_picks_the_known_crossover():
@@ -485,11 +545,12 @@ def test_group_auto_table_same_on_every_rank(pool3, tmp_path):
 @pytest.mark.slow
 def test_cli_validate_quick_end_to_end(tmp_path):
     out = tmp_path / "v.json"
-    r = _cli("--validate", "--quick", "--algos", "ring", "direct", "tree", "--json", str(out))
+    r = _cli("--validate", "--quick", "--algos", "ring", "direct", "tree", "shm", "--json", str(out))
     assert r.returncode == 0, r.stderr
     rows = [line.split() for line in r.stdout.splitlines() if line.startswith(" ") and "all_reduce" in line]
     measured = {(row[1], row[3]) for row in rows if "FAILED:" not in row}
-    assert measured >= {("ring", "64K"), ("ring", "1M"), ("direct", "64K"), ("direct", "1M")}
+    assert measured >= {("ring", "64K"), ("ring", "1M"), ("direct", "64K"), ("direct", "1M"), ("shm", "64K"),
+                        ("shm", "1M")}
     for row in rows:
         if "FAILED:" not in row:
             assert float(row[4]) > 0 and float(row[5]) > 0
@@ -595,6 +656,26 @@ def test_choice_check_and_prediction_table():
     assert choice_check(rows[2:], nic) is None
     with pytest.raises(ValueError, match="world sizes"):
         parse_world_sizes("8..2")
+
+
+def test_arena_check_sets_the_model_against_the_engines_rule():
+    """Where the arena and the links were both measured: the model's pick among them all and
+    the engine's rule (the arena for the all-reduce at every size, for the broadcast up to
+    256 KiB), each against the fastest; the automatic choice's check leaves the arena out."""
+    from pycollect.costmodel.check import arena_check, choice_check
+    from pycollect.costmodel.measure import Row
+
+    slow_arena = P.with_(arena=Params(alpha=1e-3, beta=1e-9, gamma=1e-9))  # the model: the links win
+    mib = 1 << 20
+    rows = [Row("all_reduce", "shm", 2, mib, 1.0e-3, 0), Row("all_reduce", "ring", 2, mib, 1.5e-3, 0),
+            Row("broadcast", "shm", 4, mib, 1.0e-3, 0), Row("broadcast", "chain", 4, mib, 3.0e-3, 0),
+            Row("all_gather", "ring", 2, mib, 1e-3, 0)]  # no arena there: not a point
+    model, rule = arena_check(rows, slow_arena)
+    assert [(p.op, p.pick) for p in model.points] == [("all_reduce", "ring"), ("broadcast", "chain")]
+    assert [(p.op, p.pick) for p in rule.points] == [("all_reduce", "shm"), ("broadcast", "chain")]
+    assert (model.ok, rule.ok) == (0, 1) and rule.worst.slower == pytest.approx(2.0)
+    assert choice_check(rows, slow_arena) is None  # one link algorithm a point: nothing to choose
+    assert arena_check(rows[4:], slow_arena) is None
 
 
 def test_validate_spreads_launches_in_rounds(monkeypatch):

@@ -160,7 +160,7 @@ def test_the_models_copies_of_engine_constants_are_the_engines():
     """pycollect.types and pycollect.tuning keep copies of engine constants so that the model
     and the planner load no engine (the tests above); here the copies meet the engine's own."""
     from pycollect import _C
-    from pycollect.tuning import DEFAULT_SEGMENT_BYTES, SHM_SINGLE_COPY_BYTES, formulas, hierarchy
+    from pycollect.tuning import DEFAULT_SEGMENT_BYTES, SHM_SINGLE_COPY_BYTES, arena, formulas, hierarchy
     from pycollect.types import DTYPE_CODES, DTYPE_SIZES
 
     engine = _C.ENGINE_DEFAULTS
@@ -169,6 +169,9 @@ def test_the_models_copies_of_engine_constants_are_the_engines():
     assert SHM_SINGLE_COPY_BYTES == engine["shm_single_copy_bytes"] == _C.CommOptions().shm_single_copy_bytes
     assert hierarchy.SLICE_SEGMENTS == engine["pipeline_slice_segments"]
     assert hierarchy.MAX_SLICES == engine["pipeline_max_slices"]
+    assert (arena.SLOT_BYTES, arena.ONE_PHASE_BYTES, arena.PIPE_BYTES) == (
+        engine["arena_slot_bytes"], engine["arena_one_phase_bytes"], engine["arena_pipe_bytes"])
+    assert arena.SHARED_BROADCAST_BYTES == engine["shm_collective_bytes"][1]
     assert {name: (DTYPE_CODES[name], DTYPE_SIZES[name]) for name in DTYPE_CODES} == _C.DTYPES
 
 

@@ -4,6 +4,7 @@
 #include "collectives/context.h"
 #include "comm/communicator.h"
 #include "collectives/rail_pipeline.h"
+#include "collectives/shared_arena.h"
 #include "common/types.h"
 #include "common/error.h"
 #include "device/device.h"
@@ -130,6 +131,9 @@ PYBIND11_MODULE(_C, m) {
   defaults["pipeline_max_slices"] = pycollect::kMaxSlices;
   defaults["link_timeout"] = pycollect::kDefaultLinkTimeoutSec;
   defaults["shm_collective_bytes"] = py::make_tuple(pycollect::kSharedSmallBytes, pycollect::kSharedBroadcastBytes, pycollect::kSharedLargeBytes);
+  defaults["arena_slot_bytes"] = pycollect::kArenaSlotBytes;
+  defaults["arena_one_phase_bytes"] = pycollect::kOnePhaseBytes;
+  defaults["arena_pipe_bytes"] = pycollect::kArenaPipeBytes;
   m.attr("ENGINE_DEFAULTS") = defaults;
   m.attr("ANY_SOURCE") = pycollect::kAnySource;  // a recv's peer: the first matching message from any rank
   py::dict dtypes;  // name -> (code, bytes an element)

@@ -70,6 +70,14 @@ class Engine:
             return functools.partial(pc.all_reduce, a, group=g, algo=self.algo, compress=self.compress)
         return op_caller(op, a, b, g, self.algo)
 
+    def ran(self, op: str) -> Optional[str]:
+        """The algorithm pycollect's engine ran for this rank's last `op` (its flight
+        record: "auto" resolved, "shm" for the shared arena); None for a peer."""
+        if self._torch or self._mpi is not None:
+            return None
+        calls = [e for e in pc.get_flight_record(self.group) if e["op"] == op]
+        return calls[-1]["algo"] if calls else None
+
     def barrier(self) -> None:
         if self._mpi is not None:
             self._comm.Barrier()
@@ -149,10 +157,12 @@ def run(op: str, sizes, dtype_name: str, iters: int, warmup: int, repeats: int,
                     call()
                 _sync(device)
                 samples[e.name].append((time.perf_counter() - t0) / iters)
+        ran = {e.name: e.ran(op) for e in engines}  # before the calls below join the record
         for e in engines:
             t = max_over_ranks(statistics.median(samples[e.name]), ours.group)
             algbw = row["size"] / t / 1e9
             row[e.name] = {"time_us": t * 1e6, "algbw": algbw, "busbw": algbw * bus_factor(op, n),
+                           "algo": ran[e.name],
                            "wrong": count_wrong(e, op, count, rank, n, dtype, device),
                            # the fastest block (slowest rank's): what a quiet machine does
                            "best_us": max_over_ranks(min(samples[e.name]), ours.group) * 1e6}

@@ -36,8 +36,9 @@ import time
 from typing import Optional
 
 from ..costmodel import DEFAULT_PATH, DEFAULT_SEGMENT_BYTES, FORMULAS, Params, bus_bandwidth
-from ..costmodel.check import (CHOICE_TARGET, LOOPBACK_TARGET, choice_check, compare, parse_world_sizes,
-                               prediction_table, saved_rows, summarize)
+from ..tuning.arena import ALGO as ARENA_ALGO
+from ..costmodel.check import (CHOICE_TARGET, LOOPBACK_TARGET, arena_check, choice_check, compare,
+                               parse_world_sizes, prediction_table, saved_rows, summarize)
 from ..measuring import format_size, parse_size, size_list
 from ._params import add_param_arguments, params_from_args, params_given
 from .model_formation import add_formation_arguments, run_formation
@@ -217,7 +218,9 @@ def _validate(args) -> int:
         algos = args.algos
     if args.world_sizes:
         worlds = parse_world_sizes(args.world_sizes)
-    cases = [(op, a) for op in ops for a in FORMULAS[op] if algos is None or a in algos]
+    # Each op's link algorithms and the shared arena's (tuning/arena.py), as the engine runs
+    # them on one host.
+    cases = [(op, a) for op in ops for a in [*FORMULAS[op], ARENA_ALGO] if algos is None or a in algos]
     launches = 1 if args.quick else args.launches
     if launches < 1 or repeats < 1 or block_s <= 0:
         raise ValueError("--launches and --repeats must be >= 1 and --block-ms > 0")
@@ -287,6 +290,14 @@ def _summary(rows, params, plot=None, measured="") -> None:
         print(f"# automatic choice vs fastest measured: within {CHOICE_TARGET * 100:.0f} % at {check.ok} of "
               f"{len(check.points)} points; worst {w.slower * 100:.1f} % slower ({w.op}, {w.world_size} ranks, "
               f"{format_size(w.nbytes)}: picks {w.pick}, fastest {w.fastest})")
+    versus = arena_check(rows, params)
+    if versus is not None:
+        model, rule = versus
+        print(f"# the shared arena or the links, within {CHOICE_TARGET * 100:.0f} % of the fastest measured at "
+              f"{len(model.points)} points: the model's pick at {model.ok}, the engine's rule at {rule.ok}; worst "
+              + "; ".join(f"{who} {w.slower * 100:.1f} % slower ({w.op}, {w.world_size} ranks, "
+                          f"{format_size(w.nbytes)}: picks {w.pick}, fastest {w.fastest})"
+                          for who, w in (("model", model.worst), ("rule", rule.worst))))
     if plot and rows:
         validate_plot(plot, rows, f"model vs measured ({measured}): {sm.within} of {sm.total} within "
                                   f"{LOOPBACK_TARGET * 100:.0f} %; {params.describe()}")

@@ -4,6 +4,7 @@
     rows = saved_rows(["v.json"], params)        # earlier `--validate --json` samples, predicted again
     s = summarize(rows)                           # how many are within the target; the noisy ones
     c = choice_check(rows, params)                # the automatic choice against the fastest measured
+    a = arena_check(rows, params)                 # the arena or the links: the model's pick, the engine's rule
     cmp = compare("a.json", "b.json")             # two measurements of one engine, point by point
     table = prediction_table("all_reduce", 1 << 30, [8, 16], ["ring", "tree"], params)
 
@@ -20,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Sequence, Tuple
 
 from ..tuning import DEFAULT_PATH, FORMULAS, Params, crossovers, engine_choice, parse_rate, parse_time, predict
+from ..tuning import arena
 from .fit import samples_from_bench
 from .measure import Row
 
@@ -146,17 +148,43 @@ def choice_check(rows: Sequence[Row], params: Params, target: float = CHOICE_TAR
     """Where several algorithms were measured at one (op, ranks, size): the automatic
     choice's pick (engine_choice: the model's best within the engine's limits, near-ties
     to the simpler one) against the fastest measured. None where no point has two."""
-    by: Dict[Tuple[str, int, int], Dict[str, float]] = {}
-    for r in rows:
-        by.setdefault((r.op, r.world_size, r.nbytes), {})[r.algo] = r.measured_s
     points = []
-    for (op, p, nb), measured in sorted(by.items()):
+    for (op, p, nb), measured in _measured(rows, links_only=True):
         if len(measured) < 2:
             continue
-        pick = engine_choice(op, nb, p, params, list(measured))
-        points.append(ChoicePoint(measured[pick] / min(measured.values()) - 1, op, p, nb, pick,
-                                  min(measured, key=measured.get)))
+        points.append(_point(op, p, nb, measured, engine_choice(op, nb, p, params, list(measured))))
     return ChoiceCheck(points, target) if points else None
+
+
+def arena_check(rows: Sequence[Row], params: Params,
+                target: float = CHOICE_TARGET) -> Optional[Tuple[ChoiceCheck, ChoiceCheck]]:
+    """Where the shared arena and a link algorithm were measured at one (op, ranks, size):
+    (the model's pick among them all, the engine's pick by its rule: the arena where
+    arena.rule_takes_arena says, else the table's link algorithm), each against the
+    fastest measured. None where no point has both."""
+    model, rule = [], []
+    for (op, p, nb), measured in _measured(rows, links_only=False):
+        links = [a for a in measured if a != arena.ALGO]
+        if arena.ALGO not in measured or not links:
+            continue
+        model.append(_point(op, p, nb, measured, engine_choice(op, nb, p, params, list(measured))))
+        ruled = arena.ALGO if arena.rule_takes_arena(op, nb) else engine_choice(op, nb, p, params, links)
+        rule.append(_point(op, p, nb, measured, ruled))
+    return (ChoiceCheck(model, target), ChoiceCheck(rule, target)) if model else None
+
+
+def _measured(rows: Sequence[Row], links_only: bool):
+    """((op, ranks, bytes), {algo: measured seconds}) per point, sorted; `links_only`: the
+    link algorithms alone (the automatic choice's table picks among them)."""
+    by: Dict[Tuple[str, int, int], Dict[str, float]] = {}
+    for r in rows:
+        if not (links_only and r.algo == arena.ALGO):
+            by.setdefault((r.op, r.world_size, r.nbytes), {})[r.algo] = r.measured_s
+    return sorted(by.items())
+
+
+def _point(op: str, p: int, nb: int, measured: Dict[str, float], pick: str) -> ChoicePoint:
+    return ChoicePoint(measured[pick] / min(measured.values()) - 1, op, p, nb, pick, min(measured, key=measured.get))
 
 
 @dataclass

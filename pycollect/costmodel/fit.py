@@ -24,6 +24,8 @@ from __future__ import annotations
 import math
 from typing import Dict, Iterable, List, Optional, Sequence, Tuple
 
+from ..tuning.arena import ALGO as ARENA_ALGO
+from ..tuning.arena import ARENA_FORMULAS
 from ..tuning.choice import predict
 from ..tuning.formulas import DEFAULT_SEGMENT_BYTES
 from ..tuning.params import SHM_SINGLE_COPY_BYTES, Params
@@ -36,10 +38,15 @@ CACHE_SIZES: Tuple[Optional[float], ...] = (None,) + tuple(float(1 << k) for k i
 Sample = Tuple[str, str, float, int, float, int]  # op, algo, nbytes, world_size, seconds, segment bytes
 # A call's one-way ping-pong half: what `probe` measures with send/recv (op "ping_pong").
 _PING = "ping_pong"
+# The arena's samples while its own set is fitted: timed with the candidate set itself
+# (predict would take the arena set of the parameters it is given: Params.arena_set).
+_OWN_SET = "shm, own set"
 
 
 def _time(s: Sample, params: Params) -> float:
     op, algo, nbytes, p, _, seg = s
+    if algo == _OWN_SET:  # the arena's own fit: `params` is the candidate arena set
+        return ARENA_FORMULAS[op](float(nbytes), p, params.at(p), seg)
     if op == _PING:  # one round trip of nbytes between two ranks: two messages, two calls each way
         params = params.at(2)
         return 2 * (params.overhead + params.message(2) + params.read_cost(nbytes, 2) + nbytes * params.beta
@@ -129,16 +136,31 @@ def fit(samples: Iterable[Sample], cores: Optional[int] = None, fixed: Optional[
     bad = [s for s in samples if not s[4] > 0]
     if bad:
         raise ValueError(f"fit: measured times must be > 0, got {bad[0]}")
-    terms = dict(cores=cores, fixed=fixed, start=start, overlaps=overlaps, cache_sizes=cache_sizes,
-                 mem_sharing=mem_sharing, single_copy=single_copy)
+    terms = dict(cores=cores, fixed=fixed, overlaps=overlaps, cache_sizes=cache_sizes, mem_sharing=mem_sharing,
+                 single_copy=single_copy)
+    links = [s for s in samples if s[1] != ARENA_ALGO]
+    arena = [s for s in samples if s[1] == ARENA_ALGO]
+    # The arena's samples fit its own set (Params.arena): neither overlap nor reads from a
+    # sender's memory are terms of its formulas.
+    params = _fit_regimes(links, start, crowded, terms) if links else (start or Params())
+    if arena:
+        own = [(s[0], _OWN_SET) + tuple(s[2:]) for s in arena]
+        start_arena = params.arena_set().with_(crowded=None, source="fit")
+        params = params.with_(arena=_fit_regimes(own, start_arena, crowded,
+                                                 dict(terms, overlaps=(0.0,), single_copy=(None,))))
+    return params, rms(samples, params)
+
+
+def _fit_regimes(samples: Sequence[Sample], start: Optional[Params], crowded: bool, terms: dict) -> Params:
+    """One set of parameters for `samples`, with a crowded set of its own where cores is
+    given and they have calls of both kinds (fit)."""
+    cores = terms["cores"]
     if crowded and cores is not None:
         own = [s for s in samples if s[3] <= cores]
         more = [s for s in samples if s[3] > cores]
         if own and more:
-            params = _fit_one(own, **terms).with_(crowded=_fit_one(more, **terms))
-            return params, rms(samples, params)
-    params = _fit_one(samples, **terms)
-    return params, rms(samples, params)
+            return _fit_one(own, start=start, **terms).with_(crowded=_fit_one(more, start=start, **terms))
+    return _fit_one(samples, start=start, **terms)
 
 
 def _fit_one(samples: Sequence[Sample], cores, fixed, start, overlaps, cache_sizes, mem_sharing,
@@ -161,24 +183,27 @@ def _fit_one(samples: Sequence[Sample], cores, fixed, start, overlaps, cache_siz
 
 def samples_from_bench(data: dict) -> List[Sample]:
     """Samples from one `pycollect bench --json` file: {meta, rows} (or the {samples} of
-    `pycollect model --validate --json`). An all-reduce run
-    with the automatic choice is refused (which algorithm ran is not recorded): run the
-    benchmark with --algo ring or --algo direct."""
+    `pycollect model --validate --json`). Each row's algorithm is the one the engine ran
+    (the bench records it: "shm" where the shared arena ran); a file without that record
+    (an older bench) names it with --algo, or is refused where the automatic choice ran."""
     meta, rows = data.get("meta", {}), data.get("rows", [])
     if "samples" in data:  # `pycollect model --validate --json`
         return [tuple(s) for s in data["samples"]]
     if meta.get("latency"):
         raise ValueError("a `bench --latency` file: fit from a `pycollect bench` run (or use the probe)")
     op, p = meta.get("op"), meta.get("world_size")
-    env = meta.get("env") or {}
-    seg = int(env.get("PYCOLLECT_SEGMENT_BYTES") or DEFAULT_SEGMENT_BYTES)
-    algo = (meta.get("algo") or env.get("PYCOLLECT_ALGO") or "auto").lower()
-    if op == "all_reduce" and algo == "auto":
-        raise ValueError("this all_reduce run used the automatic choice; rerun the benchmark with --algo ring or direct")
-    if op in ("all_gather", "reduce_scatter") and algo == "auto":
-        algo = "ring"
-    if op == "broadcast":
-        algo = "chain"
     if not op or not p:
         raise ValueError("not a `pycollect bench --json` file: meta.op and meta.world_size are missing")
-    return [(op, algo, float(r["size"]), int(p), r["pycollect"]["time_us"] * 1e-6, seg) for r in rows]
+    env = meta.get("env") or {}
+    seg = int(env.get("PYCOLLECT_SEGMENT_BYTES") or DEFAULT_SEGMENT_BYTES)
+    asked = (meta.get("algo") or env.get("PYCOLLECT_ALGO") or "auto").lower()
+    out = []
+    for r in rows:
+        algo = r["pycollect"].get("algo") or asked
+        if algo == "auto":
+            raise ValueError(f"this {op} run used the automatic choice and does not record what ran (an older "
+                             f"bench): rerun the benchmark, or with --algo")
+        if op == "broadcast" and algo == "ring":
+            algo = "chain"  # the engine's ring broadcast is the model's chain
+        out.append((op, algo, float(r["size"]), int(p), r["pycollect"]["time_us"] * 1e-6, seg))
+    return out

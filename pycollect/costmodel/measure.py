@@ -21,8 +21,11 @@ from ..tuning.choice import predict
 from ..tuning.formulas import DEFAULT_SEGMENT_BYTES, FORMULAS
 from ..tuning.params import Params
 
-# The engine's default algorithm for ops that take no algo= (their only one).
-_IMPLICIT = {"all_gather": "ring", "reduce_scatter": "ring", "broadcast": "chain"}
+def engine_algo(algo: str) -> str:
+    """The engine's name (algo=) of one of the model's algorithms: its chain broadcast is the
+    engine's "ring"; the others share their names. Every timed call names its algorithm:
+    on one host "auto" would take the shared arena."""
+    return "ring" if algo == "chain" else algo
 
 
 def _try_algos(rank: int, n: int, emit, pairs) -> None:
@@ -30,16 +33,12 @@ def _try_algos(rank: int, n: int, emit, pairs) -> None:
 
     from .. import api as pc
     from ..errors import InvalidArgumentError
+    from ..measuring import buffers, run_op
 
     for op, algo in pairs:
         try:
-            t = torch.ones(4)
-            if op == "all_reduce":
-                pc.all_reduce(t, algo=algo)
-            elif op == "all_gather":
-                pc.all_gather_into_tensor(torch.empty(4), t, **({} if algo == _IMPLICIT[op] else {"algo": algo}))
-            elif algo != _IMPLICIT.get(op):
-                raise NotImplementedError(f"{op} takes no algo=")
+            a, b = buffers(op, 4, 1, torch.float32)
+            run_op(op, a, b, None, engine_algo(algo))
             emit("algo", op, algo, None)
         except (TypeError, ValueError, NotImplementedError, InvalidArgumentError) as e:
             emit("algo", op, algo, f"{type(e).__name__}: {e}")
@@ -281,8 +280,7 @@ def _algos_job(rank: int, n: int, emit, op: str, algos: Sequence[str], sizes: Se
     from ..launch import pin_to_core
 
     pin_to_core(rank)
-    # all_gather takes algo=; reduce_scatter and broadcast have one algorithm and no algo=.
-    picks = [None if op in ("reduce_scatter", "broadcast") else a for a in algos]  # each run's algo=
+    picks = [engine_algo(a) for a in algos]  # each run's algo=
     for size in sizes:
         count = elements(op, size, n, 4)
         if count == 0:

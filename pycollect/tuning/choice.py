@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Dict, Iterable, List, Optional, Sequence, Tuple
 
 from ..types import CALL_ALGOS, Algo  # enum and tuples only: no torch, no engine
+from . import arena
 from .formulas import DEFAULT_SEGMENT_BYTES, FORMULAS
 from .params import Params
 
@@ -35,9 +36,11 @@ MAX_BYTES = 2**64 - 1  # the last row of a table: "and anything larger"
 def _formula(op: str, algo: str):
     if op not in FORMULAS:
         raise ValueError(f"the cost model knows no op {op!r}; choose one of {', '.join(FORMULAS)}")
+    if algo == arena.ALGO:
+        return arena.ARENA_FORMULAS[op]
     if algo not in FORMULAS[op]:
         raise ValueError(f"the cost model knows no {op} algorithm {algo!r}; choose one of "
-                         f"{', '.join(FORMULAS[op])}")
+                         f"{', '.join(FORMULAS[op])} (or {arena.ALGO}: one host's shared arena)")
     return FORMULAS[op][algo]
 
 
@@ -52,11 +55,14 @@ def predict(op: str, nbytes: float, world_size: int, algo: str, params: Params,
             segment_bytes: int = DEFAULT_SEGMENT_BYTES) -> float:
     """Seconds for one call. nbytes: the buffer per rank (all_reduce, broadcast) or the
     total gathered / scattered bytes (all_gather, reduce_scatter), as nccl-tests counts.
-    Where the ranks outnumber the cores, with the parameters fitted for that (Params.at)."""
+    Where the ranks outnumber the cores, with the parameters fitted for that (Params.at);
+    the shared arena's algorithm ("shm", arena.py) with the arena's set (Params.arena_set)."""
     f = _formula(op, algo)
     _check(nbytes, world_size)
     if segment_bytes < 1:
         raise ValueError(f"segment_bytes must be >= 1, got {segment_bytes!r}")
+    if algo == arena.ALGO:
+        params = params.arena_set()
     return f(float(nbytes), world_size, params.at(world_size), segment_bytes)
 
 

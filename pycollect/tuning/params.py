@@ -50,6 +50,10 @@ crowded: the parameters of calls whose ranks outnumber `cores` (Params.at), a fu
   development machine (2 cores) one set for 2, 3 and 4 ranks put 121 of 144 points of one
   measurement within 25 % of the other's, the two sets 130. None (the default): these
   parameters for every call.
+arena: the shared arena's own set (pycollect/tuning/arena.py: the collectives that run
+  through one host's shared segment, "shm"): there alpha is a round of flags seen across
+  cores, beta a byte copied into or out of a slot, gamma a byte reduced; fitted on its own
+  samples, as crowded is. None (the default): ARENA, fitted on the development machine.
 inter_host: the links between hosts, for groups that span several (the two-level model,
   pycollect/tuning/hierarchy.py): a full set of their own, typically a NIC's (no cores,
   caches or shared memory terms). None (the default): hierarchy.INTER_HOST, a 10 Gbit/s
@@ -108,6 +112,7 @@ class Params:
     single_copy_alpha: float = 0.0
     crowded: Optional["Params"] = None
     inter_host: Optional["Params"] = None
+    arena: Optional["Params"] = None
     source: str = "built-in defaults"
 
     def __post_init__(self):
@@ -140,6 +145,13 @@ class Params:
         if self.inter_host is not None and (not isinstance(self.inter_host, Params)
                                             or self.inter_host.inter_host is not None):
             raise ValueError("Params.inter_host must be None or a Params without an inter_host of its own")
+        if self.arena is not None and (not isinstance(self.arena, Params) or self.arena.arena is not None
+                                       or self.arena.inter_host is not None):
+            raise ValueError("Params.arena must be None or a Params without an arena or inter_host of its own")
+
+    def arena_set(self) -> "Params":
+        """The parameters of the shared arena's collectives: `arena`, else ARENA."""
+        return self.arena if self.arena is not None else ARENA
 
     def at(self, world_size: int) -> "Params":
         """The parameters of a `world_size`-rank call: `crowded` where the ranks outnumber
@@ -268,7 +280,8 @@ class Params:
         shared DRAM, copies within a core, reads from the sender's memory), with `changes`
         on top: what typed values such as --beta 400gbit describe, a rank per core on a NIC."""
         return replace(self, cores=None, cache_bytes=None, cache_speedup=1.0, mem_parallel=None,
-                       local_speedup=1.0, single_copy_bytes=None, single_copy_alpha=0.0, crowded=None, **changes)
+                       local_speedup=1.0, single_copy_bytes=None, single_copy_alpha=0.0, crowded=None, arena=None,
+                       **changes)
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), sort_keys=True)
@@ -287,6 +300,8 @@ class Params:
             d["crowded"] = cls.from_dict(d["crowded"], source=f"{source or d.get('source', '')}, crowded")
         if isinstance(d.get("inter_host"), dict):
             d["inter_host"] = cls.from_dict(d["inter_host"], source=f"{source or d.get('source', '')}, between hosts")
+        if isinstance(d.get("arena"), dict):
+            d["arena"] = cls.from_dict(d["arena"], source=f"{source or d.get('source', '')}, shared arena")
         return cls(**d)
 
     @classmethod
@@ -316,7 +331,8 @@ class Params:
             f"; where ranks outnumber the cores: {self.crowded.with_(source='').describe()}")
         between = "" if self.inter_host is None else (
             f"; between hosts: {self.inter_host.with_(source='').describe()}")
-        return self._describe_one() + crowded + between
+        arena = "" if self.arena is None else f"; the shared arena: {self.arena.with_(source='').describe()}"
+        return self._describe_one() + crowded + between + arena
 
     def _describe_one(self) -> str:
         cores = "own core per rank" if self.cores is None else f"{self.cores} shared cores"
@@ -336,6 +352,16 @@ class Params:
                 f"overhead {self.overhead * 1e6:.1f} us, overlap {self.overlap:g}, {cores}"
                 + (f" ({self.source})" if self.source else ""))
 
+
+# The shared arena's built-in set (Params.arena_set): `pycollect model --fit` on the 140
+# arena points (8 B-32 MiB, 2-4 ranks, the four ops) of one `model --validate` of the
+# 2-core development machine, with its cores: 3 and 4 ranks take the crowded set (their
+# small calls cost 3x those of 2). docs/costmodel.md, "The shared arena".
+ARENA = Params(alpha=0.906e-6, beta=1 / 12.63e9, gamma=1 / 8.347e9, overhead=4.7e-6, cores=2,
+               cache_bytes=float(512 << 10), cache_speedup=1.47,
+               crowded=Params(alpha=0.619e-6, beta=1 / 7.165e9, gamma=1 / 7.554e9, overhead=13.2e-6, cores=2,
+                              cache_bytes=float(16 << 20), cache_speedup=1.85, local_speedup=1.07),
+               source="built-in arena defaults")
 
 _TIME = {"": 1.0, "s": 1.0, "ms": 1e-3, "us": 1e-6, "µs": 1e-6, "ns": 1e-9}
 _PREFIX = {"": 1.0, "k": 1e3, "m": 1e6, "g": 1e9, "t": 1e12}
