@@ -272,6 +272,22 @@ def _run_one(comm, kind, pg, gg, ws, r, dtype, count, op, seed, what, algo=None,
     return digest(result), compared
 
 
+def case_broadcast_algos(ws: int, sizes) -> list:
+    """The algorithm "auto" ran for a broadcast of each of `sizes` bytes on ranks [0, ws)
+    (the flight record's), each result checked against the root's buffer."""
+    pair = paired_groups(ws)
+    if pair is None:
+        return None
+    pg = pair[0]
+    ran = []
+    for size in sizes:
+        t = torch.full((size,), pc.get_rank(pg), dtype=torch.uint8)
+        pc.broadcast(t, src=ws - 1, group=pg)
+        assert bool((t == ws - 1).all()), f"broadcast of {size} B at {ws} ranks"
+        ran.append(pc.get_flight_record(pg)[-1]["algo"])
+    return ran
+
+
 def case_all_to_all(ws: int, seed: int = 0):
     """pc.all_to_all_single against Gloo's, even and uneven splits (both the API's fast call
     on these 2-D rows), several dtypes; the even splits also on 1-D tensors and numpy arrays."""

@@ -80,6 +80,17 @@ def test_parts_in_the_arena_and_over_links(pool4, ws):
     assert results == [2 * (2 * 2 + 1) + 2] * ws
 
 
+@pytest.mark.parametrize("ws", [2, 3, 4])
+def test_automatic_broadcast_takes_the_arena_up_to_its_limit(pool4, ws):
+    """On one host "auto" broadcasts through the arena up to 256 KiB at 2 ranks and 1 MiB on
+    more (csrc Communicator::sharedFits), over the links above."""
+    sizes = [256 << 10, (256 << 10) + 1, 1 << 20, (1 << 20) + 1]
+    limit = (1 << 20) if ws > 2 else 256 << 10
+    want = ["shm" if size <= limit else "ring" for size in sizes]
+    results = [res for res in pool4.run(cc.case_broadcast_algos, ws, sizes) if res is not None]
+    assert results == [want] * ws
+
+
 @pytest.mark.parametrize("ws", [1, 2, 3, 4])
 def test_all_to_all_single_matches_gloo(pool4_each, ws):
     results = [res for res in pool4_each.run(cc.case_all_to_all, ws) if res is not None]

@@ -661,21 +661,23 @@ def test_choice_check_and_prediction_table():
 def test_arena_check_sets_the_model_against_the_engines_rule():
     """Where the arena and the links were both measured: the model's pick among them all and
     the engine's rule (the arena for the all-reduce at every size, for the broadcast up to
-    256 KiB), each against the fastest; the automatic choice's check leaves the arena out."""
+    256 KiB at 2 ranks and 1 MiB on more), each against the fastest; the automatic choice's
+    check leaves the arena out."""
     from pycollect.costmodel.check import arena_check, choice_check
     from pycollect.costmodel.measure import Row
 
     slow_arena = P.with_(arena=Params(alpha=1e-3, beta=1e-9, gamma=1e-9))  # the model: the links win
     mib = 1 << 20
     rows = [Row("all_reduce", "shm", 2, mib, 1.0e-3, 0), Row("all_reduce", "ring", 2, mib, 1.5e-3, 0),
-            Row("broadcast", "shm", 4, mib, 1.0e-3, 0), Row("broadcast", "chain", 4, mib, 3.0e-3, 0),
+            Row("broadcast", "shm", 2, mib, 1.0e-3, 0), Row("broadcast", "chain", 2, mib, 3.0e-3, 0),
+            Row("broadcast", "shm", 3, mib, 1.0e-3, 0), Row("broadcast", "chain", 3, mib, 1.05e-3, 0),
             Row("all_gather", "ring", 2, mib, 1e-3, 0)]  # no arena there: not a point
     model, rule = arena_check(rows, slow_arena)
-    assert [(p.op, p.pick) for p in model.points] == [("all_reduce", "ring"), ("broadcast", "chain")]
-    assert [(p.op, p.pick) for p in rule.points] == [("all_reduce", "shm"), ("broadcast", "chain")]
-    assert (model.ok, rule.ok) == (0, 1) and rule.worst.slower == pytest.approx(2.0)
+    assert [p.pick for p in model.points] == ["ring", "chain", "chain"]
+    assert [p.pick for p in rule.points] == ["shm", "chain", "shm"]
+    assert (model.ok, rule.ok) == (1, 2) and rule.worst.slower == pytest.approx(2.0)
     assert choice_check(rows, slow_arena) is None  # one link algorithm a point: nothing to choose
-    assert arena_check(rows[4:], slow_arena) is None
+    assert arena_check(rows[6:], slow_arena) is None
 
 
 def test_validate_spreads_launches_in_rounds(monkeypatch):

@@ -171,7 +171,7 @@ def test_the_models_copies_of_engine_constants_are_the_engines():
     assert hierarchy.MAX_SLICES == engine["pipeline_max_slices"]
     assert (arena.SLOT_BYTES, arena.ONE_PHASE_BYTES, arena.PIPE_BYTES) == (
         engine["arena_slot_bytes"], engine["arena_one_phase_bytes"], engine["arena_pipe_bytes"])
-    assert arena.SHARED_BROADCAST_BYTES == engine["shm_collective_bytes"][1]
+    assert (arena.SHARED_BROADCAST_BYTES, arena.SHARED_LARGE_BYTES) == engine["shm_collective_bytes"][1:]
     assert {name: (DTYPE_CODES[name], DTYPE_SIZES[name]) for name in DTYPE_CODES} == _C.DTYPES
 
 

@@ -256,7 +256,7 @@ bool Communicator::sharedFits(OpKind kind, size_t bytes) const {
       case OpKind::kReduceScatter:
         return true;
       case OpKind::kBroadcast:
-        limit = kSharedBroadcastBytes;
+        limit = size_ > 2 ? kSharedLargeBytes : kSharedBroadcastBytes;
         break;
       case OpKind::kReduce:
         limit = size_ > 2 ? kSharedLargeBytes : kSharedSmallBytes;

@@ -62,9 +62,10 @@ struct HierarchicalFrom {
 // (Communicator::sharedFits): the all-reduce, all-gather and reduce-scatter take the arena
 // at every size (its pipelined pieces, each read while still in a cache, beat the links'
 // copies from 1 MiB and tie with them below, at 2 to 4 ranks); the broadcast up to
-// kSharedBroadcastBytes (the chain's pipelined pieces win from 1 MiB at 2 ranks); the
-// reduce up to kSharedSmallBytes, kSharedLargeBytes on more than two ranks
-// (docs/algorithms.md, "Shared-memory collectives").
+// kSharedBroadcastBytes (the chain's pipelined pieces win from 1 MiB at 2 ranks),
+// kSharedLargeBytes on more than two ranks (the arena's receivers copy out at once, where
+// the chain's wait hop by hop); the reduce up to kSharedSmallBytes, kSharedLargeBytes on
+// more than two ranks (docs/algorithms.md, "Shared-memory collectives").
 constexpr size_t kSharedPerCall = SIZE_MAX;
 constexpr size_t kSharedSmallBytes = 16 << 10;
 constexpr size_t kSharedLargeBytes = 1 << 20;

@@ -168,7 +168,7 @@ def arena_check(rows: Sequence[Row], params: Params,
         if arena.ALGO not in measured or not links:
             continue
         model.append(_point(op, p, nb, measured, engine_choice(op, nb, p, params, list(measured))))
-        ruled = arena.ALGO if arena.rule_takes_arena(op, nb) else engine_choice(op, nb, p, params, links)
+        ruled = arena.ALGO if arena.rule_takes_arena(op, nb, p) else engine_choice(op, nb, p, params, links)
         rule.append(_point(op, p, nb, measured, ruled))
     return (ChoiceCheck(model, target), ChoiceCheck(rule, target)) if model else None
 

@@ -39,13 +39,18 @@ PIPE_BYTES = 64 << 10  # kArenaPipeBytes
 ALGO = "shm"  # the engine's name for the arena (Algo::kShared)
 # The engine's choice of the arena on one host is a rule by size, not this model
 # (Communicator::sharedFits; docs/costmodel.md, "The shared arena"): the all-reduce,
-# all-gather and reduce-scatter at every size, the broadcast up to this many bytes.
+# all-gather and reduce-scatter at every size, the broadcast up to this many bytes at 2
+# ranks, SHARED_LARGE_BYTES on more.
 SHARED_BROADCAST_BYTES = 256 << 10  # kSharedBroadcastBytes
+SHARED_LARGE_BYTES = 1 << 20  # kSharedLargeBytes
 
 
-def rule_takes_arena(op: str, nbytes: float) -> bool:
-    """Whether the engine's rule runs `op` of `nbytes` in the arena on one host."""
-    return op != "broadcast" or nbytes <= SHARED_BROADCAST_BYTES
+def rule_takes_arena(op: str, nbytes: float, world_size: int) -> bool:
+    """Whether the engine's rule runs `op` of `nbytes` on `world_size` ranks in the arena
+    on one host."""
+    if op != "broadcast":
+        return True
+    return nbytes <= (SHARED_LARGE_BYTES if world_size > 2 else SHARED_BROADCAST_BYTES)
 
 
 def _rounds(total: float, per_round: float) -> Tuple[int, float]:
