@@ -30,7 +30,7 @@ from .topology import Topology
 from .group import NON_GROUP_MEMBER, ProcessGroup
 from .options import Options, to_timedelta
 from .rendezvous import listen_address, rendezvous
-from .types import DTYPE_SIZES, Algo, Compress, ReduceOp, TraceEvent, is_torch_tensor, to_reduce_op
+from .types import CALL_ALGOS, DTYPE_SIZES, Algo, Compress, ReduceOp, TraceEvent, is_torch_tensor, to_reduce_op
 from .work import Work
 from .world import default as _default, resolve as _group
 
@@ -194,8 +194,12 @@ def _profiler_active() -> bool:
 # raises what is wrong), else the engine's Work of a call it issued that did not end on this
 # thread, which _waited waits on. The public functions that have a fast call are made C
 # entries at the end of this module (_FAST_CALLS, _fast_entries): the functions below are
-# their general paths.
-_fast = _C.fast_front(world)
+# their general paths. A call's algo= goes with it where it is an Algo or a name in lower or
+# upper case that the call has (CALL_ALGOS: the codes below); any other value declines, and
+# the general path raises or takes it (a name in mixed case) as it would.
+_FAST_ALGO_CODES = {call: {key: int(a) for a in algos for key in (a, a.name.lower(), a.name)}
+                    for call, algos in CALL_ALGOS.items()}
+_fast = _C.fast_front(world, Algo, _FAST_ALGO_CODES)
 
 
 def _waited(issued, group, *keepalive) -> None:
@@ -720,15 +724,15 @@ def get_bytes_sent(group=None) -> int:
 # The public functions that have a fast call: name -> (FastFront's method, the parameters it
 # takes in its order, the parameters that must be None or False for it).
 _FAST_CALLS = {
-    "all_reduce": ("all_reduce", ("group", "tensor", "op"), ("async_op", "algo", "compress")),
-    "all_gather_into_tensor": ("all_gather", ("group", "output_tensor", "input_tensor"), ("async_op", "algo")),
-    "reduce_scatter_tensor": ("reduce_scatter", ("group", "output", "input", "op"), ("async_op", "algo")),
-    "all_gather": ("all_gather_list", ("group", "tensor_list", "tensor"), ("async_op", "algo")),
-    "reduce_scatter": ("reduce_scatter_list", ("group", "output", "input_list", "op"), ("async_op", "algo")),
+    "all_reduce": ("all_reduce", ("group", "tensor", "op", "algo"), ("async_op", "compress")),
+    "all_gather_into_tensor": ("all_gather", ("group", "output_tensor", "input_tensor", "algo"), ("async_op",)),
+    "reduce_scatter_tensor": ("reduce_scatter", ("group", "output", "input", "op", "algo"), ("async_op",)),
+    "all_gather": ("all_gather_list", ("group", "tensor_list", "tensor", "algo"), ("async_op",)),
+    "reduce_scatter": ("reduce_scatter_list", ("group", "output", "input_list", "op", "algo"), ("async_op",)),
     "all_reduce_coalesced": ("all_reduce_coalesced", ("group", "tensors", "op"), ("async_op", "algo")),
     "all_gather_coalesced": ("all_gather_coalesced", ("group", "output_tensor_lists", "input_tensor_list"),
                              ("async_op", "algo")),
-    "broadcast": ("broadcast", ("group", "tensor", "src"), ("async_op", "algo")),
+    "broadcast": ("broadcast", ("group", "tensor", "src", "algo"), ("async_op",)),
     "barrier": ("barrier", ("group",), ("async_op", "device_ids", "timeout")),
     "reduce": ("reduce", ("group", "tensor", "dst", "op"), ("async_op",)),
     "gather": ("gather", ("group", "tensor", "gather_list", "dst"), ("async_op",)),

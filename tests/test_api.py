@@ -191,11 +191,33 @@ def case_fast_calls():
         out["api_fast"] = z.tolist()
         pc.all_reduce(z, async_op=True).wait()  # async_op=True too (FastAsyncScope)
         out["api_fast"] += z.tolist()
-        try:
-            pc.all_reduce(z, async_op=True, algo="ring").wait()
-            out["async_general"] = "not general"
-        except TypeError:  # None is not callable: the general path ran
-            out["async_general"] = "general"
+        # An algorithm named as an Algo or a name in lower or upper case goes with the fast
+        # call, sync or async; each of the calls that take algo=, with one the call has.
+        pc.all_reduce(z, async_op=True, algo="ring").wait()
+        pc.all_reduce(z, algo=pc.Algo.SHM)
+        out["api_fast"] += z.tolist()
+        y = np.full(2, r, np.float32)
+        gathered, part = np.zeros(2 * n, np.float32), np.zeros(2, np.float32)
+        parts = [np.zeros(2, np.float32) for _ in range(n)]
+        pc.broadcast(y, 1, algo="RING")
+        pc.all_gather_into_tensor(gathered, y, algo="shm")
+        pc.all_gather(parts, y, algo="bruck")
+        pc.reduce_scatter_tensor(part, gathered, algo=pc.Algo.RING)
+        pc.reduce_scatter(part, parts, algo="shm")
+        out["algo_fast"] = (y.tolist(), gathered.tolist(), [p.tolist() for p in parts], part.tolist())
+        # Anything else declines: the general path runs it (a name in mixed case) or raises
+        # (an int, an algorithm the call does not have), and here it fails on its broken check.
+        general = {}
+        for what, call in (("mixed case", lambda: pc.all_reduce(z, algo="RiNg")),
+                           ("an int", lambda: pc.all_reduce(z, algo=1)),
+                           ("not the call's", lambda: pc.all_reduce(z, algo="bruck")),
+                           ("another enum", lambda: pc.broadcast(y, 0, algo=pc.ReduceOp.SUM))):
+            try:
+                call()
+                general[what] = "not general"
+            except (TypeError, ValueError):  # None is not callable, or the algorithm named
+                general[what] = "general"
+        out["algo_general"] = general
     finally:
         api.as_buffer = real
     return out
@@ -214,13 +236,13 @@ def case_fast_front():
     pc.all_reduce(torch.zeros(1))  # a first call on a tensor (the general path) teaches the fast calls torch's
     out = {}
     a = np.full(2, r + 1, np.float32)
-    out["default"] = (front.all_reduce(None, a, 0), a.tolist())
+    out["default"] = (front.all_reduce(None, a, 0, None), a.tolist())
     odd = [q for q in range(n) if q % 2 == 1]  # global ranks 1 and 3: group ranks 0 and 1
     sub = pc.new_group(odd)
     if r in odd:
         b = np.full(2, float(r), np.float64)
-        out["sub_broadcast"] = (front.broadcast(sub, b, 3), b.tolist())
-        out["outside_src"] = front.broadcast(sub, b, 0)
+        out["sub_broadcast"] = (front.broadcast(sub, b, 3, None), b.tolist())
+        out["outside_src"] = front.broadcast(sub, b, 0, None)
         c = np.full(1, r, np.int64)
         out["sub_reduce"] = (front.reduce(sub, c, 1, 0), c.tolist())
         got, mine, peer = np.zeros(2, np.int32), np.full(2, r, np.int32), 4 - r
@@ -297,15 +319,16 @@ def case_fast_front():
                                       front.gather(sub, mine, [mine, np.zeros(4, np.int16)], 3),
                                       front.scatter(sub, got, iter(rows), 3)]
     else:
-        out["non_member"] = front.all_reduce(sub, a, 0)
-    out["not_a_group"] = front.all_reduce("g0", a, 0)
+        out["non_member"] = front.all_reduce(sub, a, 0, None)
+    out["not_a_group"] = front.all_reduce("g0", a, 0, None)
     out["barrier"] = (front.barrier(None), front.barrier("g0"))
     # The list forms: rank q's tensor into slot q; the sum of every rank's slot r at rank r.
     slots = [np.zeros(2, np.float32) for _ in range(n)]
-    out["gather_list"] = (front.all_gather_list(None, slots, np.full(2, r, np.float32)), [s.tolist() for s in slots])
+    out["gather_list"] = (front.all_gather_list(None, slots, np.full(2, r, np.float32), None),
+                          [s.tolist() for s in slots])
     mine = np.zeros(3, np.int64)
     parts = tuple(np.full(3, 10 * r + p, np.int64) for p in range(n))
-    out["scatter_list"] = (front.reduce_scatter_list(None, mine, parts, 0), mine.tolist())
+    out["scatter_list"] = (front.reduce_scatter_list(None, mine, parts, 0, None), mine.tolist())
     # The coalesced forms: two tensors summed in one call; two gathered from every rank.
     pair = [np.full(2, r + 1.0, np.float64), np.full(3, 10.0 * (r + 1), np.float64)]
     out["reduce_coalesced"] = (front.all_reduce_coalesced(None, pair, 0), [p.tolist() for p in pair])
@@ -321,19 +344,20 @@ def case_fast_front():
                                  front.all_gather_coalesced(None, [row[::-1] for row in rows], ones)]  # sizes
     strided = torch.zeros(2, 2 * n)[:, ::2]  # not contiguous: the general path copies into it
     x = np.zeros(2, np.float32)
-    out["list_declines"] = [front.all_gather_list(None, slots[:-1], x),  # a short list
-                            front.all_gather_list(None, slots[:-1] + [np.zeros(3, np.float32)], x),  # a size
-                            front.all_gather_list(None, slots[:-1] + [np.zeros(2, np.int32)], x),  # a dtype
-                            front.all_gather_list(None, [strided[:, k] for k in range(n)], torch.zeros(2)),
-                            front.all_gather_list(None, iter(slots), x),  # not a list or tuple
-                            front.reduce_scatter_list(None, mine, parts[:-1] + (np.zeros(2, np.int64),), 0),
-                            front.reduce_scatter_list(None, mine, parts, "sum")]  # an op by name
+    out["list_declines"] = [front.all_gather_list(None, slots[:-1], x, None),  # a short list
+                            front.all_gather_list(None, slots[:-1] + [np.zeros(3, np.float32)], x, None),  # a size
+                            front.all_gather_list(None, slots[:-1] + [np.zeros(2, np.int32)], x, None),  # a dtype
+                            front.all_gather_list(None, [strided[:, k] for k in range(n)], torch.zeros(2), None),
+                            front.all_gather_list(None, iter(slots), x, None),  # not a list or tuple
+                            front.reduce_scatter_list(None, mine, parts[:-1] + (np.zeros(2, np.int64),), 0, None),
+                            front.reduce_scatter_list(None, mine, parts, "sum", None)]  # an op by name
     with torch.profiler.profile():
-        out["profiling"] = front.all_reduce(None, a, 0)
+        out["profiling"] = front.all_reduce(None, a, 0, None)
     pc.destroy_process_group(sub)
-    out["destroyed"] = front.all_reduce(sub, a, 0) if r in odd else False
+    out["destroyed"] = front.all_reduce(sub, a, 0, None) if r in odd else False
     errors = {}
-    for name, call in (("arity", lambda: front.all_reduce(None, a)), ("keywords", lambda: front.all_reduce(None, a, op=0)),
+    for name, call in (("arity", lambda: front.all_reduce(None, a)),
+                       ("keywords", lambda: front.all_reduce(None, a, 0, algo=None)),
                        ("make_calls", _C.FastCalls), ("make_front", _C.FastFront),
                        ("rank_type", lambda: pc.world.default().fast.broadcast(a, "0"))):
         try:
@@ -429,8 +453,8 @@ def case_fast_entries():
         seen.append(type(work).__name__)
         return api._waited(work, group, *keep)
 
-    entry = _C.fast_entry(api.all_reduce.__wrapped__, api._fast.all_reduce, finish, ("group", "tensor", "op"),
-                          ("async_op", "algo", "compress"))
+    entry = _C.fast_entry(api.all_reduce.__wrapped__, api._fast.all_reduce, finish, ("group", "tensor", "op", "algo"),
+                          ("async_op", "compress"))
     out["failed"] = _on_fresh_group(lambda g, rank: entry(np.ones(2 + (rank == 0), np.float32), group=g), 30.0)
     out["seen"] = seen
     after = np.ones(1, np.float64)
@@ -464,17 +488,17 @@ def case_fast_async():
         made.append((type(work).__name__, len(keep)))
         return api._async_work(work, group, *keep)
 
-    entry = _C.fast_entry(function, api._fast.all_reduce, api._waited, ("group", "tensor", "op"),
-                          ("async_op", "algo", "compress"), None, "async_op", work_of)
+    entry = _C.fast_entry(function, api._fast.all_reduce, api._waited, ("group", "tensor", "op", "algo"),
+                          ("async_op", "compress"), None, "async_op", work_of)
     t = torch.full((2,), float(r))
     w = entry(t, async_op=True)
     out["entry"] = (type(w).__name__, w.wait(), t.tolist(), list(general), list(made))
     t = torch.full((2,), float(r))
-    w = entry(t, algo="ring", async_op=True)  # an algorithm named: the general path
+    w = entry(t, compress="bf16", async_op=True)  # a compressed call: the general path
     out["entry_declined"] = (type(w).__name__, w.wait(), t.tolist(), list(general), len(made))
     # A front that answers a queued call with None (the engine's never does): an error, no Work.
-    stub = _C.fast_entry(function, lambda group, tensor, op: None, api._waited, ("group", "tensor", "op"),
-                         ("async_op", "algo", "compress"), None, "async_op", work_of)
+    stub = _C.fast_entry(function, lambda group, tensor, op, algo: None, api._waited,
+                         ("group", "tensor", "op", "algo"), ("async_op", "compress"), None, "async_op", work_of)
     try:
         stub(t, async_op=True)
         out["no_work"] = "no error"
@@ -991,8 +1015,9 @@ def test_fast_calls_take_plain_buffers_and_decline_the_rest(pool4):
         assert out["declined_more"] == {k: False for k in out["declined_more"]}, out["declined_more"]
         assert out["after_more"] == [float(WORLD)]
         assert out["same_bits"]
-        assert out["api_fast"] == [WORLD] * 3 + [WORLD * WORLD] * 3
-        assert out["async_general"] == "general"  # an algorithm named
+        assert out["api_fast"] == [WORLD] * 3 + [WORLD * WORLD] * 3 + [WORLD ** 4] * 3
+        assert out["algo_fast"] == ([1.0] * 2, [1.0] * (2 * WORLD), [[1.0] * 2] * WORLD, [float(WORLD)] * 2)
+        assert out["algo_general"] == {k: "general" for k in out["algo_general"]}
 
 
 def case_recv_any_against_gloo():
@@ -1061,7 +1086,7 @@ def test_fast_front_finds_the_group_and_declines_for_the_general_path(pool4):
         assert out["coalesced_declines"] == [False] * 6
         assert out["profiling"] is False
         errors = out["errors"]
-        assert "takes 3 arguments (2 given)" in errors["arity"]
+        assert "takes 4 arguments (2 given)" in errors["arity"]
         assert "keyword" in errors["keywords"]
         assert "not called" in errors["make_calls"] and "not called" in errors["make_front"]
         assert "a rank is an int, got str" in errors["rank_type"]
@@ -1095,7 +1120,7 @@ def test_fast_entries_bind_as_the_functions_and_fall_back_to_them(pool4):
 def test_async_calls_take_the_fast_path(pool4):
     for r, out in enumerate(pool4.run(case_fast_async)):
         total = out["after"][1]
-        assert out["entry"] == ("Work", True, [total] * 2, [], [("Work", 2)])  # (tensor, op) kept
+        assert out["entry"] == ("Work", True, [total] * 2, [], [("Work", 3)])  # (tensor, op, algo) kept
         assert out["entry_declined"] == ("Work", True, [total] * 2, [True], 1)
         assert out["no_work"] == ("pycollect: a queued fast call came back without its Work", 1, 1)
         assert out["in_flight"] == ["Work"] * 5

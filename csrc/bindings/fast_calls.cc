@@ -17,6 +17,7 @@ namespace pycollect {
 namespace {
 
 void* ptr(const HostSpan& s) { return reinterpret_cast<void*>(s.address); }
+Algo pick(int algo, Algo group) { return algo == FastCalls::kGroupAlgo ? group : static_cast<Algo>(algo); }
 DType dtypeOf(const HostSpan& s) { return static_cast<DType>(s.dtype); }
 
 bool reduceOp(PyObject* v, ReduceOp& out) {
@@ -115,11 +116,12 @@ FastCalls::FastCalls(std::shared_ptr<Communicator> comm, py::object lock, py::ob
   if (!isIssueLock(lock_.ptr())) throw py::type_error("FastCalls: the group's lock must be a pycollect._C.IssueLock");
 }
 
-py::object FastCalls::allReduce(PyObject* tensor, PyObject* op) {
+py::object FastCalls::allReduce(PyObject* tensor, PyObject* op, int algo) {
   ReduceOp o;
   if (!reduceOp(op, o)) return fastDeclined();
+  const Algo a = pick(algo, algos_.allReduce);
   return run({tensor}, {true}, [&](const HostSpan* s) {
-    return comm_->allReduce(ptr(s[0]), s[0].count, dtypeOf(s[0]), o, algos_.allReduce);
+    return comm_->allReduce(ptr(s[0]), s[0].count, dtypeOf(s[0]), o, a);
   });
 }
 
@@ -127,9 +129,10 @@ py::object FastCalls::barrier() {
   return issued(nullptr, 0, [&] { return comm_->barrier(); });
 }
 
-py::object FastCalls::broadcast(PyObject* tensor, int root) {
+py::object FastCalls::broadcast(PyObject* tensor, int root, int algo) {
+  const Algo a = pick(algo, algos_.broadcast);
   return run({tensor}, {true}, [&](const HostSpan* s) {
-    return comm_->broadcast(ptr(s[0]), s[0].count, dtypeOf(s[0]), root, algos_.broadcast);
+    return comm_->broadcast(ptr(s[0]), s[0].count, dtypeOf(s[0]), root, a);
   });
 }
 
@@ -141,19 +144,21 @@ py::object FastCalls::reduce(PyObject* tensor, PyObject* op, int root) {
   });
 }
 
-py::object FastCalls::allGather(PyObject* output, PyObject* input) {
+py::object FastCalls::allGather(PyObject* output, PyObject* input, int algo) {
+  const Algo a = pick(algo, algos_.allGather);
   return run({input, output}, {false, true}, [&](const HostSpan* s) -> std::shared_ptr<Work> {
     if (s[0].dtype != s[1].dtype || s[1].count != s[0].count * static_cast<size_t>(comm_->size())) return nullptr;
-    return comm_->allGather(ptr(s[0]), ptr(s[1]), s[0].count, dtypeOf(s[0]), algos_.allGather);
+    return comm_->allGather(ptr(s[0]), ptr(s[1]), s[0].count, dtypeOf(s[0]), a);
   });
 }
 
-py::object FastCalls::reduceScatter(PyObject* output, PyObject* input, PyObject* op) {
+py::object FastCalls::reduceScatter(PyObject* output, PyObject* input, PyObject* op, int algo) {
   ReduceOp o;
   if (!reduceOp(op, o)) return fastDeclined();
+  const Algo a = pick(algo, algos_.reduceScatter);
   return run({input, output}, {false, true}, [&](const HostSpan* s) -> std::shared_ptr<Work> {
     if (s[0].dtype != s[1].dtype || s[0].count != s[1].count * static_cast<size_t>(comm_->size())) return nullptr;
-    return comm_->reduceScatter(ptr(s[0]), ptr(s[1]), s[1].count, dtypeOf(s[0]), o, algos_.reduceScatter);
+    return comm_->reduceScatter(ptr(s[0]), ptr(s[1]), s[1].count, dtypeOf(s[0]), o, a);
   });
 }
 
@@ -182,21 +187,23 @@ py::object FastCalls::recvAny(PyObject* tensor, PyObject* tag) {
   }, [this](const Work& w) { return py::int_(ranks_[static_cast<const RecvWork&>(w).source()]); });
 }
 
-py::object FastCalls::allGatherList(PyObject* list, PyObject* tensor) {
+py::object FastCalls::allGatherList(PyObject* list, PyObject* tensor, int algo) {
+  const Algo a = pick(algo, algos_.allGather);
   return runLists(tensor, false, list, true, nullptr, [&](const std::vector<HostSpan>& s) {
     std::vector<Span> outs = spansOf(s, 1, s.size());
     if (!allOfCount(outs, s[0].count)) return std::shared_ptr<Work>();
-    return comm_->allGatherList(spanOf(s[0]), std::move(outs), dtypeOf(s[0]), algos_.allGather);
+    return comm_->allGatherList(spanOf(s[0]), std::move(outs), dtypeOf(s[0]), a);
   });
 }
 
-py::object FastCalls::reduceScatterList(PyObject* output, PyObject* list, PyObject* op) {
+py::object FastCalls::reduceScatterList(PyObject* output, PyObject* list, PyObject* op, int algo) {
   ReduceOp o;
   if (!reduceOp(op, o)) return fastDeclined();
+  const Algo a = pick(algo, algos_.reduceScatter);
   return runLists(output, true, list, false, nullptr, [&](const std::vector<HostSpan>& s) {
     std::vector<Span> ins = spansOf(s, 1, s.size());
     if (!allOfCount(ins, s[0].count)) return std::shared_ptr<Work>();
-    return comm_->reduceScatterList(std::move(ins), spanOf(s[0]), dtypeOf(s[0]), o, algos_.reduceScatter);
+    return comm_->reduceScatterList(std::move(ins), spanOf(s[0]), dtypeOf(s[0]), o, a);
   });
 }
 

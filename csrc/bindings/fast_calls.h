@@ -68,17 +68,19 @@ class __attribute__((visibility("hidden"))) FastCalls {
             pybind11::object releaseSettled, std::vector<int> ranks, FastAlgos algos);
 
   // Each returns None (ran to its end), False (declined, nothing issued) or the Work of a
-  // call issued that did not end here. `root`, `peer`: group ranks; `op`, `tag`: Python ints.
-  pybind11::object allReduce(PyObject* tensor, PyObject* op);
-  pybind11::object broadcast(PyObject* tensor, int root);
+  // call issued that did not end here. `root`, `peer`: group ranks; `op`, `tag`: Python ints;
+  // `algo`: an Algo's code, or kGroupAlgo for the group's own (FastAlgos).
+  static constexpr int kGroupAlgo = -1;
+  pybind11::object allReduce(PyObject* tensor, PyObject* op, int algo = kGroupAlgo);
+  pybind11::object broadcast(PyObject* tensor, int root, int algo = kGroupAlgo);
   pybind11::object reduce(PyObject* tensor, PyObject* op, int root);
   pybind11::object barrier();  // with the group's timeout (a timeout of its own: the general path)
-  pybind11::object allGather(PyObject* output, PyObject* input);  // output = every rank's input
-  pybind11::object reduceScatter(PyObject* output, PyObject* input, PyObject* op);
+  pybind11::object allGather(PyObject* output, PyObject* input, int algo = kGroupAlgo);  // output = every rank's input
+  pybind11::object reduceScatter(PyObject* output, PyObject* input, PyObject* op, int algo = kGroupAlgo);
   // The list forms: `list` a list or tuple of one buffer per rank, each the size of `tensor`
   // (`output`) and of its dtype (declined otherwise).
-  pybind11::object allGatherList(PyObject* list, PyObject* tensor);
-  pybind11::object reduceScatterList(PyObject* output, PyObject* list, PyObject* op);
+  pybind11::object allGatherList(PyObject* list, PyObject* tensor, int algo = kGroupAlgo);
+  pybind11::object reduceScatterList(PyObject* output, PyObject* list, PyObject* op, int algo = kGroupAlgo);
   // The coalesced forms: `tensors` / `inputs` a list or tuple of buffers of one dtype (at
   // least one); `outputLists` one such list per rank, each output the size of its input.
   pybind11::object allReduceCoalesced(PyObject* tensors, PyObject* op);

@@ -43,6 +43,12 @@ struct FastFrontObject {
   // attribute lookup costs twice a dict's, on every call.
   PyObject* worldDict;
   PyObject* profilerDict;
+  // A call's `algo` argument: the Algo enum, and per call (all_reduce, all_gather,
+  // reduce_scatter, broadcast) a dict of what it takes (its Algo members and their names,
+  // lower and upper case) to the code; held in `algoCodes` (borrowed from it).
+  PyObject* algoType;
+  PyObject* algoCodes;
+  PyObject *allReduceAlgos, *allGatherAlgos, *reduceScatterAlgos, *broadcastAlgos;
 };
 
 PyTypeObject* fastCallsType = nullptr;  // made once, in registerFastCalls
@@ -73,6 +79,27 @@ bool arity(const char* method, Py_ssize_t given, Py_ssize_t wanted) {
   if (given == wanted) return true;
   PyErr_Format(PyExc_TypeError, "%s takes %zd arguments (%zd given)", method, wanted, given);
   return false;
+}
+
+// A call's `algo` argument (FastFrontObject's dicts): None, the group's own
+// (FastCalls::kGroupAlgo); a str or an Algo that `codes` holds, its code. False for anything
+// else (an int, another case of a name, an algorithm the call does not have): the general
+// path takes the call and names what is wrong.
+bool callAlgo(PyObject* self, PyObject* codes, PyObject* v, int& out) {
+  if (v == Py_None) {
+    out = FastCalls::kGroupAlgo;
+    return true;
+  }
+  const auto* front = reinterpret_cast<FastFrontObject*>(self);
+  if (!PyUnicode_CheckExact(v) && Py_TYPE(v) != reinterpret_cast<PyTypeObject*>(front->algoType)) return false;
+  PyObject* code = PyDict_GetItemWithError(codes, v);  // borrowed
+  long long c;
+  if (code == nullptr || !fastInteger(code, 0, INT_MAX, c)) {
+    PyErr_Clear();
+    return false;
+  }
+  out = static_cast<int>(c);
+  return true;
 }
 
 // A group rank argument of FastCalls (an int; TypeError otherwise).
@@ -230,16 +257,25 @@ PyObject* onGroup(PyObject* self, PyObject* group, Call call) {
   });
 }
 
+// The front's dict of the algorithms `codes` names (FastFrontObject).
+#define PYCOLLECT_ALGOS(self, codes) (reinterpret_cast<FastFrontObject*>(self)->codes)
+
 PyObject* frontAllReduce(PyObject* self, PyObject* const* a, Py_ssize_t n) {
-  if (!arity("all_reduce(group, tensor, op)", n, 3)) return nullptr;
-  return onGroup(self, a[0], [&](FastCalls& f) { return f.allReduce(a[1], a[2]); });
+  if (!arity("all_reduce(group, tensor, op, algo)", n, 4)) return nullptr;
+  return onGroup(self, a[0], [&](FastCalls& f) {
+    int algo;
+    if (!callAlgo(self, PYCOLLECT_ALGOS(self, allReduceAlgos), a[3], algo)) return fastDeclined();
+    return f.allReduce(a[1], a[2], algo);
+  });
 }
 
 PyObject* frontBroadcast(PyObject* self, PyObject* const* a, Py_ssize_t n) {
-  if (!arity("broadcast(group, tensor, src)", n, 3)) return nullptr;
+  if (!arity("broadcast(group, tensor, src, algo)", n, 4)) return nullptr;
   return onGroup(self, a[0], [&](FastCalls& f) {
     const int root = f.groupRank(a[2]);
-    return root < 0 ? fastDeclined() : f.broadcast(a[1], root);
+    int algo;
+    if (root < 0 || !callAlgo(self, PYCOLLECT_ALGOS(self, broadcastAlgos), a[3], algo)) return fastDeclined();
+    return f.broadcast(a[1], root, algo);
   });
 }
 
@@ -257,23 +293,39 @@ PyObject* frontBarrier(PyObject* self, PyObject* const* a, Py_ssize_t n) {
 }
 
 PyObject* frontAllGather(PyObject* self, PyObject* const* a, Py_ssize_t n) {
-  if (!arity("all_gather(group, output, input)", n, 3)) return nullptr;
-  return onGroup(self, a[0], [&](FastCalls& f) { return f.allGather(a[1], a[2]); });
+  if (!arity("all_gather(group, output, input, algo)", n, 4)) return nullptr;
+  return onGroup(self, a[0], [&](FastCalls& f) {
+    int algo;
+    if (!callAlgo(self, PYCOLLECT_ALGOS(self, allGatherAlgos), a[3], algo)) return fastDeclined();
+    return f.allGather(a[1], a[2], algo);
+  });
 }
 
 PyObject* frontReduceScatter(PyObject* self, PyObject* const* a, Py_ssize_t n) {
-  if (!arity("reduce_scatter(group, output, input, op)", n, 4)) return nullptr;
-  return onGroup(self, a[0], [&](FastCalls& f) { return f.reduceScatter(a[1], a[2], a[3]); });
+  if (!arity("reduce_scatter(group, output, input, op, algo)", n, 5)) return nullptr;
+  return onGroup(self, a[0], [&](FastCalls& f) {
+    int algo;
+    if (!callAlgo(self, PYCOLLECT_ALGOS(self, reduceScatterAlgos), a[4], algo)) return fastDeclined();
+    return f.reduceScatter(a[1], a[2], a[3], algo);
+  });
 }
 
 PyObject* frontAllGatherList(PyObject* self, PyObject* const* a, Py_ssize_t n) {
-  if (!arity("all_gather_list(group, tensor_list, tensor)", n, 3)) return nullptr;
-  return onGroup(self, a[0], [&](FastCalls& f) { return f.allGatherList(a[1], a[2]); });
+  if (!arity("all_gather_list(group, tensor_list, tensor, algo)", n, 4)) return nullptr;
+  return onGroup(self, a[0], [&](FastCalls& f) {
+    int algo;
+    if (!callAlgo(self, PYCOLLECT_ALGOS(self, allGatherAlgos), a[3], algo)) return fastDeclined();
+    return f.allGatherList(a[1], a[2], algo);
+  });
 }
 
 PyObject* frontReduceScatterList(PyObject* self, PyObject* const* a, Py_ssize_t n) {
-  if (!arity("reduce_scatter_list(group, output, input_list, op)", n, 4)) return nullptr;
-  return onGroup(self, a[0], [&](FastCalls& f) { return f.reduceScatterList(a[1], a[2], a[3]); });
+  if (!arity("reduce_scatter_list(group, output, input_list, op, algo)", n, 5)) return nullptr;
+  return onGroup(self, a[0], [&](FastCalls& f) {
+    int algo;
+    if (!callAlgo(self, PYCOLLECT_ALGOS(self, reduceScatterAlgos), a[4], algo)) return fastDeclined();
+    return f.reduceScatterList(a[1], a[2], a[3], algo);
+  });
 }
 
 PyObject* frontAllReduceCoalesced(PyObject* self, PyObject* const* a, Py_ssize_t n) {
@@ -335,6 +387,8 @@ void frontDealloc(PyObject* self) {
   Py_XDECREF(front->world);
   Py_XDECREF(front->modules);
   Py_XDECREF(front->profiler);
+  Py_XDECREF(front->algoType);
+  Py_XDECREF(front->algoCodes);
   type->tp_free(self);
   Py_DECREF(type);
 }
@@ -368,14 +422,15 @@ PyMethodDef callsMethods[] = {
     {nullptr, nullptr, 0, nullptr}};
 
 PyMethodDef frontMethods[] = {
-    {"all_reduce", PYCOLLECT_FASTCALL(frontAllReduce), "all_reduce(group, tensor, op)"},
-    {"broadcast", PYCOLLECT_FASTCALL(frontBroadcast), "broadcast(group, tensor, src)"},
+    {"all_reduce", PYCOLLECT_FASTCALL(frontAllReduce), "all_reduce(group, tensor, op, algo)"},
+    {"broadcast", PYCOLLECT_FASTCALL(frontBroadcast), "broadcast(group, tensor, src, algo)"},
     {"reduce", PYCOLLECT_FASTCALL(frontReduce), "reduce(group, tensor, dst, op)"},
     {"barrier", PYCOLLECT_FASTCALL(frontBarrier), "barrier(group)"},
-    {"all_gather", PYCOLLECT_FASTCALL(frontAllGather), "all_gather(group, output, input)"},
-    {"reduce_scatter", PYCOLLECT_FASTCALL(frontReduceScatter), "reduce_scatter(group, output, input, op)"},
-    {"all_gather_list", PYCOLLECT_FASTCALL(frontAllGatherList), "all_gather_list(group, tensor_list, tensor)"},
-    {"reduce_scatter_list", PYCOLLECT_FASTCALL(frontReduceScatterList), "reduce_scatter_list(group, output, input_list, op)"},
+    {"all_gather", PYCOLLECT_FASTCALL(frontAllGather), "all_gather(group, output, input, algo)"},
+    {"reduce_scatter", PYCOLLECT_FASTCALL(frontReduceScatter), "reduce_scatter(group, output, input, op, algo)"},
+    {"all_gather_list", PYCOLLECT_FASTCALL(frontAllGatherList), "all_gather_list(group, tensor_list, tensor, algo)"},
+    {"reduce_scatter_list", PYCOLLECT_FASTCALL(frontReduceScatterList),
+     "reduce_scatter_list(group, output, input_list, op, algo)"},
     {"all_reduce_coalesced", PYCOLLECT_FASTCALL(frontAllReduceCoalesced), "all_reduce_coalesced(group, tensors, op)"},
     {"all_gather_coalesced", PYCOLLECT_FASTCALL(frontAllGatherCoalesced), "all_gather_coalesced(group, output_tensor_lists, input_tensor_list)"},
     {"send", PYCOLLECT_FASTCALL(frontSend), "send(group, tensor, dst, tag)"},
@@ -447,15 +502,30 @@ void registerFastCalls(py::module_& m) {
       "_release_settled, its members' global ranks (sorted) and its default algorithms.");
   m.def(
       "fast_front",
-      [](py::module_ world) {
+      [](py::module_ world, py::object algoType, py::dict given) {
+        py::dict algoCodes(given);  // a copy: the front's borrowed dicts live as long as it
         py::object o = allocate(fastFrontType);
         auto* front = reinterpret_cast<FastFrontObject*>(o.ptr());
         front->world = world.release().ptr();
         front->worldDict = PyModule_GetDict(front->world);
         front->modules = py::object(py::module_::import("sys").attr("modules")).release().ptr();
+        // Every call's dict, checked here: a lookup on each call must find a dict.
+        PyObject** each[] = {&front->allReduceAlgos, &front->allGatherAlgos, &front->reduceScatterAlgos,
+                             &front->broadcastAlgos};
+        const char* names[] = {"all_reduce", "all_gather", "reduce_scatter", "broadcast"};
+        for (int k = 0; k < 4; ++k) {
+          if (!algoCodes.contains(names[k]) || !py::isinstance<py::dict>(algoCodes[names[k]])) {
+            throw InvalidArgument(std::string("fast_front: algo_codes has no dict for ") + names[k]);
+          }
+          *each[k] = py::object(algoCodes[names[k]]).ptr();  // borrowed: algoCodes holds it
+        }
+        front->algoType = algoType.release().ptr();
+        front->algoCodes = algoCodes.release().ptr();
         return o;
       },
-      py::arg("world"), "The API's FastFront, finding groups through `world` (the pycollect.world module).");
+      py::arg("world"), py::arg("algo_type"), py::arg("algo_codes"),
+      "The API's FastFront, finding groups through `world` (the pycollect.world module); a call's algo= "
+      "is taken where it is an `algo_type` or a name that `algo_codes[call]` maps to its code.");
 }
 
 }  // namespace pycollect

@@ -2,7 +2,7 @@
 // the Python frame. pycollect/api.py wraps each function that has a fast call in one: a C
 // callable that binds the caller's arguments to the function's own parameters, and where
 // the call may take the fast path (every parameter named in `off` left at None or False:
-// async_op, algo, compress) hands FastFront's method the parameters it takes. What it
+// async_op, compress) hands FastFront's method the parameters it takes. What it
 // answers:
 //   False   declined (nothing issued): the Python function runs, on the caller's original
 //           arguments, and raises what is wrong;
