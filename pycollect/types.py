@@ -45,9 +45,10 @@ class Algo(enum.IntEnum):
     BRUCK; reduce_scatter and broadcast: RING (broadcast's a chain along the ring). Every
     one of them also HIERARCHICAL: within hosts, then across them (docs/hierarchy.md), and
     SHM: through one shared-memory segment of the group, whose ranks share a host
-    (docs/algorithms.md, "Shared-memory collectives"). AUTO picks SHM on one host up to
-    16 KiB per rank (1 MiB for the all-gather, and for the all-reduce on more than 2 ranks;
-    PYCOLLECT_SHM_COLLECTIVE_BYTES sets one limit); otherwise it picks by size and group size
+    (docs/algorithms.md, "Shared-memory collectives"). AUTO picks SHM on one host for the
+    all-reduce, all-gather and reduce-scatter at every size, the broadcast up to 256 KiB (1
+    MiB on more than 2 ranks; PYCOLLECT_SHM_COLLECTIVE_BYTES sets one limit for all);
+    otherwise it picks by size and group size
     from the cost model's table (pycollect.costmodel; PYCOLLECT_MODEL), or with PYCOLLECT_DIRECT_MAX_BYTES set, DIRECT up to that size on
     small groups and RING above; on a group that spans hosts, HIERARCHICAL from the size
     the two-level model names (pycollect.tuning.hierarchy)."""
