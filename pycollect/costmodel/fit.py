@@ -14,7 +14,9 @@ octaves: where the caches stop helping), with `cache_speedup` fitted (>= 1) for 
 `single_copy_alpha` fitted (>= 0) for the latter.
 Where `cores` is given and the samples have calls with at most that many ranks and
 calls with more, each regime gets a set of its own, fitted on its own samples: the
-first is the result, the second its `crowded` (Params.at).
+first is the result, the second its `crowded` (Params.at). Samples of the shared arena
+(algo "shm", tuning/arena.py) fit a set of their own, the result's `arena`, by the same
+rules (neither overlap nor single_copy_bytes is a term of its formulas).
 
     fit(samples, cores=2) -> (Params, rms relative error)
     samples_from_bench(json_dict) -> samples (the shape `pycollect bench --json` writes)
