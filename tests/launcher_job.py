@@ -13,6 +13,7 @@ Prints one JSON line per rank.
 import hashlib
 import json
 import os
+import time
 
 import torch
 import torch.distributed as dist
@@ -62,3 +63,13 @@ if __name__ == "__main__":
     out.update(identical=torch.equal(on_pycollect, on_gloo),
                digest=hashlib.sha1(on_pycollect.numpy().tobytes()).hexdigest())
     print("LAUNCHER_JOB " + json.dumps(out), flush=True)
+    # Rank 0 hosts the last phase's store and holds Gloo's pairs: it leaves once every rank
+    # is done with them (DONE_DIR, a directory the test made). A loaded CI run once saw rank
+    # 1 never get this far after rank 0 had printed and gone.
+    done = os.environ.get("DONE_DIR")
+    if done:
+        open(os.path.join(done, f"done.{out['rank']}"), "w").close()
+        deadline = time.monotonic() + 60
+        while out["rank"] == 0 and time.monotonic() < deadline and not all(
+                os.path.exists(os.path.join(done, f"done.{r}")) for r in range(out["world"])):
+            time.sleep(0.05)

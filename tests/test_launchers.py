@@ -292,14 +292,14 @@ def _mpirun() -> str:
     return path
 
 
-def test_real_mpirun_runs_init_process_group_and_torch_ddp():
+def test_real_mpirun_runs_init_process_group_and_torch_ddp(tmp_path):
     mpirun = _mpirun()
     ports = [free_port() for _ in range(3)]
     env = {k: v for k, v in os.environ.items()
            if not k.startswith(("MASTER_", "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "PYCOLLECT_"))}
     cmd = [mpirun, "--allow-run-as-root", "--oversubscribe", "-np", "2",
            "-x", f"MASTER_PORT={ports[0]}", "-x", f"PORT_TORCH={ports[1]}", "-x", f"PORT_GLOO={ports[2]}",
-           "-x", "PYTHONPATH", sys.executable, os.path.join(HERE, "launcher_job.py")]
+           "-x", f"DONE_DIR={tmp_path}", "-x", "PYTHONPATH", sys.executable, os.path.join(HERE, "launcher_job.py")]
     env["PYTHONPATH"] = os.path.dirname(HERE)
     start = time.monotonic()
     try:
