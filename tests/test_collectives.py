@@ -83,12 +83,16 @@ def test_parts_in_the_arena_and_over_links(pool4, ws):
 @pytest.mark.parametrize("ws", [2, 3, 4])
 def test_automatic_broadcast_takes_the_arena_up_to_its_limit(pool4, ws):
     """On one host "auto" broadcasts through the arena up to 256 KiB at 2 ranks and 1 MiB on
-    more (csrc Communicator::sharedFits), over the links above."""
+    more (csrc Communicator::sharedFits), over the links above; the cost model's copy of the
+    rule (tuning/arena.py, which `model --validate` sets against the model) says the same."""
+    from pycollect.tuning import arena
+
     sizes = [256 << 10, (256 << 10) + 1, 1 << 20, (1 << 20) + 1]
     limit = (1 << 20) if ws > 2 else 256 << 10
     want = ["shm" if size <= limit else "ring" for size in sizes]
     results = [res for res in pool4.run(cc.case_broadcast_algos, ws, sizes) if res is not None]
     assert results == [want] * ws
+    assert ["shm" if arena.rule_takes_arena("broadcast", size, ws) else "ring" for size in sizes] == want
 
 
 @pytest.mark.parametrize("ws", [1, 2, 3, 4])

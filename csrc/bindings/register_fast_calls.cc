@@ -81,18 +81,18 @@ bool arity(const char* method, Py_ssize_t given, Py_ssize_t wanted) {
   return false;
 }
 
-// A call's `algo` argument (FastFrontObject's dicts): None, the group's own
-// (FastCalls::kGroupAlgo); a str or an Algo that `codes` holds, its code. False for anything
-// else (an int, another case of a name, an algorithm the call does not have): the general
-// path takes the call and names what is wrong.
-bool callAlgo(PyObject* self, PyObject* codes, PyObject* v, int& out) {
+// A call's `algo` argument, looked up in the front's dict `codes` (FastFrontObject): None,
+// the group's own (FastCalls::kGroupAlgo); a str or an Algo that the dict holds, its code.
+// False for anything else (an int, another case of a name, an algorithm the call does not
+// have): the general path takes the call and names what is wrong.
+bool callAlgo(PyObject* self, PyObject* FastFrontObject::*codes, PyObject* v, int& out) {
   if (v == Py_None) {
     out = FastCalls::kGroupAlgo;
     return true;
   }
   const auto* front = reinterpret_cast<FastFrontObject*>(self);
   if (!PyUnicode_CheckExact(v) && Py_TYPE(v) != reinterpret_cast<PyTypeObject*>(front->algoType)) return false;
-  PyObject* code = PyDict_GetItemWithError(codes, v);  // borrowed
+  PyObject* code = PyDict_GetItemWithError(front->*codes, v);  // borrowed
   long long c;
   if (code == nullptr || !fastInteger(code, 0, INT_MAX, c)) {
     PyErr_Clear();
@@ -257,14 +257,11 @@ PyObject* onGroup(PyObject* self, PyObject* group, Call call) {
   });
 }
 
-// The front's dict of the algorithms `codes` names (FastFrontObject).
-#define PYCOLLECT_ALGOS(self, codes) (reinterpret_cast<FastFrontObject*>(self)->codes)
-
 PyObject* frontAllReduce(PyObject* self, PyObject* const* a, Py_ssize_t n) {
   if (!arity("all_reduce(group, tensor, op, algo)", n, 4)) return nullptr;
   return onGroup(self, a[0], [&](FastCalls& f) {
     int algo;
-    if (!callAlgo(self, PYCOLLECT_ALGOS(self, allReduceAlgos), a[3], algo)) return fastDeclined();
+    if (!callAlgo(self, &FastFrontObject::allReduceAlgos, a[3], algo)) return fastDeclined();
     return f.allReduce(a[1], a[2], algo);
   });
 }
@@ -274,7 +271,7 @@ PyObject* frontBroadcast(PyObject* self, PyObject* const* a, Py_ssize_t n) {
   return onGroup(self, a[0], [&](FastCalls& f) {
     const int root = f.groupRank(a[2]);
     int algo;
-    if (root < 0 || !callAlgo(self, PYCOLLECT_ALGOS(self, broadcastAlgos), a[3], algo)) return fastDeclined();
+    if (root < 0 || !callAlgo(self, &FastFrontObject::broadcastAlgos, a[3], algo)) return fastDeclined();
     return f.broadcast(a[1], root, algo);
   });
 }
@@ -296,7 +293,7 @@ PyObject* frontAllGather(PyObject* self, PyObject* const* a, Py_ssize_t n) {
   if (!arity("all_gather(group, output, input, algo)", n, 4)) return nullptr;
   return onGroup(self, a[0], [&](FastCalls& f) {
     int algo;
-    if (!callAlgo(self, PYCOLLECT_ALGOS(self, allGatherAlgos), a[3], algo)) return fastDeclined();
+    if (!callAlgo(self, &FastFrontObject::allGatherAlgos, a[3], algo)) return fastDeclined();
     return f.allGather(a[1], a[2], algo);
   });
 }
@@ -305,7 +302,7 @@ PyObject* frontReduceScatter(PyObject* self, PyObject* const* a, Py_ssize_t n) {
   if (!arity("reduce_scatter(group, output, input, op, algo)", n, 5)) return nullptr;
   return onGroup(self, a[0], [&](FastCalls& f) {
     int algo;
-    if (!callAlgo(self, PYCOLLECT_ALGOS(self, reduceScatterAlgos), a[4], algo)) return fastDeclined();
+    if (!callAlgo(self, &FastFrontObject::reduceScatterAlgos, a[4], algo)) return fastDeclined();
     return f.reduceScatter(a[1], a[2], a[3], algo);
   });
 }
@@ -314,7 +311,7 @@ PyObject* frontAllGatherList(PyObject* self, PyObject* const* a, Py_ssize_t n) {
   if (!arity("all_gather_list(group, tensor_list, tensor, algo)", n, 4)) return nullptr;
   return onGroup(self, a[0], [&](FastCalls& f) {
     int algo;
-    if (!callAlgo(self, PYCOLLECT_ALGOS(self, allGatherAlgos), a[3], algo)) return fastDeclined();
+    if (!callAlgo(self, &FastFrontObject::allGatherAlgos, a[3], algo)) return fastDeclined();
     return f.allGatherList(a[1], a[2], algo);
   });
 }
@@ -323,7 +320,7 @@ PyObject* frontReduceScatterList(PyObject* self, PyObject* const* a, Py_ssize_t 
   if (!arity("reduce_scatter_list(group, output, input_list, op, algo)", n, 5)) return nullptr;
   return onGroup(self, a[0], [&](FastCalls& f) {
     int algo;
-    if (!callAlgo(self, PYCOLLECT_ALGOS(self, reduceScatterAlgos), a[4], algo)) return fastDeclined();
+    if (!callAlgo(self, &FastFrontObject::reduceScatterAlgos, a[4], algo)) return fastDeclined();
     return f.reduceScatterList(a[1], a[2], a[3], algo);
   });
 }

@@ -29,7 +29,7 @@ from typing import Dict, Iterable, List, Optional, Sequence, Tuple
 from ..tuning.arena import ALGO as ARENA_ALGO
 from ..tuning.arena import ARENA_FORMULAS
 from ..tuning.choice import predict
-from ..tuning.formulas import DEFAULT_SEGMENT_BYTES
+from ..tuning.formulas import DEFAULT_SEGMENT_BYTES, model_name
 from ..tuning.params import SHM_SINGLE_COPY_BYTES, Params
 
 FITTED = ("alpha", "beta", "gamma", "overhead", "wake", "cache_speedup", "mem_parallel", "local_speedup",
@@ -205,7 +205,5 @@ def samples_from_bench(data: dict) -> List[Sample]:
         if algo == "auto":
             raise ValueError(f"this {op} run used the automatic choice and does not record what ran (an older "
                              f"bench): rerun the benchmark, or with --algo")
-        if op == "broadcast" and algo == "ring":
-            algo = "chain"  # the engine's ring broadcast is the model's chain
-        out.append((op, algo, float(r["size"]), int(p), r["pycollect"]["time_us"] * 1e-6, seg))
+        out.append((op, model_name(op, algo), float(r["size"]), int(p), r["pycollect"]["time_us"] * 1e-6, seg))
     return out

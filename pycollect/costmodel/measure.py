@@ -18,27 +18,20 @@ from dataclasses import dataclass
 from typing import Dict, List, Optional, Sequence, Tuple
 
 from ..tuning.choice import predict
-from ..tuning.formulas import DEFAULT_SEGMENT_BYTES, FORMULAS
+from ..tuning.formulas import DEFAULT_SEGMENT_BYTES, FORMULAS, engine_name
 from ..tuning.params import Params
-
-def engine_algo(algo: str) -> str:
-    """The engine's name (algo=) of one of the model's algorithms: its chain broadcast is the
-    engine's "ring"; the others share their names. Every timed call names its algorithm:
-    on one host "auto" would take the shared arena."""
-    return "ring" if algo == "chain" else algo
 
 
 def _try_algos(rank: int, n: int, emit, pairs) -> None:
     import torch
 
-    from .. import api as pc
     from ..errors import InvalidArgumentError
     from ..measuring import buffers, run_op
 
     for op, algo in pairs:
         try:
             a, b = buffers(op, 4, 1, torch.float32)
-            run_op(op, a, b, None, engine_algo(algo))
+            run_op(op, a, b, None, engine_name(algo))
             emit("algo", op, algo, None)
         except (TypeError, ValueError, NotImplementedError, InvalidArgumentError) as e:
             emit("algo", op, algo, f"{type(e).__name__}: {e}")
@@ -280,7 +273,8 @@ def _algos_job(rank: int, n: int, emit, op: str, algos: Sequence[str], sizes: Se
     from ..launch import pin_to_core
 
     pin_to_core(rank)
-    picks = [engine_algo(a) for a in algos]  # each run's algo=
+    # Every timed call names its algorithm: on one host "auto" would take the shared arena.
+    picks = [engine_name(a) for a in algos]  # each run's algo=
     for size in sizes:
         count = elements(op, size, n, 4)
         if count == 0:

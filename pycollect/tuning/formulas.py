@@ -271,6 +271,17 @@ def broadcast_chain(n: float, p: int, P: Params, seg: int = DEFAULT_SEGMENT_BYTE
 
 Formula = Callable[..., float]
 
+
+def engine_name(algo: str) -> str:
+    """The engine's name (algo=, the flight record) of one of the model's algorithms: the
+    model's chain broadcast is the engine's "ring"; the others share their names."""
+    return "ring" if algo == "chain" else algo
+
+
+def model_name(op: str, algo: str) -> str:
+    """The model's name of the algorithm the engine ran for `op` (engine_name's inverse)."""
+    return "chain" if op == "broadcast" and algo == "ring" else algo
+
 # op -> algorithm -> formula. Every algorithm the model knows, whether or not the engine
 # has it yet (see choice.ENGINE_ALGOS for the ones the automatic choice may pick).
 FORMULAS: Dict[str, Dict[str, Formula]] = {
