@@ -1046,6 +1046,20 @@ def test_recv_from_any_source_matches_gloo(pool4):
         assert out["pycollect"] == out["gloo"] == (r ^ 1, [10 * (r ^ 1) + 1] * 3), (r, out)
 
 
+def test_fast_front_needs_every_calls_algorithms():
+    """The front's algo= dicts, one per call that takes it, are checked as it is made: a
+    missing one (or one that is not a dict) is named, not found later on a call."""
+    from pycollect import _C, api, world
+    from pycollect.errors import InvalidArgumentError
+
+    codes = dict(api._FAST_ALGO_CODES)
+    del codes["broadcast"]
+    with pytest.raises(InvalidArgumentError, match="no dict for broadcast"):
+        _C.fast_front(world, pc.Algo, codes)
+    with pytest.raises(InvalidArgumentError, match="no dict for all_reduce"):
+        _C.fast_front(world, pc.Algo, dict(api._FAST_ALGO_CODES, all_reduce=[("ring", 1)]))
+
+
 def test_fast_front_finds_the_group_and_declines_for_the_general_path(pool4):
     for r, out in enumerate(pool4.run(case_fast_front)):
         assert out["default"] == (None, [WORLD * (WORLD + 1) / 2] * 2)
