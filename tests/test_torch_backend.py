@@ -336,7 +336,7 @@ def case_work_semantics():
     pair = _pair(2)
     if pair is None:
         return None
-    pg, _ = pair
+    pg, gloo = pair
     me = pg.rank()
     before = _calls(pg)
     out = {}
@@ -361,6 +361,16 @@ def case_work_semantics():
         time.sleep(1.0)
         dist.send(torch.arange(1000.0), group=pg, group_dst=0)
     out["engine"] = dict(_calls(pg) - before)
+    # A Future first asked for after its call ended (pycollect makes it then): done, with the
+    # result, and chaining on it runs at once; as Gloo's.
+    out["late_future"] = {}
+    for name, g in (("pycollect", pg), ("gloo", gloo)):
+        x = torch.full((3,), float(me + 1))
+        work = dist.all_reduce(x, group=g, async_op=True)
+        work.wait()
+        late = work.get_future()
+        out["late_future"][name] = (late.done(), late.value()[0].tolist(),
+                                    late.then(lambda f: f.value()[0] * 2).wait().tolist())
     return out
 
 
@@ -721,6 +731,8 @@ def test_work_future_timeout_and_gil(pool3):
     assert r0["ticks_while_waiting"] > 1000, "the waiting thread held the GIL"
     assert r0["received"] and r0["success"]
     assert r0["engine"] == r1["engine"] == {"all_reduce": 1, "send/recv": 1}
+    for r in (r0, r1):
+        assert r["late_future"]["pycollect"] == r["late_future"]["gloo"] == (True, [3.0] * 3, [6.0] * 3)
 
 
 @pytest.mark.parametrize("nbytes", [64, 1 << 20])

@@ -389,6 +389,8 @@ class Communicator {
   int stagingDevice_ = -1;
   std::unique_ptr<HostDeviceOptions> hostDevice_;  // set: stage through a HostDevice
   bool stagingClosed_ = false;           // shutdown released the staging: no new one
+  // Whether hostDevice_ was set (it never goes back): every torch call asks, without the lock.
+  std::atomic<bool> hostStaged_{false};
   std::atomic<uint64_t> stagedPieces_{0};
   std::vector<Link*> links_;     // the collectives', indexed by rank, nullptr at self; owned by transport_
   std::vector<Link*> p2pLinks_;  // the point-to-point messages', likewise

@@ -60,12 +60,10 @@ void Communicator::useHostDevice(HostDeviceOptions options) {
   std::lock_guard<std::mutex> lock(stagingMu_);
   if (staging_ != nullptr) throw InvalidArgument("use_host_device: the group already staged a call");
   hostDevice_ = std::make_unique<HostDeviceOptions>(options);
+  hostStaged_.store(true, std::memory_order_release);
 }
 
-bool Communicator::stagesHostMemory() {
-  std::lock_guard<std::mutex> lock(stagingMu_);
-  return hostDevice_ != nullptr;
-}
+bool Communicator::stagesHostMemory() { return hostStaged_.load(std::memory_order_acquire); }
 
 bool Communicator::hostStreamWait() {
   std::lock_guard<std::mutex> lock(stagingMu_);

@@ -3,6 +3,7 @@
 // point_to_point.cc.
 #include "torch_backend/backend.h"
 
+#include <ATen/record_function.h>
 #include <c10/core/DeviceGuard.h>
 #include <c10/util/Exception.h>
 
@@ -70,9 +71,12 @@ Backend::~Backend() {
 
 c10::intrusive_ptr<TorchWork> Backend::make(OpType type, const char* method, std::vector<at::Tensor> outputs) {
   // c10d::Work makes a RecordFunction for a title whether or not anything records: only
-  // while a profiler (any RecordFunction callback) is on.
+  // while a profiler (a RecordFunction callback of its scope) is on. The same ask as the
+  // RecordFunction's own, through torch's per-thread cache (at::hasCallbacks reads a
+  // snapshot of the global callbacks on every call).
+  const bool recording = at::getStepCallbacksUnlessEmpty(at::RecordScope::USER_SCOPE).has_value();
   return c10::make_intrusive<TorchWork>(rank_, type, method, std::move(outputs), comm_, settings_.blockingWait,
-                                        at::hasCallbacks() ? profilingTitle(type) : nullptr);
+                                        recording ? profilingTitle(type) : nullptr);
 }
 
 WorkPtr Backend::launch(c10::intrusive_ptr<TorchWork> work) {

@@ -14,13 +14,17 @@ namespace pycollect::torchb {
 
 namespace {
 
-c10::intrusive_ptr<c10::ivalue::Future> makeFuture(const std::vector<at::Tensor>& outputs) {
+std::vector<c10::Device> cudaDevices(const std::vector<at::Tensor>& outputs) {
   std::vector<c10::Device> devices;
   for (const auto& t : outputs) {
     if (t.is_cuda() && std::find(devices.begin(), devices.end(), t.device()) == devices.end()) {
       devices.push_back(t.device());
     }
   }
+  return devices;
+}
+
+c10::intrusive_ptr<c10::ivalue::Future> makeFuture(std::vector<c10::Device> devices) {
   // ofTensors: torch's one List[Tensor] type, not a new one made on every call.
   return c10::make_intrusive<c10::ivalue::Future>(c10::ListType::ofTensors(), std::move(devices));
 }
@@ -48,8 +52,10 @@ TorchWork::TorchWork(int rank, c10d::OpType type, const char* method, std::vecto
       method_(method),
       outputs_(std::move(outputs)),
       comm_(std::move(comm)),
-      blockingWait_(blockingWait),
-      future_(makeFuture(outputs_)) {}
+      blockingWait_(blockingWait) {
+  auto devices = cudaDevices(outputs_);
+  if (!devices.empty()) future_ = makeFuture(std::move(devices));  // completed where the result is (settle)
+}
 
 TorchWork::~TorchWork() = default;
 
@@ -131,12 +137,17 @@ void TorchWork::settle() {
   }
   if (error) error = torchError(method_, error);
   // The Future first (its callbacks run here), then the Work: wait() and isCompleted() see
-  // the callbacks' effects, as on Gloo.
-  if (error) {
-    future_->setError(error);
-  } else {
-    future_->markCompleted(c10::IValue(outputs_));
+  // the callbacks' effects, as on Gloo. A Future nobody asked for yet is completed by
+  // getFuture when asked.
+  c10::intrusive_ptr<c10::ivalue::Future> future;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (!future_ && staged_) future_ = makeFuture(cudaDevices(outputs_));  // on this thread, whose stream has the result
+    futureError_ = error;
+    outcomeKnown_ = true;
+    future = future_;
   }
+  if (future) completeFuture(*future);
   c10d::Work::finish(error);  // completed_, exception_, waiters woken, the profiler's event ended
   std::lock_guard<std::mutex> lock(mutex_);
   engine_.clear();  // wait() reads it under the lock
@@ -219,6 +230,27 @@ bool TorchWork::wait(std::chrono::milliseconds timeout) {
   return true;
 }
 
-c10::intrusive_ptr<c10::ivalue::Future> TorchWork::getFuture() { return future_; }
+void TorchWork::completeFuture(c10::ivalue::Future& future) {
+  if (futureError_) {
+    future.setError(futureError_);
+  } else {
+    future.markCompleted(c10::IValue(outputs_));
+  }
+}
+
+c10::intrusive_ptr<c10::ivalue::Future> TorchWork::getFuture() {
+  c10::intrusive_ptr<c10::ivalue::Future> future;
+  bool complete = false;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (!future_) {
+      future_ = makeFuture(cudaDevices(outputs_));
+      complete = outcomeKnown_;  // settled before anyone asked: completed here, once
+    }
+    future = future_;
+  }
+  if (complete) completeFuture(*future);
+  return future;
+}
 
 }  // namespace pycollect::torchb

@@ -4,8 +4,9 @@
 // Completion comes from the engine itself: each engine Work runs a hook when it finishes
 // (comm/work.h, whenDone), on the thread that finished it; the last one settles this Work
 // there: it runs the call's finish step if any (copying a flat result into a list, or host
-// copies back into CUDA tensors), completes torch's Future, whose callbacks (DDP's, a comm
-// hook's) run on that thread, and then marks the Work complete, so that a wait() that
+// copies back into CUDA tensors), completes torch's Future if anyone asked for it yet (its
+// callbacks, DDP's or a comm hook's, run on that thread; one asked for later is made
+// complete), and then marks the Work complete, so that a wait() that
 // returns has seen the callbacks run (Gloo's order). A callback may issue further calls
 // on the same group and wait for them (PowerSGD does): the engine runs such calls where
 // they are issued (worker.cc, [Note: calls from a completion]). No thread stands between
@@ -105,7 +106,14 @@ class TorchWork : public c10d::Work {
   bool staged_ = false;
   int device_ = -1;
   int32_t source_ = -1;
-  c10::intrusive_ptr<c10::ivalue::Future> future_;
+  // torch's Future of the call, made when first asked (getFuture: DDP's hooks, async
+  // callers that chain on it); a blocking call nobody asks it of makes none. Made with the
+  // Work where an output is CUDA memory, and at settling for a staged call, so that it
+  // completes on the settling thread, whose stream holds the result (settle).
+  c10::intrusive_ptr<c10::ivalue::Future> future_;  // under mutex_
+  bool outcomeKnown_ = false;                        // under mutex_: settle() set futureError_
+  std::exception_ptr futureError_;
+  void completeFuture(c10::ivalue::Future& future);  // with futureError_ or the outputs
   std::optional<at::ThreadLocalState> tls_;  // the calling thread's, taken with the first finish step
 };
 
