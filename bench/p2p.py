@@ -35,6 +35,15 @@ OPS = ("ping_pong", "ping_pong_any", "all_reduce", "broadcast", "barrier", "redu
 # Calls whose Work the caller waits on: the hand-off to the engine's thread is most of them, and
 # the stubbed API (python_share) has no engine thread to hand to.
 ASYNC_OPS = ("all_reduce_async", "isend_irecv")
+# The engine's own C++ loop (pycollect.benchmark.engine) for each blocking call, at its sizes in
+# the benchmark's convention (2 ranks, 2 floats a rank): the part of a call through torch that
+# the engine itself takes. The list forms are timed by their flat call's loop and the
+# any-source ping-pong by the named one (the loop has neither).
+ENGINE_LOOPS = {"ping_pong": ("ping_pong", 8), "ping_pong_any": ("ping_pong", 8), "all_reduce": ("all_reduce", 8),
+                "broadcast": ("broadcast", 8), "barrier": ("barrier", 8), "reduce": ("reduce", 8),
+                "all_gather": ("all_gather", 16), "reduce_scatter": ("reduce_scatter", 8),
+                "all_gather_list": ("all_gather", 16), "reduce_scatter_list": ("reduce_scatter", 16),
+                "gather": ("gather", 16), "scatter": ("scatter", 16), "all_to_all": ("all_to_all", 16)}
 
 
 def _median_p99(xs):
@@ -230,7 +239,13 @@ def latency_job(rank, world, emit, ops, iters):
     import pycollect.api as api
     import pycollect.torch_backend as tb
     from pycollect import _C
+    from pycollect.launch import pin_to_core
 
+    # Each rank on a core of its own (as pycollect bench's MPI ranks and the cost model's
+    # are). Three runs each way with Gloo's blocks in the rotation (2026-12-07, 01:48-01:50;
+    # four calls through torch a run, 8 blocks of medians): unpinned, 10 of 12 calls came out
+    # 1.3-2x above the quick runs' figures, the null backend's often too; pinned, 2 of 12.
+    pin_to_core(rank)
     null_backend.register()
     pg = dist.new_group(backend="pycollect")
     gloo = dist.new_group(backend="gloo")
@@ -250,6 +265,10 @@ def latency_job(rank, world, emit, ops, iters):
                     call()
                     times[name].append(time.perf_counter() - t0)
         out[op] = {name: _median_p99(v) for name, v in times.items()}
+    from pycollect.benchmark.engine import engine_loop
+
+    out["engine"] = {op: statistics.median(engine_loop(*ENGINE_LOOPS[op], iters)[0]) for op in ops
+                     if op in ENGINE_LOOPS}
     out["stubbed"] = python_share(rank, ops, engines, [api._default()], iters)
     out["engine_calls"] = sum(tb.engine_group(pg).counters().values())  # the torch calls ran on the engine
     pc.barrier()
@@ -343,15 +362,20 @@ def main() -> int:
     print("null: the same call through torch on a C++ backend that does nothing (bench/null_backend.py),")
     print("torch's own dispatch. The backend's own cost is through torch - null; the API's engine part is")
     print("API - API stubbed (rank 0, the engine replaced by a stub that completes every call as issued).")
-    print("| op | API | API's Python | through torch | null | torch - null | target: API + null + 1 | "
-          "met | Gloo |")
-    print("|---|---|---|---|---|---|---|---|---|")
+    print("engine: the same call in the engine's C++ loop (the list forms: their flat call; any-source:")
+    print("the named ping-pong); torch - null - engine is the backend's glue plus the wait for the slower")
+    print("rank, which grows with torch's own time per call (the null backend waits for nobody).")
+    print("| op | API | API's Python | through torch | null | torch - null | engine | torch - null - engine | "
+          "target: API + null + 1 | met | Gloo |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
     for op in OPS:
-        r, st = rows[0][1][op], rows[0][1]["stubbed"].get(op)
+        r, st, eng = rows[0][1][op], rows[0][1]["stubbed"].get(op), rows[0][1]["engine"].get(op)
         bound = r["api"][0] + r["null"][0] + 1.0
         python = "-" if st is None else f"{st['api']:.1f}"
+        over = r["torch"][0] - r["null"][0]
+        engine = ("-", "-") if eng is None else (f"{eng:.2f}", f"{over - eng:.1f}")
         print(f"| {op} | {r['api'][0]:.1f} | {python} | {r['torch'][0]:.1f} | {r['null'][0]:.1f} | "
-              f"{r['torch'][0] - r['null'][0]:.1f} | {bound:.1f} | {'yes' if r['torch'][0] <= bound else 'no'} | "
+              f"{over:.1f} | {engine[0]} | {engine[1]} | {bound:.1f} | {'yes' if r['torch'][0] <= bound else 'no'} | "
               f"{r['gloo'][0]:.1f} |")
     pp = rows[0][1]["ping_pong"]
     print(f"\nping-pong through torch / API: {pp['torch'][0] / pp['api'][0]:.2f}x (target <= 1.5x)")

@@ -158,10 +158,11 @@ SPLIT_RUNS = 5  # at most; a quiet machine orders the figures in the first
 def test_p2p_bench_splits_a_call_into_engine_backend_and_torch():
     """bench/p2p.py times each call on the API, through torch on "pycollect", on Gloo and on
     the null backend (torch's dispatch alone, a C++ backend that moves nothing), and on rank 0
-    the API's calls with the engine stubbed; the torch calls ran on the engine, and afterwards
-    the groups carry real calls again (3 = 1 + 2 on both ranks). The figures it prints must
-    order as the split says: the stub takes the engine's part out of an API call, and a call
-    through torch costs more than torch's dispatch alone. A busy machine only adds time, to
+    the API's calls with the engine stubbed, and each call in the engine's own C++ loop; the
+    torch calls ran on the engine, and afterwards the groups carry real calls again (3 = 1 + 2
+    on both ranks). The figures it prints must order as the split says: the stub takes the
+    engine's part out of an API call, and a call through torch costs more than torch's
+    dispatch alone and more than the engine's loop alone. A busy machine only adds time, to
     one median or another, differently each run; so each figure is the least of up to
     SPLIT_RUNS runs, checked after each."""
     from pycollect.launch import run_ranks
@@ -180,11 +181,12 @@ def test_p2p_bench_splits_a_call_into_engine_backend_and_torch():
             assert set(real) == {"api", "torch", "gloo", "null"} and all(v[0] > 0 for v in real.values())
             assert set(stubbed) == {"api"} and stubbed["api"] > 0
             figures = {"api": real["api"][0], "torch": real["torch"][0], "null": real["null"][0],
-                       "api stubbed": stubbed["api"]}
+                       "api stubbed": stubbed["api"], "engine": out["engine"][op]}
             for name, us in figures.items():
                 best[op, name] = min(us, best.get((op, name), us))
         wrong = [op for op in SPLIT_OPS
-                 if not (best[op, "api"] > best[op, "api stubbed"] and best[op, "torch"] > best[op, "null"])]
+                 if not (best[op, "api"] > best[op, "api stubbed"] and best[op, "torch"] > best[op, "null"]
+                         and best[op, "torch"] > best[op, "engine"])]
         if not wrong:
             return
     pytest.fail(f"the split's figures do not order as it says for {wrong}; the least of {SPLIT_RUNS} runs: {best}")
@@ -204,6 +206,17 @@ def test_p2p_bench_stubs_every_fast_call_and_engine_call():
     engine = {"send", "recv", "all_reduce", "broadcast", "barrier", "reduce", "all_gather", "reduce_scatter",
               "gather", "scatter", "all_to_all"}
     assert all(n in vars(p2p._StubEngine) for n in engine), engine - set(vars(p2p._StubEngine))
+
+
+def test_p2p_bench_times_every_blocking_call_in_the_engines_loop():
+    """Every blocking call of bench/p2p.py has its engine column: a loop the C++ loop runs."""
+    sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "bench"))
+    import p2p
+
+    from pycollect.benchmark.engine import OPS as LOOP_OPS
+
+    assert set(p2p.ENGINE_LOOPS) == set(p2p.OPS) - set(p2p.ASYNC_OPS)
+    assert {loop for loop, _nbytes in p2p.ENGINE_LOOPS.values()} <= set(LOOP_OPS)
 
 
 def test_peer_mpi_without_mpi_names_what_to_install(capsys, monkeypatch):
