@@ -245,6 +245,7 @@ def latency_job(rank, world, emit, ops, iters):
     # are). Three runs each way with Gloo's blocks in the rotation (2026-12-07, 01:48-01:50;
     # four calls through torch a run, 8 blocks of medians): unpinned, 10 of 12 calls came out
     # 1.3-2x above the quick runs' figures, the null backend's often too; pinned, 2 of 12.
+    cores = os.sched_getaffinity(0)
     pin_to_core(rank)
     null_backend.register()
     pg = dist.new_group(backend="pycollect")
@@ -272,6 +273,9 @@ def latency_job(rank, world, emit, ops, iters):
     out["stubbed"] = python_share(rank, ops, engines, [api._default()], iters)
     out["engine_calls"] = sum(tb.engine_group(pg).counters().values())  # the torch calls ran on the engine
     pc.barrier()
+    # Unpinned again: the wire's busy-polling echo runs two threads, which one core would
+    # take turns at a time slice a round trip (2000 of them took 15 s).
+    os.sched_setaffinity(0, cores)
     out["wire_us"] = _C.tcp_round_trip_us(2000, True) if rank == 0 else None
     out["links"] = sorted(set(pc.get_transport_info().values()))
     for group in (pg, gloo, null):

@@ -145,7 +145,10 @@ def _p2p_split_job(rank, world, emit):
     sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "bench"))
     import p2p
 
+    cores = os.sched_getaffinity(0)
     out = p2p.latency_job(rank, world, emit, ("ping_pong", "barrier"), 64)  # medians steady enough to add up
+    # The job pins the rank for its calls and unpins it again (the wire's two busy threads).
+    out["affinity_restored"] = os.sched_getaffinity(0) == cores
     t = torch.full((3,), float(rank + 1))
     pc.all_reduce(t)
     return out, t.tolist()
@@ -174,6 +177,7 @@ def test_p2p_bench_splits_a_call_into_engine_backend_and_torch():
             assert summed == [3.0, 3.0, 3.0]
         out = results[0][0]
         assert results[1][0]["stubbed"] == {}  # rank 0's alone
+        assert results[0][0]["affinity_restored"] and results[1][0]["affinity_restored"]
         assert out["wire_us"] > 0
         assert out["engine_calls"] >= len(SPLIT_OPS)  # the torch group's calls ran on the engine
         for op in SPLIT_OPS:
