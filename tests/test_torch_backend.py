@@ -626,6 +626,13 @@ def case_abort_while_blocked(method: str):
         except Exception as e:  # noqa: BLE001 - the test reads it
             out["wait"] = f"{type(e).__name__}: {e}"
         out["wait_s"] = time.monotonic() - t0
+        late = w.get_future()  # first asked for after the call failed: made then, with its error
+        out["future_done"] = late.done()
+        try:
+            late.wait()
+            out["future"] = "no error"
+        except Exception as e:  # noqa: BLE001 - the test reads it
+            out["future"] = str(e)
     else:
         time.sleep(0.6)  # until rank 0 aborted: its links close, so this group is gone here too
     dist.destroy_process_group(pg)
@@ -773,6 +780,7 @@ def test_abort_returns_at_once_and_the_blocked_call_raises(pool3, method):
     # torch's type (as NCCL's and Gloo's failures), the engine's message naming rank and call
     assert out["wait"].startswith("DistBackendError") and "destroyed" in out["wait"], out
     assert "rank 0 all_reduce" in out["wait"], out
+    assert out["future_done"] and "destroyed" in out["future"] and "rank 0 all_reduce" in out["future"], out
 
 
 @pytest.mark.parametrize("size", [2, 3])
