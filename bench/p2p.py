@@ -239,6 +239,7 @@ def latency_job(rank, world, emit, ops, iters):
     import pycollect.api as api
     import pycollect.torch_backend as tb
     from pycollect import _C
+    from pycollect.benchmark.engine import engine_loop
     from pycollect.launch import pin_to_core
 
     # Each rank on a core of its own (as pycollect bench's MPI ranks and the cost model's
@@ -266,8 +267,6 @@ def latency_job(rank, world, emit, ops, iters):
                     call()
                     times[name].append(time.perf_counter() - t0)
         out[op] = {name: _median_p99(v) for name, v in times.items()}
-    from pycollect.benchmark.engine import engine_loop
-
     out["engine"] = {op: statistics.median(engine_loop(*ENGINE_LOOPS[op], iters)[0]) for op in ops
                      if op in ENGINE_LOOPS}
     out["stubbed"] = python_share(rank, ops, engines, [api._default()], iters)
